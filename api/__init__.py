@@ -1,0 +1,1 @@
+"""HTTP read and ingest API."""

@@ -1,0 +1,1 @@
+"""Local launchers for Kafka and PostgreSQL, with no Docker."""

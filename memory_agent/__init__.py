@@ -1,0 +1,1 @@
+"""Memory Agent: event-sourced conversation memory."""

@@ -1,0 +1,134 @@
+"""One typed settings object, built from MEMORY_* environment variables on demand."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,40}$")
+
+
+class KafkaSettings(BaseModel):
+    bootstrap_servers: str = "127.0.0.1:19092"
+    # Every topic this deployment uses starts with this prefix (tests use a unique one).
+    topic_prefix: str = "memory"
+    partitions: int = Field(default=8, ge=1)
+    replication_factor: int = Field(default=1, ge=1)
+    # Broker-side cap is 1 MiB by default; the codec refuses bigger events first.
+    max_event_bytes: int = Field(default=512 * 1024, ge=1024)
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}.{name}"
+
+    @property
+    def conversation_topic(self) -> str:
+        """The truth: every message and management event, keyed by conversation."""
+        return self.topic("conversation-events")
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return self.topic("dead-letter")
+
+    def memory_topic(self, generation: str) -> str:
+        """Derived events of one generation (summaries, facts, chunks, topics)."""
+        return self.topic(f"{generation}.memory-events")
+
+
+class PostgresSettings(BaseModel):
+    dsn: str = "postgresql://postgres@127.0.0.1:15432/memory_agent"
+    pool_min_size: int = Field(default=1, ge=0)
+    pool_max_size: int = Field(default=10, ge=1)
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # API key -> tenant id. Every read and write is scoped to the key's tenant.
+    api_keys: dict[str, str] = Field(default_factory=lambda: {"dev-key": "demo"})
+    # How long /context may wait for the projection to reach ?min_seq.
+    max_wait_ms: int = Field(default=2000, ge=0)
+
+
+class LimitsSettings(BaseModel):
+    max_content_chars: int = Field(default=32_000, ge=1)
+    max_id_chars: int = Field(default=200, ge=8)
+
+
+class WindowSettings(BaseModel):
+    """Seed 000's sliding-window summary rules."""
+
+    window_size: int = Field(default=14, ge=2)
+    summarize_after_seq: int = Field(default=5, ge=0)
+    # A request with no result after this long is re-issued (worker crash, lost call).
+    request_timeout_s: float = Field(default=120.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+
+
+class LlmSettings(BaseModel):
+    # "extractive": offline non-LLM fallback; "openai": any OpenAI-compatible endpoint.
+    provider: Literal["extractive", "openai"] = "extractive"
+    base_url: str | None = None
+    api_key: SecretStr = SecretStr("not-needed")
+    model: str = "gpt-4.1-mini"
+    timeout_s: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    concurrency: int = Field(default=8, ge=1)
+    summary_prompt_version: str = "summary-v1"
+
+
+class EmbeddingSettings(BaseModel):
+    provider: Literal["local", "openai"] = "local"
+    base_url: str | None = None
+    api_key: SecretStr = SecretStr("not-needed")
+    model: str = "all-MiniLM-L6-v2"
+    dimensions: int = 384
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MEMORY_", env_nested_delimiter="__", frozen=True, extra="ignore"
+    )
+
+    environment: Literal["development", "test", "production"] = "development"
+    # A generation is one complete derived read model (Postgres schema + derived topics
+    # + consumer groups). Replay builds a new one beside the live one.
+    generation: str = "g1"
+    state_dir: Path = Path(".state")
+    log_level: str = "INFO"
+
+    kafka: KafkaSettings = KafkaSettings()
+    postgres: PostgresSettings = PostgresSettings()
+    api: ApiSettings = ApiSettings()
+    limits: LimitsSettings = LimitsSettings()
+    window: WindowSettings = WindowSettings()
+    llm: LlmSettings = LlmSettings()
+    embedding: EmbeddingSettings = EmbeddingSettings()
+
+    @field_validator("generation")
+    @classmethod
+    def _generation_is_a_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("generation must match [a-z0-9][a-z0-9_]{0,40}")
+        return value
+
+    @model_validator(mode="after")
+    def _no_default_secrets_in_production(self) -> "Settings":
+        if self.environment == "production" and "dev-key" in self.api.api_keys:
+            raise ValueError("refusing the development API key 'dev-key' in production")
+        return self
+
+    @property
+    def pg_schema(self) -> str:
+        """PostgreSQL schema holding this generation's read model."""
+        return f"gen_{self.generation}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first use."""
+    return Settings()

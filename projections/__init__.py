@@ -1,0 +1,1 @@
+"""Projectors (Kafka -> PostgreSQL), migrations and read queries."""

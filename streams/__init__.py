@@ -1,0 +1,1 @@
+"""Faust stream agents: thin shells around pure folds."""
