@@ -1,0 +1,238 @@
+"""Per-conversation sliding-window summary fold (seeds 000, 002): pure, clock passed in."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Union
+
+from memory_agent.settings import WindowSettings
+from schemas import registry
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    window_size: int = 14
+    summarize_after_seq: int = 5
+    request_timeout_s: float = 120.0
+    max_attempts: int = 3
+    failure_backoff_s: float = 30.0
+    max_backoff_s: float = 3600.0
+    prompt_version: str = "summary-v1"
+    model: str = "gpt-4.1-mini"
+    # A saved message with one of these roles ends a round and may trigger a summary.
+    trigger_roles: tuple[str, ...] = ("assistant",)
+
+    @classmethod
+    def from_settings(cls, window: WindowSettings, prompt_version: str, model: str) -> WindowConfig:
+        return cls(
+            window_size=window.window_size, summarize_after_seq=window.summarize_after_seq,
+            request_timeout_s=window.request_timeout_s, max_attempts=window.max_attempts,
+            prompt_version=prompt_version, model=model,
+        )
+
+
+def calculate_summary_range(last_saved_seq: int, window_size: int) -> tuple[int, int]:
+    """Seed 000: the newest `window_size` messages, start bumped to even to keep pairs."""
+    end_seq = last_saved_seq
+    start_seq = max(0, end_seq - window_size + 1)
+    if start_seq % 2 != 0:
+        start_seq += 1
+    return start_seq, end_seq
+
+
+@dataclass(frozen=True)
+class MessageSaved:
+    seq: int
+    role: str
+
+
+@dataclass(frozen=True)
+class SummaryDone:
+    memory_id: int
+    attempt: int
+    start_seq: int
+    end_seq: int
+
+
+@dataclass(frozen=True)
+class SummaryGaveUp:
+    memory_id: int
+    attempt: int
+    error: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A timer fired: only the stuck-request scan runs."""
+
+
+Observed = Union[MessageSaved, SummaryDone, SummaryGaveUp, Tick]
+
+
+def observe(event_type: str, payload: Any, seq: int | None = None) -> Observed | None:
+    """Decoded event -> fold input; None for events the fold ignores (its own requests)."""
+    if event_type == registry.MESSAGE_APPENDED:
+        if seq is None:
+            raise ValueError("message.appended needs the envelope seq")
+        return MessageSaved(seq=seq, role=payload.role)
+    if event_type == registry.SUMMARY_COMPLETED:
+        return SummaryDone(payload.memory_id, payload.attempt, payload.start_seq, payload.end_seq)
+    if event_type == registry.SUMMARY_FAILED:
+        return SummaryGaveUp(payload.memory_id, payload.attempt, payload.error)
+    if event_type == registry.WINDOW_TICKED:
+        return Tick()
+    return None
+
+
+@dataclass(frozen=True)
+class RequestSummary:
+    memory_id: int
+    start_seq: int
+    end_seq: int
+    base_memory_id: int | None
+    base_end_seq: int | None
+    attempt: int
+    prompt_version: str
+    model: str
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    memory_id: int
+    start_seq: int
+    end_seq: int
+    attempt: int
+    error: str
+
+
+Command = Union[RequestSummary, GiveUp]
+
+
+@dataclass(frozen=True)
+class InFlight:
+    memory_id: int
+    start_seq: int
+    end_seq: int
+    base_memory_id: int | None
+    base_end_seq: int | None
+    attempt: int
+    requested_at: float
+
+
+@dataclass(frozen=True)
+class WindowState:
+    last_seq: int = -1
+    next_memory_id: int = 1
+    in_flight: InFlight | None = None
+    latest_completed: tuple[int, int, int] | None = None  # (memory_id, start_seq, end_seq)
+    consecutive_failures: int = 0
+    not_before: float = 0.0
+    requests: int = 0
+    completions: int = 0
+    failures: int = 0
+    reissues: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.latest_completed is not None:
+            data["latest_completed"] = list(self.latest_completed)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WindowState:
+        """Missing keys take their defaults, so older stored states still load."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if known.get("in_flight") is not None:
+            known["in_flight"] = InFlight(**known["in_flight"])
+        if known.get("latest_completed") is not None:
+            known["latest_completed"] = tuple(known["latest_completed"])
+        return cls(**known)
+
+
+def _failed(state: WindowState, now: float, config: WindowConfig) -> WindowState:
+    failures = state.consecutive_failures + 1
+    not_before = state.not_before
+    if failures >= config.max_attempts:
+        delay = config.failure_backoff_s * 2 ** min(failures - config.max_attempts, 32)
+        not_before = now + min(delay, config.max_backoff_s)
+    return replace(state, in_flight=None, consecutive_failures=failures,
+                   not_before=not_before, failures=state.failures + 1)
+
+
+def evolve(state: WindowState, item: Observed | Command, now: float, config: WindowConfig) -> WindowState:
+    """Apply one observed fact, or one of the fold's own commands, to the state."""
+    flight = state.in_flight
+    if isinstance(item, MessageSaved):
+        return replace(state, last_seq=max(state.last_seq, item.seq))
+    if isinstance(item, SummaryDone):
+        # Any attempt of the in-flight request counts; anything else is stale or duplicate.
+        if flight is None or item.memory_id != flight.memory_id:
+            return state
+        return replace(state, in_flight=None, consecutive_failures=0, not_before=0.0,
+                       latest_completed=(item.memory_id, item.start_seq, item.end_seq),
+                       completions=state.completions + 1)
+    if isinstance(item, SummaryGaveUp):
+        # A failure of an attempt we already replaced says nothing about the newer one.
+        if flight is None or (item.memory_id, item.attempt) != (flight.memory_id, flight.attempt):
+            return state
+        return _failed(state, now, config)
+    if isinstance(item, GiveUp):
+        return _failed(state, now, config) if flight and flight.memory_id == item.memory_id else state
+    if isinstance(item, RequestSummary):
+        fresh = item.attempt == 1
+        return replace(
+            state,
+            in_flight=InFlight(item.memory_id, item.start_seq, item.end_seq, item.base_memory_id,
+                               item.base_end_seq, item.attempt, now),
+            next_memory_id=max(state.next_memory_id, item.memory_id + 1),
+            requests=state.requests + int(fresh), reissues=state.reissues + int(not fresh),
+        )
+    return state
+
+
+def _sweep(state: WindowState, now: float, config: WindowConfig) -> tuple[Command, ...]:
+    """Seed 000's stuck 'processing' rows: re-issue the same window, then give up."""
+    flight = state.in_flight
+    if flight is None or now - flight.requested_at <= config.request_timeout_s:
+        return ()
+    if flight.attempt < config.max_attempts:
+        return (RequestSummary(flight.memory_id, flight.start_seq, flight.end_seq, flight.base_memory_id,
+                               flight.base_end_seq, flight.attempt + 1, config.prompt_version, config.model),)
+    error = f"no result after {flight.attempt} attempts of {config.request_timeout_s:g}s"
+    return (GiveUp(flight.memory_id, flight.start_seq, flight.end_seq, flight.attempt, error),)
+
+
+def _trigger(state: WindowState, seq: int, now: float, config: WindowConfig) -> tuple[Command, ...]:
+    """Seed 000's trigger: far enough, nothing in flight, newer than the last summary."""
+    done = state.latest_completed
+    if (seq < config.summarize_after_seq or state.in_flight is not None
+            or (done is not None and seq <= done[2]) or now < state.not_before):
+        return ()
+    start_seq, end_seq = calculate_summary_range(seq, config.window_size)
+    return (RequestSummary(state.next_memory_id, start_seq, end_seq,
+                           done[0] if done else None, done[2] if done else None,
+                           1, config.prompt_version, config.model),)
+
+
+def _apply(state: WindowState, commands: tuple[Command, ...], now: float, config: WindowConfig) -> WindowState:
+    for command in commands:
+        state = evolve(state, command, now, config)
+    return state
+
+
+def decide(state: WindowState, observed: Observed, now: float, config: WindowConfig) -> tuple[Command, ...]:
+    """Commands for one input, given the state BEFORE it (so redelivery is recognisable)."""
+    current = evolve(state, observed, now, config)
+    commands = _sweep(current, now, config)
+    is_new_round_end = (isinstance(observed, MessageSaved) and observed.seq > state.last_seq
+                        and observed.role in config.trigger_roles)
+    if is_new_round_end:
+        commands += _trigger(_apply(current, commands, now, config), observed.seq, now, config)
+    return commands
+
+
+def step(state: WindowState, observed: Observed, now: float, config: WindowConfig
+         ) -> tuple[WindowState, tuple[Command, ...]]:
+    """The one call per event: new state plus the commands to emit, in order."""
+    commands = decide(state, observed, now, config)
+    return _apply(evolve(state, observed, now, config), commands, now, config), commands
