@@ -1,0 +1,47 @@
+"""The main call: what a chat service should prepend at the start of a turn."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, HTTPException, Query
+
+from api.deps import ConnDep, SettingsDep, TenantDep
+from api.schemas import ContextOut
+from projections import queries
+from api.turn_context import build_turn_context
+
+router = APIRouter(prefix="/v1/conversations", tags=["context"])
+
+
+@router.get("/{conversation_id}/context", response_model=ContextOut)
+async def turn_context(
+    conversation_id: str,
+    tenant: TenantDep,
+    conn: ConnDep,
+    settings: SettingsDep,
+    before_seq: int | None = Query(
+        None, ge=0, description="The current message's seq: it and anything after are left out"
+    ),
+    min_seq: int | None = Query(
+        None, ge=0, description="The caller has written up to this seq: wait briefly for the projection"
+    ),
+    wait_ms: int = Query(1000, ge=0, description="How long to wait for min_seq (capped by the server)"),
+) -> ContextOut:
+    """Latest completed summary + the gap messages after it, with the watermark it reflects."""
+    conversation = await _wait_for(conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms))
+    if conversation is None:
+        raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
+    return await build_turn_context(conn, conversation, before_seq=before_seq, min_seq=min_seq)
+
+
+async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None, wait_ms: int):
+    deadline = time.monotonic() + wait_ms / 1000
+    while True:
+        conversation = await queries.get_conversation(conn, tenant, conversation_id)
+        await conn.rollback()  # a fresh snapshot on every poll
+        reached = conversation is not None and (min_seq is None or conversation.last_seq >= min_seq)
+        if reached or time.monotonic() >= deadline:
+            return conversation
+        await asyncio.sleep(0.02)

@@ -1,0 +1,100 @@
+"""Producer SDK for upstream chat services: append messages to the conversation log."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import RecordMetadata
+
+from memory_agent.settings import Settings
+from schemas.codec import encode, validate
+from schemas.envelope import Envelope
+from schemas.registry import MESSAGE_APPENDED, REGISTRY
+
+
+class MemoryClient:
+    """Idempotent (acks=all) producer keyed by conversation, so each conversation stays ordered.
+
+    Use as `async with MemoryClient(settings) as client: await client.append_message(...)`.
+    """
+
+    def __init__(self, settings: Settings, *, linger_ms: int = 5) -> None:
+        self.settings = settings
+        self.linger_ms = linger_ms
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        if self._producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.settings.kafka.bootstrap_servers,
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=self.linger_ms,
+                max_request_size=max(1024 * 1024, self.settings.kafka.max_event_bytes + 1024),
+            )
+            await producer.start()
+            self._producer = producer
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await producer.stop()
+
+    async def __aenter__(self) -> "MemoryClient":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def message_event(
+        self,
+        *,
+        tenant_id: str,
+        conversation_id: str,
+        user_id: str,
+        seq: int,
+        role: str,
+        content: str,
+        subject_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        event_id: str | None = None,
+        occurred_at: datetime | None = None,
+    ) -> Envelope:
+        """Build and validate a message.appended envelope (raises InvalidEvent on bad input)."""
+        raw = {
+            "type": MESSAGE_APPENDED,
+            "schema_version": REGISTRY[MESSAGE_APPENDED].version,
+            "event_id": event_id or str(uuid.uuid4()),
+            "tenant_id": tenant_id,
+            "conversation_id": conversation_id,
+            "user_id": user_id,
+            "subject_id": subject_id,
+            "seq": seq,
+            "occurred_at": (occurred_at or datetime.now(UTC)).isoformat(),
+            "payload": {"role": role, "content": content, "metadata": metadata or {}},
+        }
+        return validate(raw, max_content_chars=self.settings.limits.max_content_chars).envelope
+
+    async def append_message(self, **fields: Any) -> RecordMetadata:
+        """Validate, send and wait for the broker's acknowledgement."""
+        return await self.append(self.message_event(**fields))
+
+    async def append(self, envelope: Envelope) -> RecordMetadata:
+        await self.start()
+        future = await self._producer.send(
+            self.settings.kafka.conversation_topic, value=encode(envelope), key=envelope.key
+        )
+        return await future
+
+    async def send_raw(self, value: bytes, key: bytes | None = None) -> RecordMetadata:
+        """Append bytes as they are (tests and replaying foreign producers' data)."""
+        await self.start()
+        return await (await self._producer.send(self.settings.kafka.conversation_topic, value=value, key=key))
+
+    async def flush(self) -> None:
+        if self._producer is not None:
+            await self._producer.flush()

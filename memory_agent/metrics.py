@@ -1,0 +1,19 @@
+"""Prometheus metrics shared by the workers and the API."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PROJECTED = Counter("memory_projected_events_total", "Records applied by a projector", ["projector"])
+DEAD_LETTERS = Counter("memory_dead_letters_total", "Records sent to the dead-letter topic", ["stage", "reason"])
+DUPLICATES = Counter("memory_duplicate_events_total", "Redelivered events ignored", ["projector"])
+SEQ_CONFLICTS = Counter("memory_seq_conflicts_total", "Different events claiming one (conversation, seq)")
+SEQ_GAPS = Counter("memory_seq_gaps_total", "Missing seq numbers observed in conversations")
+INGESTED = Counter("memory_ingested_messages_total", "Messages appended through the HTTP ingest API")
+LLM_LATENCY = Histogram(
+    "memory_llm_latency_seconds", "Summarizer call latency", ["operation", "outcome"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+)
+SUMMARIES_IN_FLIGHT = Gauge("memory_summaries_in_flight", "Summary requests being computed by this worker")
+SUMMARY_FAILURES = Counter("memory_summary_failures_total", "Summary attempts that failed", ["kind"])
+CONSUMER_LAG = Gauge("memory_consumer_lag_records", "Records behind the log end", ["consumer", "partition"])

@@ -1,0 +1,181 @@
+"""Projects message.appended events into `messages`, counting duplicates, conflicts and gaps."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+import psycopg
+from aiokafka.structs import ConsumerRecord
+
+from memory_agent import metrics
+from memory_agent.settings import Settings
+from projections.dead_letter import DeadLetter
+from schemas.codec import Event, decode
+from schemas.envelope import InvalidEvent
+from schemas.registry import MESSAGE_APPENDED
+
+log = logging.getLogger(__name__)
+
+_INSERT = """
+INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, subject_id, role, content,
+                      metadata, occurred_at, source_partition, source_offset)
+SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::text[], %s::text[],
+                     %s::text[], %s::jsonb[], %s::timestamptz[], %s::int[], %s::bigint[])
+ON CONFLICT DO NOTHING
+RETURNING tenant_id, conversation_id, seq
+"""
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    event: Event
+    record: ConsumerRecord
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        e = self.event.envelope
+        return (e.tenant_id, e.conversation_id, e.seq)
+
+
+class MessagesProjector:
+    name = "messages"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def topics(self, settings: Settings) -> list[str]:
+        return [settings.kafka.conversation_topic]
+
+    async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+        letters: list[DeadLetter] = []
+        unique: dict[tuple[str, str, int], _Candidate] = {}
+        anomalies: list[tuple] = []
+        for record in records:
+            try:
+                event = decode(
+                    record.value,
+                    max_event_bytes=self.settings.kafka.max_event_bytes,
+                    max_content_chars=self.settings.limits.max_content_chars,
+                )
+            except InvalidEvent as exc:
+                letters.append(DeadLetter(record, exc.reason, exc.detail))
+                anomalies.append(_anomaly("invalid", None, record, f"{exc.reason}: {exc.detail}"))
+                continue
+            if event.type != MESSAGE_APPENDED:
+                continue  # management events are other projectors' business
+            candidate = _Candidate(event, record)
+            earlier = unique.get(candidate.key)
+            if earlier is None:
+                unique[candidate.key] = candidate
+            else:
+                self._same_or_conflict(earlier.event.envelope.event_id, candidate, letters, anomalies)
+        if unique:
+            inserted = await self._insert(conn, list(unique.values()))
+            await self._check_not_inserted(conn, unique, inserted, letters, anomalies)
+            await self._update_conversations(conn, [c for k, c in unique.items() if k in inserted], anomalies)
+        if anomalies:
+            await _record_anomalies(conn, anomalies)
+        return letters
+
+    def _same_or_conflict(self, existing_event_id, candidate, letters, anomalies) -> None:
+        tenant, conversation, seq = candidate.key
+        if existing_event_id == candidate.event.envelope.event_id:
+            metrics.DUPLICATES.labels(projector=self.name).inc()
+            anomalies.append(_anomaly("duplicate", candidate.key, candidate.record, "same event delivered again"))
+            return
+        detail = (
+            f"seq {seq} of {tenant}/{conversation} is already event {existing_event_id}; "
+            f"refusing event {candidate.event.envelope.event_id}"
+        )
+        metrics.SEQ_CONFLICTS.inc()
+        letters.append(DeadLetter(candidate.record, "seq_conflict", detail))
+        anomalies.append(_anomaly("seq_conflict", candidate.key, candidate.record, detail))
+
+    async def _insert(self, conn, candidates: list[_Candidate]) -> set[tuple[str, str, int]]:
+        columns: list[list] = [[] for _ in range(12)]
+        for c in candidates:
+            e, p = c.event.envelope, c.event.payload
+            row = (
+                e.tenant_id, e.conversation_id, e.seq, e.event_id, e.user_id, e.subject_id, p.role,
+                p.content, orjson.dumps(p.metadata).decode(), e.occurred_at, c.record.partition, c.record.offset,
+            )
+            for column, value in zip(columns, row):
+                column.append(value)
+        cursor = await conn.execute(_INSERT, columns)
+        return {tuple(row) for row in await cursor.fetchall()}
+
+    async def _check_not_inserted(self, conn, unique, inserted, letters, anomalies) -> None:
+        rejected = [c for k, c in unique.items() if k not in inserted]
+        if not rejected:
+            return
+        cursor = await conn.execute(
+            "SELECT tenant_id, conversation_id, seq, event_id FROM messages"
+            " WHERE (tenant_id, conversation_id, seq) IN (SELECT * FROM unnest(%s::text[], %s::text[], %s::int[]))",
+            [[c.key[0] for c in rejected], [c.key[1] for c in rejected], [c.key[2] for c in rejected]],
+        )
+        stored = {(t, c, s): event_id for t, c, s, event_id in await cursor.fetchall()}
+        for candidate in rejected:
+            existing = stored.get(candidate.key)
+            if existing is None:
+                # The seq is free but the event id is already used at another seq.
+                existing = f"(event id {candidate.event.envelope.event_id} used at another seq)"
+            self._same_or_conflict(existing, candidate, letters, anomalies)
+
+    async def _update_conversations(self, conn, inserted: list[_Candidate], anomalies) -> None:
+        if not inserted:
+            return
+        by_conversation: dict[tuple[str, str], list[_Candidate]] = {}
+        for c in inserted:
+            by_conversation.setdefault(c.key[:2], []).append(c)
+        keys = sorted(by_conversation)
+        cursor = await conn.execute(
+            "SELECT tenant_id, conversation_id, last_seq FROM conversations"
+            " WHERE (tenant_id, conversation_id) IN (SELECT * FROM unnest(%s::text[], %s::text[])) FOR UPDATE",
+            [[k[0] for k in keys], [k[1] for k in keys]],
+        )
+        last_seq = {(t, c): s for t, c, s in await cursor.fetchall()}
+        rows = []
+        for key in keys:
+            candidates = by_conversation[key]
+            previous = last_seq.get(key, -1)
+            gaps = 0
+            for c in candidates:  # in log order: a late seq fills a gap, it is not one
+                seq = c.key[2]
+                if seq > previous + 1:
+                    missing = seq - previous - 1
+                    gaps += missing
+                    detail = f"seq {previous + 1}..{seq - 1} missing before seq {seq}"
+                    log.warning("gap in %s/%s: %s", key[0], key[1], detail)
+                    anomalies.append(_anomaly("gap", c.key, c.record, detail))
+                previous = max(previous, seq)
+            metrics.SEQ_GAPS.inc(gaps)
+            first = candidates[0].event.envelope
+            rows.append((key[0], key[1], first.user_id, first.subject_id, previous, len(candidates), gaps))
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO conversations (tenant_id, conversation_id, user_id, subject_id, last_seq,"
+                " message_count, gap_count) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET"
+                " last_seq = GREATEST(conversations.last_seq, EXCLUDED.last_seq),"
+                " message_count = conversations.message_count + EXCLUDED.message_count,"
+                " gap_count = conversations.gap_count + EXCLUDED.gap_count, updated_at = now()",
+                rows,
+            )
+
+
+def _anomaly(kind: str, key, record: ConsumerRecord, detail: str) -> tuple:
+    tenant, conversation, seq = key if key else (None, None, None)
+    return (kind, tenant, conversation, seq, detail, record.partition, record.offset)
+
+
+async def _record_anomalies(conn, anomalies: list[tuple]) -> None:
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO projection_anomalies (projector, kind, tenant_id, conversation_id, seq, detail,"
+            " source_partition, source_offset) VALUES ('messages', %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT DO NOTHING",
+            anomalies,
+        )

@@ -1,0 +1,69 @@
+"""Apply the versioned SQL migrations to a generation's schema, once, under a lock."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+
+from memory_agent.settings import Settings
+
+log = logging.getLogger(__name__)
+_LOCK_ID = 0x6D656D  # pg_advisory_xact_lock key shared by every migrate run
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def available_migrations() -> list[Migration]:
+    found = []
+    for entry in resources.files("projections.migrations").iterdir():
+        if entry.name.endswith(".sql"):
+            version, _, rest = entry.name.partition("_")
+            found.append(Migration(int(version), rest.removesuffix(".sql"), entry.read_text()))
+    return sorted(found, key=lambda m: m.version)
+
+
+def migrate(settings: Settings, schema: str | None = None) -> list[Migration]:
+    """Bring `schema` (default: the settings' generation) up to date; return what was applied."""
+    schema = schema or settings.pg_schema
+    applied: list[Migration] = []
+    with psycopg.connect(settings.postgres.dsn) as conn:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public")
+            conn.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(schema)))
+            conn.execute(psycopg.sql.SQL("SET LOCAL search_path TO {}, public").format(psycopg.sql.Identifier(schema)))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            for migration in available_migrations():
+                if migration.version in done:
+                    continue
+                conn.execute(migration.sql)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+                log.info("applied migration %04d_%s to %s", migration.version, migration.name, schema)
+                applied.append(migration)
+    return applied
+
+
+def pending_migrations(conn: psycopg.Connection) -> list[int]:
+    """Versions not yet applied in the connection's schema (for readiness checks)."""
+    try:
+        done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    except psycopg.errors.UndefinedTable:
+        conn.rollback()
+        done = set()
+    return [m.version for m in available_migrations() if m.version not in done]

@@ -1,0 +1,73 @@
+"""Read queries over the projected log (scoped by tenant in every query)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    tenant_id: str
+    conversation_id: str
+    user_id: str
+    subject_id: str | None
+    last_seq: int
+    message_count: int
+    gap_count: int
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    seq: int
+    event_id: str
+    role: str
+    content: str
+    metadata: dict[str, Any]
+    occurred_at: datetime
+
+
+async def get_conversation(conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str) -> ConversationRow | None:
+    async with conn.cursor(row_factory=class_row(ConversationRow)) as cur:
+        await cur.execute(
+            "SELECT tenant_id, conversation_id, user_id, subject_id, last_seq, message_count, gap_count"
+            " FROM conversations WHERE tenant_id = %s AND conversation_id = %s",
+            (tenant_id, conversation_id),
+        )
+        return await cur.fetchone()
+
+
+async def list_messages(
+    conn: psycopg.AsyncConnection,
+    tenant_id: str,
+    conversation_id: str,
+    *,
+    after_seq: int = -1,
+    before_seq: int | None = None,
+    limit: int | None = None,
+) -> list[MessageRow]:
+    """Messages with after_seq < seq < before_seq, in seq order."""
+    async with conn.cursor(row_factory=class_row(MessageRow)) as cur:
+        await cur.execute(
+            "SELECT seq, event_id, role, content, metadata, occurred_at FROM messages"
+            " WHERE tenant_id = %s AND conversation_id = %s AND seq > %s"
+            " AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq LIMIT %s",
+            (tenant_id, conversation_id, after_seq, before_seq, before_seq, limit),
+        )
+        return await cur.fetchall()
+
+
+async def missing_seqs(
+    conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, up_to_seq: int
+) -> list[int]:
+    """Seqs in 0..up_to_seq that are not projected (gaps, or not yet arrived)."""
+    cur = await conn.execute(
+        "SELECT s FROM generate_series(0, %s) AS s WHERE NOT EXISTS ("
+        " SELECT 1 FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq = s) ORDER BY s LIMIT 1000",
+        (up_to_seq, tenant_id, conversation_id),
+    )
+    return [row[0] for row in await cur.fetchall()]

@@ -1,0 +1,164 @@
+"""Runs a projector: Kafka batches -> one Postgres transaction with rows + offsets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+import psycopg
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from memory_agent import metrics
+from memory_agent.settings import Settings
+from projections import dead_letter
+from projections.db import connect
+from projections.dead_letter import DeadLetter
+
+log = logging.getLogger(__name__)
+
+
+class Projector(Protocol):
+    """Applies a batch inside an open transaction; returns the records it refused."""
+
+    name: str
+
+    def topics(self, settings: Settings) -> list[str]: ...
+
+    async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]: ...
+
+
+async def load_offsets(conn: psycopg.AsyncConnection, projector: str) -> dict[TopicPartition, int]:
+    rows = await conn.execute(
+        "SELECT topic, partition, next_offset FROM projector_offsets WHERE projector = %s", (projector,)
+    )
+    return {TopicPartition(t, p): o for t, p, o in await rows.fetchall()}
+
+
+async def save_offsets(conn: psycopg.AsyncConnection, projector: str, records: Sequence[ConsumerRecord]) -> None:
+    highest: dict[tuple[str, int], int] = {}
+    for r in records:
+        key = (r.topic, r.partition)
+        highest[key] = max(highest.get(key, -1), r.offset + 1)
+    async with conn.cursor() as cur:
+        await cur.executemany(
+            "INSERT INTO projector_offsets (projector, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (projector, topic, partition) DO UPDATE SET"
+            " next_offset = GREATEST(projector_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()",
+            [(projector, t, p, o) for (t, p), o in highest.items()],
+        )
+
+
+class _SeekFromPostgres(ConsumerRebalanceListener):
+    """On assignment, resume each partition at the offset stored with the rows."""
+
+    def __init__(self, runner: "ProjectorRunner") -> None:
+        self.runner = runner
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        # Let the batch in flight commit before the partitions move.
+        async with self.runner.batch_lock:
+            return None
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        # A connection of its own: the main connection belongs to the batch loop.
+        async with self.runner.batch_lock:
+            async with await connect(self.runner.settings) as conn:
+                stored = await load_offsets(conn, self.runner.projector.name)
+            self.runner.applied_up_to.update(stored)
+        for tp in assigned:
+            if tp in stored:
+                self.runner.consumer.seek(tp, stored[tp])
+            else:
+                await self.runner.consumer.seek_to_beginning(tp)
+        log.info("%s assigned %s", self.runner.projector.name, sorted((tp.topic, tp.partition) for tp in assigned))
+
+
+class ProjectorRunner:
+    """One consumer group member for one projector; `run()` until cancelled or stopped."""
+
+    def __init__(self, settings: Settings, projector: Projector, *, max_batch: int = 2000) -> None:
+        self.settings = settings
+        self.projector = projector
+        self.max_batch = max_batch
+        self.group_id = f"{settings.kafka.topic_prefix}.{settings.generation}.projector.{projector.name}"
+        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: AIOKafkaProducer | None = None
+        self.conn: psycopg.AsyncConnection | None = None
+        self.ready = asyncio.Event()
+        self.batch_lock = asyncio.Lock()
+        # Next offset already applied per partition: a redelivered record is skipped whole,
+        # so it cannot be dead-lettered twice either.
+        self.applied_up_to: dict[TopicPartition, int] = {}
+        self._stopping = False
+
+    async def start(self) -> None:
+        self.conn = await connect(self.settings)
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka.bootstrap_servers, enable_idempotence=True, acks="all"
+        )
+        await self.producer.start()
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka.bootstrap_servers,
+            group_id=self.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        self.consumer.subscribe(self.projector.topics(self.settings), listener=_SeekFromPostgres(self))
+        await self.consumer.start()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for closer in (self.consumer and self.consumer.stop, self.producer and self.producer.stop):
+            if closer:
+                try:
+                    await closer()
+                except Exception:  # noqa: BLE001 - best effort on shutdown
+                    log.exception("error while stopping %s", self.projector.name)
+        if self.conn is not None:
+            await self.conn.close()
+
+    async def run(self) -> None:
+        """Consume forever; each batch commits rows and offsets together."""
+        await self.start()
+        try:
+            while not self._stopping:
+                batches = await self.consumer.getmany(timeout_ms=200, max_records=self.max_batch)
+                self.ready.set()
+                records = [r for recs in batches.values() for r in recs]
+                if records:
+                    await self.process(records)
+        finally:
+            await self.stop()
+
+    async def process(self, records: list[ConsumerRecord]) -> None:
+        async with self.batch_lock:
+            fresh = [r for r in records if r.offset >= self.applied_up_to.get(TopicPartition(r.topic, r.partition), 0)]
+            if fresh:
+                await self._apply(fresh)
+
+    async def _apply(self, records: list[ConsumerRecord]) -> None:
+        name = self.projector.name
+        async with self.conn.transaction():
+            letters = await self.projector.apply(self.conn, records)
+            if letters:
+                await dead_letter.publish(
+                    self.producer, self.settings.kafka.dead_letter_topic, letters, stage=f"projector.{name}"
+                )
+                for letter in letters:
+                    metrics.DEAD_LETTERS.labels(stage=name, reason=letter.reason).inc()
+            await save_offsets(self.conn, name, records)
+        metrics.PROJECTED.labels(projector=name).inc(len(records))
+        offsets = {}
+        for r in records:
+            offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1
+        self.applied_up_to.update(offsets)
+        # Kafka-side commit is only for lag monitoring; Postgres holds the real position.
+        try:
+            await self.consumer.commit(offsets)
+        except Exception as exc:  # noqa: BLE001 - rebalance in progress etc.; harmless
+            log.debug("kafka offset commit skipped: %s", exc)

@@ -1,0 +1,58 @@
+"""The Kafka topics of a deployment and their creation (the broker never auto-creates)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from memory_agent.settings import Settings
+
+log = logging.getLogger(__name__)
+FOREVER = "-1"
+THIRTY_DAYS_MS = str(30 * 24 * 3600 * 1000)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """The log is the truth, so conversation and memory events are kept forever."""
+    kafka = settings.kafka
+    keep = {"retention.ms": FOREVER, "retention.bytes": FOREVER}
+    return [
+        TopicSpec(kafka.conversation_topic, kafka.partitions, keep),
+        # Co-partitioned with the conversation topic: the window agent reads both.
+        TopicSpec(kafka.memory_topic(settings.generation), kafka.partitions, keep),
+        TopicSpec(kafka.dead_letter_topic, kafka.partitions, {"retention.ms": THIRTY_DAYS_MS}),
+    ]
+
+
+async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:
+    """Create missing topics; return the names created. Existing ones are left alone."""
+    specs = specs if specs is not None else topic_specs(settings)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [s for s in specs if s.name not in existing]
+        if missing:
+            try:
+                await admin.create_topics(
+                    [
+                        NewTopic(s.name, s.partitions, settings.kafka.replication_factor, topic_configs=s.config)
+                        for s in missing
+                    ]
+                )
+            except TopicAlreadyExistsError:
+                pass  # created concurrently by another process
+            log.info("created topics %s", [s.name for s in missing])
+        return [s.name for s in missing]
+    finally:
+        await admin.close()

@@ -1,0 +1,112 @@
+"""Per-test isolation on the shared real stack: unique topics, generation schema and API keys."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import psycopg
+import pytest
+import uvicorn
+from aiokafka.admin import AIOKafkaAdminClient
+
+from api.app import create_app
+from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings, Settings
+from memory_agent.worker import run_projectors
+from projections.migrate import migrate
+from streams.topics import ensure_topics
+
+API_KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
+
+
+def make_settings(stack, **overrides) -> Settings:
+    uid = uuid.uuid4().hex[:10]
+    fields = dict(
+        environment="test",
+        generation=f"t{uid}",
+        kafka=KafkaSettings(bootstrap_servers=stack.kafka_bootstrap, topic_prefix=f"test-{uid}", partitions=4),
+        postgres=PostgresSettings(dsn=stack.postgres_dsn),
+        api=ApiSettings(api_keys=API_KEYS),
+    )
+    fields.update(overrides)
+    return Settings(**fields)
+
+
+@pytest.fixture
+async def settings(stack) -> AsyncIterator[Settings]:
+    settings = make_settings(stack)
+    await asyncio.to_thread(migrate, settings)
+    await ensure_topics(settings)
+    yield settings
+    await drop_everything(settings)
+
+
+async def drop_everything(settings: Settings) -> None:
+    with contextlib.suppress(Exception):
+        async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        ours = [t for t in await admin.list_topics() if t.startswith(settings.kafka.topic_prefix + ".")]
+        if ours:
+            with contextlib.suppress(Exception):
+                await admin.delete_topics(ours)
+    finally:
+        await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def running_projectors(settings: Settings) -> AsyncIterator[asyncio.Task]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_projectors(settings, stop))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def running_api(settings: Settings) -> AsyncIterator[str]:
+    """The real API over real HTTP on a free loopback port; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def scalar(settings: Settings, sql: str, params=()) -> object:
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public"
+    ) as conn:
+        cur = await conn.execute(sql, params)
+        row = await cur.fetchone()
+        return row[0] if row else None
