@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -84,11 +85,19 @@ class MemoryClient:
         return await self.append(self.message_event(**fields))
 
     async def append(self, envelope: Envelope) -> RecordMetadata:
+        """Append one event and wait for the broker's acknowledgement."""
+        return await (await self.enqueue(envelope))
+
+    async def enqueue(self, envelope: Envelope) -> asyncio.Future:
+        """Queue one event in log order; await the returned future for its acknowledgement.
+
+        Call it sequentially (not from concurrent tasks) when order matters: the
+        producer keeps the order of enqueueing within each partition.
+        """
         await self.start()
-        future = await self._producer.send(
+        return await self._producer.send(
             self.settings.kafka.conversation_topic, value=encode(envelope), key=envelope.key
         )
-        return await future
 
     async def send_raw(self, value: bytes, key: bytes | None = None) -> RecordMetadata:
         """Append bytes as they are (tests and replaying foreign producers' data)."""

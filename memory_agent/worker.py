@@ -36,3 +36,8 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) 
     for task in done:
         if task is not stopper and task.exception():
             raise task.exception()
+
+
+def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
+    """Entry point of `memory-agent worker`."""
+    asyncio.run(run_projectors(settings))

@@ -110,3 +110,47 @@ async def scalar(settings: Settings, sql: str, params=()) -> object:
         cur = await conn.execute(sql, params)
         row = await cur.fetchone()
         return row[0] if row else None
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """Environment variables that make a child process build the same settings."""
+    import json
+    import os
+
+    env = dict(os.environ)
+    env.update(
+        MEMORY_ENVIRONMENT=settings.environment,
+        MEMORY_GENERATION=settings.generation,
+        MEMORY_KAFKA__BOOTSTRAP_SERVERS=settings.kafka.bootstrap_servers,
+        MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix,
+        MEMORY_KAFKA__PARTITIONS=str(settings.kafka.partitions),
+        MEMORY_POSTGRES__DSN=settings.postgres.dsn,
+        MEMORY_API__API_KEYS=json.dumps(settings.api.api_keys),
+        MEMORY_LOG_LEVEL="INFO",
+    )
+    return env
+
+
+@contextlib.asynccontextmanager
+async def worker_process(settings: Settings, *args: str, log_name: str = "worker"):
+    """`memory-agent worker` as a real child process; yields the asyncio Process."""
+    import sys
+    import tempfile
+
+    log = tempfile.NamedTemporaryFile(prefix=f"{log_name}-", suffix=".log", delete=False)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memory_agent.cli", "worker", *args,
+        env=settings_env(settings), stdout=log, stderr=asyncio.subprocess.STDOUT,
+    )
+    process.log_path = log.name
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        log.close()
