@@ -79,6 +79,18 @@ class LlmSettings(BaseModel):
     max_retries: int = Field(default=3, ge=0)
     concurrency: int = Field(default=8, ge=1)
     summary_prompt_version: str = "summary-v1"
+    chunk_facts_prompt_version: str = "chunk-facts-v1"
+    gate_prompt_version: str = "gate-v1"
+    # Cheap model for the "worth remembering?" gate (seed 001); None means `model`.
+    gate_model: str | None = None
+    # Exponential backoff with jitter between retries of 429/5xx/timeouts/connection errors.
+    backoff_base_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=8.0, ge=0)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    # Ask for response_format={"type": "json_object"}; turn off for servers without it.
+    json_mode: bool = True
+    # Offline extractive summarizer: length budget of one summary.
+    extractive_max_chars: int = Field(default=600, ge=80)
 
 
 class EmbeddingSettings(BaseModel):
@@ -87,6 +99,21 @@ class EmbeddingSettings(BaseModel):
     api_key: SecretStr = SecretStr("not-needed")
     model: str = "all-MiniLM-L6-v2"
     dimensions: int = 384
+    # None: use the known prefixes of `model` (nomic: "search_query: "/"search_document: ");
+    # a string (even "") overrides them.
+    query_prefix: str | None = None
+    document_prefix: str | None = None
+    batch_size: int = Field(default=32, ge=1)
+    # Local ONNX model: intra-op threads (0 = onnxruntime's default, one per core).
+    intra_op_threads: int = Field(default=0, ge=0)
+    max_length: int = Field(default=256, ge=8, le=512)
+    # Remote provider.
+    timeout_s: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    concurrency: int = Field(default=4, ge=1)
+    # Send `dimensions` in the request; None: only for models known to accept it
+    # (text-embedding-3-*). The returned vectors must have `dimensions` either way.
+    send_dimensions: bool | None = None
 
 
 class Settings(BaseSettings):

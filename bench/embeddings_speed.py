@@ -1,0 +1,56 @@
+"""Sentences per second of the local all-MiniLM-L6-v2 ONNX embedder on this machine.
+
+    python bench/embeddings_speed.py [--sentences 2000] [--batch-size 32] [--threads 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import time
+
+from memory_agent.embeddings import LocalOnnxEmbedder
+
+_WORDS = (
+    "the user asked about router firmware wifi channel evening drops cat named miso shy "
+    "quiet room apple pie recipe grandmother weekend trip lyon train tickets budget "
+    "meeting tomorrow project deadline python error stack trace database migration "
+    "postgres kafka topic summary memory window message assistant suggested update"
+).split()
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    """Conversation-like sentences of 8-30 words (deterministic)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(_WORDS, k=rng.randint(8, 30))).capitalize() + "." for _ in range(n)]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sentences", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=0, help="0 = onnxruntime default")
+    args = parser.parse_args()
+    embedder = LocalOnnxEmbedder(batch_size=args.batch_size, intra_op_threads=args.threads)
+    await embedder.embed_documents(sentences(64, seed=1))  # load + warm up
+    texts = sentences(args.sentences)
+    started = time.perf_counter()
+    vectors = await embedder.embed_documents(texts)
+    elapsed = time.perf_counter() - started
+    single = sentences(100, seed=2)
+    started = time.perf_counter()
+    for text in single:
+        await embedder.embed_query(text)
+    one_ms = (time.perf_counter() - started) / len(single) * 1000
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
+    print(f"batch={args.batch_size} threads={args.threads or 'default'}: "
+          f"{len(texts)} sentences in {elapsed:.2f}s = {len(texts) / elapsed:.0f} sentences/s "
+          f"(shape {vectors.shape})")
+    print(f"one query at a time: {one_ms:.1f} ms each")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

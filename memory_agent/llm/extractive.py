@@ -1,0 +1,186 @@
+"""Offline, non-LLM window summarizer: picks the most central sentences (TF-IDF)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from memory_agent.llm.port import ChatMessage, SummaryOutput
+
+MODEL = "extractive-v1"
+PROMPT_VERSION = "extractive-v1"  # no prompt: the algorithm's version stands in for it
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+# A summary line this summarizer wrote: "[12] user: text" (the seq lets it drop exactly).
+_LINE = re.compile(r"^\[(\d+)\] ([^\s:\[\]]+): (.*)$")
+_STOPWORDS = frozenset(
+    "a an and are as at be but by can could did do does for from had has have he her him his"
+    " how i i'm if in into is it it's its just me my no not of on or our she so than that the"
+    " their them then there these they this to too up us was we were what when where which"
+    " who will with would you your yes ok okay thanks thank please sure hi hello hey also"
+    " about all any been being more most some such very".split()
+)
+_MAX_SENTENCE_SHARE = 0.45  # no single sentence may take more of the budget than this
+_REDUNDANT = 0.8  # cosine above which a sentence repeats one already chosen
+_RECENCY_WEIGHT = 1.0  # newest sentence scores up to (1 + this) times the oldest
+
+
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    seq: int  # -1: from a previous summary without seq tags (e.g. an LLM one)
+    role: str
+    text: str
+    order: int  # position in conversation order, for output order and ties
+
+
+class ExtractiveSummarizer:
+    """A documented fallback, never LLM quality: rows record model and prompt_version
+    "extractive-v1" (the algorithm's version; there is no prompt).
+
+    Candidates are the sentences of the previous summary still inside the window plus the
+    sentences of the new messages; they are scored by TF-IDF centrality (similarity to the
+    rest) weighted towards recent seqs, chosen greedily without near-duplicates within
+    `max_chars`, and written in conversation order as "[seq] role: sentence" lines.
+    Deterministic: the same input always gives the same text.
+    """
+
+    def __init__(self, *, max_chars: int = 600) -> None:
+        if max_chars < 80:
+            raise ValueError("max_chars must be at least 80")
+        self._max_chars = max_chars
+
+    @property
+    def model(self) -> str:
+        return MODEL
+
+    @property
+    def prompt_version(self) -> str:
+        return PROMPT_VERSION
+
+    async def summarize_window(
+        self,
+        previous_summary: str | None,
+        new_messages: list[ChatMessage],
+        window_start_seq: int,
+        window_end_seq: int,
+    ) -> SummaryOutput:
+        text = self.summarize(previous_summary, new_messages, window_start_seq, window_end_seq)
+        return SummaryOutput(text=text, model=MODEL, prompt_version=PROMPT_VERSION)
+
+    async def aclose(self) -> None:
+        return None
+
+    def summarize(
+        self,
+        previous_summary: str | None,
+        new_messages: list[ChatMessage],
+        window_start_seq: int,
+        window_end_seq: int,
+    ) -> str:
+        """The synchronous core (pure; cheap enough to call inline)."""
+        candidates = _previous_sentences(previous_summary, window_start_seq)
+        for message in sorted(new_messages, key=lambda m: m.seq):
+            if window_start_seq <= message.seq <= window_end_seq:
+                for text in _split(message.content):
+                    candidates.append(_Sentence(message.seq, message.role, text, len(candidates)))
+        if not candidates:
+            return ""
+        limit = int(self._max_chars * _MAX_SENTENCE_SHARE)
+        candidates = [
+            _Sentence(c.seq, c.role, _clip(c.text, limit), c.order) for c in candidates
+        ]
+        chosen = _choose(candidates, self._max_chars, window_start_seq, window_end_seq)
+        return _render(chosen)
+
+
+def _previous_sentences(summary: str | None, window_start: int) -> list[_Sentence]:
+    sentences: list[_Sentence] = []
+    for line in (summary or "").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        tagged = _LINE.match(line)
+        if tagged is None:  # untagged text (another summarizer's): keep, as the oldest
+            sentences.extend(_Sentence(-1, "", s, len(sentences)) for s in _split(line))
+            continue
+        seq, role, text = int(tagged.group(1)), tagged.group(2), tagged.group(3)
+        if seq < window_start:
+            continue  # the window slid past it: dropped, as seed 000 requires
+        for s in _split(text):
+            sentences.append(_Sentence(seq, role, s, len(sentences)))
+    return sentences
+
+
+def _split(text: str) -> list[str]:
+    return [s for s in (" ".join(p.split()) for p in _SENTENCE_END.split(text)) if s]
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0] or text[: limit - 1]
+    return cut + "…"
+
+
+def _tfidf(sentences: list[_Sentence]) -> np.ndarray:
+    docs = [[w for w in _WORD.findall(s.text.lower()) if w not in _STOPWORDS] for s in sentences]
+    vocab = {w: i for i, w in enumerate(sorted({w for d in docs for w in d}))}
+    matrix = np.zeros((len(docs), max(len(vocab), 1)), dtype=np.float64)
+    for row, words in enumerate(docs):
+        for w in words:
+            matrix[row, vocab[w]] += 1.0
+    df = np.count_nonzero(matrix, axis=0)
+    idf = np.log((1 + len(docs)) / (1 + df)) + 1.0
+    matrix = np.log1p(matrix) * idf
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+
+
+def _choose(
+    sentences: list[_Sentence], max_chars: int, window_start: int, window_end: int
+) -> list[_Sentence]:
+    vectors = _tfidf(sentences)
+    similarity = vectors @ vectors.T
+    n = len(sentences)
+    # Centrality: mean similarity to the others, plus a floor so that a lone sentence or
+    # one sharing no words still counts by its own content.
+    content = np.linalg.norm(vectors, axis=1) > 0
+    centrality = (similarity.sum(axis=1) - np.diag(similarity)) / max(n - 1, 1)
+    centrality = centrality + 0.1 * content
+    span = max(window_end - window_start, 1)
+    recency = np.array(
+        [0.0 if s.seq < 0 else min(max((s.seq - window_start) / span, 0.0), 1.0) for s in sentences]
+    )
+    score = centrality * (1.0 + _RECENCY_WEIGHT * recency)
+    ranking = sorted(range(n), key=lambda i: (-round(float(score[i]), 12), -sentences[i].order))
+    chosen: list[int] = []
+    for i in ranking:
+        if not content[i] and chosen:
+            continue  # "ok", "thanks!": only if nothing better exists
+        if any(similarity[i, j] > _REDUNDANT for j in chosen):
+            continue
+        trial = sorted(chosen + [i], key=lambda k: sentences[k].order)
+        if len(_render([sentences[k] for k in trial])) <= max_chars:
+            chosen = trial
+    return [sentences[k] for k in chosen]
+
+
+def _render(sentences: list[_Sentence]) -> str:
+    lines: list[str] = []
+    untagged: list[str] = []
+    last_key: tuple[int, str] | None = None
+    for s in sentences:
+        if s.seq < 0:
+            untagged.append(s.text)
+            continue
+        if (s.seq, s.role) == last_key:
+            lines[-1] += " " + s.text
+        else:
+            lines.append(f"[{s.seq}] {s.role}: {s.text}")
+            last_key = (s.seq, s.role)
+    if untagged:
+        lines.insert(0, " ".join(untagged))
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""The local all-MiniLM-L6-v2 ONNX embedder: shapes, normalisation, semantics, laziness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory_agent.embeddings import EmbeddingError, LocalOnnxEmbedder, make_embedder
+from memory_agent.settings import EmbeddingSettings, Settings
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalOnnxEmbedder:
+    return LocalOnnxEmbedder(intra_op_threads=1)
+
+
+async def test_documents_are_unit_float32_rows(embedder):
+    vectors = await embedder.embed_documents(["WiFi problem", "apple pie", ""])
+    assert vectors.shape == (3, 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert (embedder.model, embedder.dimensions) == ("all-MiniLM-L6-v2-onnx-int8", 384)
+
+
+async def test_query_is_one_unit_vector(embedder):
+    vector = await embedder.embed_query("WiFi problem")
+    assert vector.shape == (384,) and vector.dtype == np.float32
+    assert abs(float(np.linalg.norm(vector)) - 1.0) < 1e-5
+
+
+async def test_no_texts_give_an_empty_matrix(embedder):
+    assert (await embedder.embed_documents([])).shape == (0, 384)
+
+
+async def test_related_texts_are_closer_than_unrelated_ones(embedder):
+    query = await embedder.embed_query("WiFi problem")
+    related, unrelated = await embedder.embed_documents(
+        ["network configuration issue on the router", "my grandmother's apple pie recipe"]
+    )
+    assert float(query @ related) > float(query @ unrelated) + 0.25
+
+
+async def test_batching_and_order_do_not_change_vectors():
+    texts = ["a short one", "WiFi problem " * 40, "network configuration issue", "pie"]
+    batched = await LocalOnnxEmbedder(batch_size=32).embed_documents(texts)
+    single = await LocalOnnxEmbedder(batch_size=1).embed_documents(texts)
+    np.testing.assert_allclose(batched, single, atol=1e-5)
+    assert float(batched[1] @ batched[3]) < 0.9  # rows were not mixed up
+
+
+async def test_texts_are_truncated_to_max_length(embedder):
+    head = "The router firmware update fixed the evening WiFi drops. " * 60  # > 256 tokens
+    a, b = await embedder.embed_documents([head, head + " grandmother's apple pie" * 30])
+    assert float(a @ b) > 0.9999
+
+
+async def test_model_loads_lazily_and_reports_a_missing_file(tmp_path: Path):
+    broken = LocalOnnxEmbedder(model_path=tmp_path / "missing.onnx")  # no error yet
+    with pytest.raises(EmbeddingError) as caught:
+        await broken.embed_query("x")
+    assert caught.value.retryable is False
+
+
+def test_factory_builds_the_local_model_by_default():
+    embedder = make_embedder(Settings())
+    assert isinstance(embedder, LocalOnnxEmbedder)
+    assert embedder.dimensions == Settings().embedding.dimensions
+
+
+@pytest.mark.parametrize(
+    "config",
+    [EmbeddingSettings(model="nomic-embed-text"), EmbeddingSettings(dimensions=768)],
+)
+def test_factory_refuses_local_models_it_does_not_ship(config):
+    with pytest.raises(ValueError):
+        make_embedder(Settings(embedding=config))

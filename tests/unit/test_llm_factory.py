@@ -1,0 +1,31 @@
+"""make_summarizer / make_json_completer pick the provider the settings name."""
+
+from __future__ import annotations
+
+from memory_agent.llm import ExtractiveSummarizer, OpenAiLlm, make_json_completer, make_summarizer
+from memory_agent.settings import LlmSettings, Settings
+from tests.support.fake_openai import fake_openai  # noqa: F401
+
+
+def test_offline_default_is_the_extractive_summarizer():
+    summarizer = make_summarizer(Settings())
+    assert isinstance(summarizer, ExtractiveSummarizer)
+    assert summarizer.model == "extractive-v1"
+    assert make_json_completer(Settings()) is None
+
+
+def test_openai_provider_is_built_from_settings():
+    settings = Settings(llm=LlmSettings(provider="openai", model="m-1", base_url="http://x/v1",
+                                        summary_prompt_version="summary-v1"))
+    summarizer = make_summarizer(settings)
+    assert isinstance(summarizer, OpenAiLlm)
+    assert (summarizer.model, summarizer.prompt_version) == ("m-1", "summary-v1")
+    assert isinstance(make_json_completer(settings), OpenAiLlm)
+
+
+async def test_settings_from_the_fake_server_reach_it(fake_openai):
+    summarizer = make_summarizer(Settings(llm=fake_openai.llm_settings(model="via-settings")))
+    out = await summarizer.summarize_window(None, [], 0, 0)
+    assert out.model == "via-settings"
+    assert fake_openai.chat_requests[0].model == "via-settings"
+    assert fake_openai.chat_requests[0].headers["Authorization"] == "Bearer fake-key"
