@@ -1,31 +1,59 @@
-"""Gathers the rows a turn-start context needs and assembles the response."""
+"""Gathers the rows a turn-start context needs and assembles the response (seed 000/002 read side)."""
 
 from __future__ import annotations
 
 import psycopg
 
-from api.schemas import ContextMessage, ContextOut, Watermark
+from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
 from projections import queries
 from projections.queries import ConversationRow
+from streams.window.context import MemoryRow, Message, assemble_context
 
 
 async def build_turn_context(
     conn: psycopg.AsyncConnection, conversation: ConversationRow, *, before_seq: int | None, min_seq: int | None
 ) -> ContextOut:
     tenant, conversation_id = conversation.tenant_id, conversation.conversation_id
-    messages = await queries.list_messages(conn, tenant, conversation_id, before_seq=before_seq)
+    memory = await queries.list_memory(conn, tenant, conversation_id, limit=20)
+    rows = [
+        MemoryRow(m.memory_id, m.start_sequence, m.end_sequence, m.base_memory_id, m.status, m.memory_text)
+        for m in memory
+    ]
+    # Only messages after the newest completed summary can be in the gap.
+    completed_ends = [
+        r.end_seq for r in rows if r.status == "completed" and (before_seq is None or r.end_seq < before_seq)
+    ]
+    after = max(completed_ends, default=-1)
+    messages = await queries.list_messages(conn, tenant, conversation_id, after_seq=after, before_seq=before_seq)
+    assembled = assemble_context(rows, [Message(m.seq, m.role, m.content) for m in messages], before_seq)
+
     expected_up_to = max(conversation.last_seq, min_seq if min_seq is not None else -1)
     if before_seq is not None:
         expected_up_to = min(expected_up_to, before_seq - 1)
-    missing = await queries.missing_seqs(conn, tenant, conversation_id, expected_up_to) if expected_up_to >= 0 else []
+    missing = (
+        await queries.missing_seqs(conn, tenant, conversation_id, expected_up_to, after_seq=after)
+        if expected_up_to > after else []
+    )
+    by_id = {m.memory_id: m for m in memory}
+    summary = None
+    if assembled.summary is not None:
+        row = by_id[assembled.summary.memory_id]
+        summary = SummaryOut(
+            memory_id=row.memory_id, start_seq=row.start_sequence, end_seq=row.end_sequence,
+            text=row.memory_text or "", prompt_version=row.prompt_version, model=row.model,
+        )
+    occurred = {m.seq: m.occurred_at for m in messages}
     return ContextOut(
         conversation_id=conversation_id,
-        mode="raw",
-        summary=None,
-        messages=[ContextMessage(seq=m.seq, role=m.role, content=m.content, occurred_at=m.occurred_at) for m in messages],
+        mode=assembled.mode,
+        summary=summary,
+        messages=[
+            ContextMessage(seq=m.seq, role=m.role, content=m.content, occurred_at=occurred[m.seq])
+            for m in assembled.gap
+        ],
         watermark=Watermark(
             last_seq=conversation.last_seq,
-            summary_end_seq=None,
+            summary_end_seq=assembled.summary_end_seq,
             requested_min_seq=min_seq,
             complete=not missing,
             missing_seqs=missing,

@@ -17,3 +17,4 @@ LLM_LATENCY = Histogram(
 SUMMARIES_IN_FLIGHT = Gauge("memory_summaries_in_flight", "Summary requests being computed by this worker")
 SUMMARY_FAILURES = Counter("memory_summary_failures_total", "Summary attempts that failed", ["kind"])
 CONSUMER_LAG = Gauge("memory_consumer_lag_records", "Records behind the log end", ["consumer", "partition"])
+WINDOWS_AWAITING_SUMMARY = Gauge("memory_windows_awaiting_summary", "Conversations with a summary request in flight")

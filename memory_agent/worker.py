@@ -1,4 +1,4 @@
-"""The worker process: projectors (and, with them, the stream agents) until stopped."""
+"""The worker process: the faust stream agents plus the projectors, until stopped."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 import signal
 
 from memory_agent.settings import Settings
+from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
 from streams.topics import ensure_topics
@@ -15,11 +16,11 @@ log = logging.getLogger(__name__)
 
 
 def projectors(settings: Settings) -> list:
-    return [MessagesProjector(settings)]
+    return [MessagesProjector(settings), MemoryProjector(settings)]
 
 
 async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Run every projector until `stop` is set or a signal arrives."""
+    """Run every projector until `stop` is set, a signal arrives, or the task is cancelled."""
     await ensure_topics(settings)
     if stop is None:
         stop = asyncio.Event()
@@ -28,16 +29,34 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) 
     runners = [ProjectorRunner(settings, p) for p in projectors(settings)]
     tasks = [asyncio.create_task(r.run(), name=f"projector-{r.projector.name}") for r in runners]
     stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    stopper.cancel()
-    for task in done:
-        if task is not stopper and task.exception():
-            raise task.exception()
+    try:
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopper and task.exception():
+                raise task.exception()
+    finally:
+        for task in (*tasks, stopper):
+            task.cancel()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
 
 
 def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     """Entry point of `memory-agent worker`."""
-    asyncio.run(run_projectors(settings))
+    if projectors_only:
+        asyncio.run(run_projectors(settings))
+        return
+    import faust
+
+    from streams.app import make_app
+
+    # faust runs on the thread's current loop; create the topics on that same loop first.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    loop.run_until_complete(ensure_topics(settings))
+    app = make_app(settings)
+
+    @app.task
+    async def project() -> None:
+        await run_projectors(settings, stop=asyncio.Event())
+
+    faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True).execute_from_commandline()

@@ -62,12 +62,42 @@ async def list_messages(
 
 
 async def missing_seqs(
-    conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, up_to_seq: int
+    conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, up_to_seq: int, *, after_seq: int = -1
 ) -> list[int]:
-    """Seqs in 0..up_to_seq that are not projected (gaps, or not yet arrived)."""
+    """Seqs in after_seq+1..up_to_seq that are not projected (gaps, or not yet arrived)."""
     cur = await conn.execute(
-        "SELECT s FROM generate_series(0, %s) AS s WHERE NOT EXISTS ("
+        "SELECT s FROM generate_series(%s::int, %s::int) AS s WHERE NOT EXISTS ("
         " SELECT 1 FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq = s) ORDER BY s LIMIT 1000",
-        (up_to_seq, tenant_id, conversation_id),
+        (after_seq + 1, up_to_seq, tenant_id, conversation_id),
     )
     return [row[0] for row in await cur.fetchall()]
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    memory_id: int
+    start_sequence: int
+    end_sequence: int
+    base_memory_id: int | None
+    status: str
+    memory_text: str | None
+    prompt_version: str
+    model: str
+    attempt: int
+    generation_time_ms: int | None
+    created_at: datetime
+    completed_at: datetime | None
+
+
+async def list_memory(
+    conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, *, limit: int = 50
+) -> list[MemoryRow]:
+    """The newest memory rows of a conversation (the version chain), newest first."""
+    async with conn.cursor(row_factory=class_row(MemoryRow)) as cur:
+        await cur.execute(
+            "SELECT memory_id, start_sequence, end_sequence, base_memory_id, status, memory_text, prompt_version,"
+            " model, attempt, generation_time_ms, created_at, completed_at FROM memory"
+            " WHERE tenant_id = %s AND conversation_id = %s ORDER BY memory_id DESC LIMIT %s",
+            (tenant_id, conversation_id, limit),
+        )
+        return await cur.fetchall()

@@ -1,0 +1,128 @@
+"""The concurrent stage: summary.requested -> LLM (or fallback) -> summary.completed/failed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from psycopg_pool import AsyncConnectionPool
+
+from memory_agent import metrics
+from memory_agent.llm.port import ChatMessage, LlmError, Summarizer
+from schemas.codec import Event, new_event
+from schemas.envelope import Envelope
+from schemas.events import SummaryCompleted, SummaryFailed, SummaryRequested
+from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED
+
+log = logging.getLogger(__name__)
+
+
+class InputsNotReady(Exception):
+    """The projection has not caught up with the messages or base summary a request needs."""
+
+
+class SummaryStage:
+    """Computes one requested summary; never blocks the ordered window fold."""
+
+    def __init__(self, summarizer: Summarizer, pool: AsyncConnectionPool, *, inputs_wait_s: float = 30.0) -> None:
+        self.summarizer = summarizer
+        self.pool = pool
+        self.inputs_wait_s = inputs_wait_s
+
+    async def handle(self, event: Event) -> Envelope | None:
+        """The result event for a request, or None when the request is already settled."""
+        request: SummaryRequested = event.payload
+        cause = event.envelope
+        if await self._already_settled(cause, request):
+            log.debug("memory %s of %s already settled; skipping", request.memory_id, cause.conversation_id)
+            return None
+        metrics.SUMMARIES_IN_FLIGHT.inc()
+        started = time.monotonic()
+        try:
+            previous, messages = await self._inputs(cause, request)
+            output = await self.summarizer.summarize_window(
+                previous_summary=previous,
+                new_messages=[ChatMessage(seq, role, content) for seq, _, role, content in messages],
+                window_start_seq=request.start_seq,
+                window_end_seq=request.end_seq,
+            )
+        except (LlmError, InputsNotReady) as exc:
+            elapsed = time.monotonic() - started
+            kind = "inputs" if isinstance(exc, InputsNotReady) else type(exc).__name__
+            metrics.LLM_LATENCY.labels(operation="summary", outcome="error").observe(elapsed)
+            metrics.SUMMARY_FAILURES.labels(kind=kind).inc()
+            log.warning("summary %s of %s failed: %s", request.memory_id, cause.conversation_id, exc)
+            return self._failed(cause, request, f"{kind}: {exc}")
+        finally:
+            metrics.SUMMARIES_IN_FLIGHT.dec()
+        elapsed = time.monotonic() - started
+        metrics.LLM_LATENCY.labels(operation="summary", outcome="ok").observe(elapsed)
+        log.info(
+            "Summarized messages %s-%s for %s in %dms",
+            request.start_seq, request.end_seq, cause.conversation_id, elapsed * 1000,
+        )
+        payload = SummaryCompleted(
+            memory_id=request.memory_id, start_seq=request.start_seq, end_seq=request.end_seq,
+            base_memory_id=request.base_memory_id, attempt=request.attempt, text=output.text,
+            generation_time_ms=int(elapsed * 1000), prompt_version=output.prompt_version, model=output.model,
+            source_event_ids=[event_id for _, event_id, _, _ in messages],
+        )
+        return new_event(SUMMARY_COMPLETED, payload, **_same_conversation(cause))
+
+    def _failed(self, cause: Envelope, request: SummaryRequested, error: str) -> Envelope:
+        payload = SummaryFailed(
+            memory_id=request.memory_id, start_seq=request.start_seq, end_seq=request.end_seq,
+            attempt=request.attempt, error=error[:2000], prompt_version=request.prompt_version,
+            model=self.summarizer.model,
+        )
+        return new_event(SUMMARY_FAILED, payload, **_same_conversation(cause))
+
+    async def _already_settled(self, cause: Envelope, request: SummaryRequested) -> bool:
+        """Redelivered requests (restart, rebalance) must not pay for a second LLM call."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT status, attempt FROM memory WHERE tenant_id = %s AND conversation_id = %s AND memory_id = %s",
+                (cause.tenant_id, cause.conversation_id, request.memory_id),
+            )
+            row = await cur.fetchone()
+        return row is not None and (row[0] != "processing" or row[1] > request.attempt)
+
+    async def _inputs(self, cause: Envelope, request: SummaryRequested):
+        """Previous summary text and the new messages (base end + 1 .. end), once projected."""
+        first = request.start_seq if request.base_end_seq is None else max(request.start_seq, request.base_end_seq + 1)
+        expected = request.end_seq - first + 1
+        deadline = time.monotonic() + self.inputs_wait_s
+        while True:
+            async with self.pool.connection() as conn:
+                previous = None
+                if request.base_memory_id is not None:
+                    cur = await conn.execute(
+                        "SELECT memory_text FROM memory WHERE tenant_id = %s AND conversation_id = %s"
+                        " AND memory_id = %s AND status = 'completed'",
+                        (cause.tenant_id, cause.conversation_id, request.base_memory_id),
+                    )
+                    row = await cur.fetchone()
+                    previous = row[0] if row else None
+                cur = await conn.execute(
+                    "SELECT seq, event_id, role, content FROM messages WHERE tenant_id = %s"
+                    " AND conversation_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
+                    (cause.tenant_id, cause.conversation_id, first, request.end_seq),
+                )
+                messages = await cur.fetchall()
+            base_ready = request.base_memory_id is None or previous is not None
+            if base_ready and len(messages) == expected:
+                return previous, messages
+            if time.monotonic() >= deadline:
+                raise InputsNotReady(
+                    f"after {self.inputs_wait_s}s: {len(messages)}/{expected} messages {first}..{request.end_seq}"
+                    + ("" if base_ready else f", base summary {request.base_memory_id} not completed")
+                )
+            await asyncio.sleep(0.05)
+
+
+def _same_conversation(cause: Envelope) -> dict:
+    return dict(
+        tenant_id=cause.tenant_id, conversation_id=cause.conversation_id, user_id=cause.user_id,
+        subject_id=cause.subject_id, seq=cause.seq,
+    )
