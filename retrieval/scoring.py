@@ -1,0 +1,116 @@
+"""Seed 001's relevance score: similarity x importance weight x recency weight, explained."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Collection, Iterable, Literal
+
+DAY_S = 86_400.0
+
+Kind = Literal["fact", "chunk", "memory"]
+Reason = Literal["below_threshold", "already_surfaced", "over_budget"]
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    # Seed 001: inject only when final_score > 0.45 (strictly greater).
+    threshold: float = 0.45
+    importance_scale: float = 3.0  # importance / 3 maps 1..5 to 0.33..1.67
+    default_importance: int = 3  # items without one (chunks) weigh 1.0
+    # Recency: 1.0 up to `fresh_days`, then linear down to `stale_weight` at `stale_days`.
+    fresh_days: float = 7.0
+    stale_days: float = 90.0
+    stale_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.fresh_days < self.stale_days or self.importance_scale <= 0:
+            raise ValueError("need 0 <= fresh_days < stale_days and importance_scale > 0")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One retrievable item. `timestamp` is when it was created or last refreshed (merged)."""
+
+    item_id: str
+    kind: Kind
+    content: str
+    similarity: float
+    timestamp: float
+    importance: int | None = None
+    category: str | None = None  # fact category or memory_type
+    visibility: str | None = None  # facts: "private" or "shared"
+    range_start: int | None = None  # chunks: first seq
+    range_end: int | None = None  # chunks: end seq, EXCLUSIVE
+
+
+@dataclass(frozen=True)
+class ScoreBreakdown:
+    similarity: float
+    importance_weight: float
+    recency_weight: float
+    final: float
+
+
+@dataclass(frozen=True)
+class ScoredItem:
+    candidate: Candidate
+    score: ScoreBreakdown
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    candidate: Candidate
+    reason: Reason
+    score: ScoreBreakdown | None = None
+    tokens: int | None = None  # packing: the rendered line's size
+
+
+@dataclass(frozen=True)
+class ScoringResult:
+    kept: tuple[ScoredItem, ...]  # above threshold, best first
+    excluded: tuple[Exclusion, ...]
+
+
+def importance_weight(importance: int | None, config: ScoringConfig = ScoringConfig()) -> float:
+    value = config.default_importance if importance is None else max(1, min(5, importance))
+    return value / config.importance_scale
+
+
+def recency_weight(age_s: float, config: ScoringConfig = ScoringConfig()) -> float:
+    """1.0 for age <= fresh_days, stale_weight for age >= stale_days, linear in between.
+    A negative age (clock skew) counts as brand new."""
+    days = max(0.0, age_s) / DAY_S
+    if days <= config.fresh_days:
+        return 1.0
+    if days >= config.stale_days:
+        return config.stale_weight
+    progress = (days - config.fresh_days) / (config.stale_days - config.fresh_days)
+    return 1.0 - progress * (1.0 - config.stale_weight)
+
+
+def score(candidate: Candidate, now: float, config: ScoringConfig = ScoringConfig()) -> ScoreBreakdown:
+    imp = importance_weight(candidate.importance, config)
+    rec = recency_weight(now - candidate.timestamp, config)
+    return ScoreBreakdown(candidate.similarity, imp, rec, candidate.similarity * imp * rec)
+
+
+def rank_key(item: ScoredItem) -> tuple[float, float, str]:
+    """Best first: final score, then similarity, then id (deterministic ties)."""
+    return -item.score.final, -item.score.similarity, item.candidate.item_id
+
+
+def score_candidates(candidates: Iterable[Candidate], now: float, surfaced_ids: Collection[str] = (),
+                     config: ScoringConfig = ScoringConfig()) -> ScoringResult:
+    """Score every candidate; drop those already surfaced in this conversation and those not
+    above the threshold, saying why. A repeated item_id keeps its best-scoring copy."""
+    best: dict[str, ScoredItem] = {}
+    excluded: list[Exclusion] = []
+    for candidate in candidates:
+        item = ScoredItem(candidate, score(candidate, now, config))
+        if candidate.item_id in surfaced_ids:
+            excluded.append(Exclusion(candidate, "already_surfaced", item.score))
+        elif item.score.final <= config.threshold:
+            excluded.append(Exclusion(candidate, "below_threshold", item.score))
+        elif candidate.item_id not in best or rank_key(item) < rank_key(best[candidate.item_id]):
+            best[candidate.item_id] = item
+    return ScoringResult(tuple(sorted(best.values(), key=rank_key)), tuple(excluded))

@@ -1,0 +1,75 @@
+"""Packing scored items into the token budget: greedy by score, never over budget."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from retrieval.packing import pack, render_line
+from retrieval.scoring import Candidate, Exclusion, ScoreBreakdown, ScoredItem
+from retrieval.tokens import count_tokens
+
+
+def item(item_id: str, final: float, content: str = "content", kind: str = "fact", **kw) -> ScoredItem:
+    candidate = Candidate(item_id, kind, content, final, 0.0, **kw)
+    return ScoredItem(candidate, ScoreBreakdown(final, 1.0, 1.0, final))
+
+
+@pytest.mark.parametrize(
+    ("scored", "line"),
+    [(item("f", 1, "Loves  sailing\nin summer", category="hobby", visibility="shared"),
+      "- [hobby] Loves sailing in summer (shared)"),
+     (item("f", 1, "Lives in Lisbon", category="other", visibility="private"),
+      "- [other] Lives in Lisbon (personal)"),
+     (item("c", 1, "They planned a trip.", kind="chunk", range_start=20, range_end=40),
+      "- (earlier conversation, seq 20-39) They planned a trip."),
+     (item("m", 1, "Chose Postgres over SQLite", kind="memory", category="decision"),
+      "- [decision] Chose Postgres over SQLite")],
+)
+def test_render_lines_follow_seed_003_prompt_format(scored, line):
+    assert render_line(scored) == line
+
+
+def test_prefers_higher_scores_and_skips_what_does_not_fit_but_keeps_smaller_ones():
+    long = "word " * 40
+    items = [item("small-low", 0.5, "tea"), item("big-mid", 0.8, long), item("top", 0.9, "Lives in Lisbon")]
+    budget = count_tokens(render_line(items[2])) + count_tokens(render_line(items[0])) + 2
+    packed = pack(items, budget=budget)
+    assert [p.item.candidate.item_id for p in packed.included] == ["top", "small-low"]
+    assert [(e.candidate.item_id, e.reason) for e in packed.excluded] == [("big-mid", "over_budget")]
+    assert packed.excluded[0].tokens == count_tokens(render_line(items[1]))
+    assert packed.tokens_used == count_tokens(packed.text) <= budget
+
+
+def test_scoring_exclusions_are_carried_through():
+    below = Exclusion(item("x", 0.1).candidate, "below_threshold", item("x", 0.1).score)
+    packed = pack([item("a", 0.9)], excluded=[below])
+    assert [e.reason for e in packed.excluded] == ["below_threshold"]
+    assert len(packed.included) == 1 and packed.budget == 500
+
+
+@pytest.mark.parametrize("budget", [0, 1, 7, 50, 120, 500])
+def test_never_exceeds_the_budget_on_random_items(budget):
+    rng = random.Random(budget)
+    words = ["Lisbon", "guitar", "daughter", "Ana", "postgres", "replication", "tea", "hiking", "xylophonist"]
+    items = [item(f"i{n}", rng.random(), " ".join(rng.choices(words, k=rng.randint(1, 30))),
+                  category="other", visibility="shared") for n in range(40)]
+    packed = pack(items, budget=budget)
+    assert packed.tokens_used == count_tokens(packed.text) <= budget
+    assert len(packed.included) + len(packed.excluded) == 40
+    finals = [p.item.score.final for p in packed.included]
+    assert finals == sorted(finals, reverse=True)
+
+
+def test_nothing_fits_in_a_zero_budget_and_negative_budgets_are_refused():
+    packed = pack([item("a", 0.9)], budget=0)
+    assert packed.included == () and packed.tokens_used == 0 and packed.text == ""
+    with pytest.raises(ValueError):
+        pack([], budget=-1)
+
+
+def test_a_custom_counter_can_be_injected():
+    packed = pack([item("a", 0.9, "x" * 30), item("b", 0.8, "y")], budget=25, count=len)
+    assert [p.item.candidate.item_id for p in packed.included] == ["b"]
+    assert packed.tokens_used == len(packed.text) <= 25
