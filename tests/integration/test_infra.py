@@ -1,0 +1,184 @@
+"""The local launchers really start, reuse, report and stop a working Kafka and PostgreSQL."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from infra import launcher
+from infra.postgres import PostgresConfig
+from memory_agent.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+needs_launchers = pytest.mark.skipif(
+    shutil.which("java") is None, reason="the local Kafka launcher needs Java 17+ and Maven"
+)
+
+
+@pytest.fixture(scope="module")
+def local_settings() -> Settings:
+    """The same services the `stack` fixture starts when there is no Docker."""
+    return Settings(state_dir=REPO_ROOT / ".state")
+
+
+@pytest.fixture
+def scratch_dir() -> Iterator[Path]:
+    """A temp dir PostgreSQL's service user can traverse (pytest's own are kept at 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="memory-agent-infra-test-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@needs_launchers
+def test_up_is_idempotent_and_status_reports_running(local_settings: Settings) -> None:
+    first = launcher.up(local_settings)
+    begin = time.monotonic()
+    second = launcher.up(local_settings)
+    elapsed = time.monotonic() - begin
+
+    assert elapsed < 5.0
+    assert not second.kafka.started and not second.postgres.started
+    assert (second.kafka.pid, second.postgres.pid) == (first.kafka.pid, first.postgres.pid)
+    current = launcher.status(local_settings)
+    assert current.all_running
+    assert current.kafka.pid == first.kafka.pid
+    assert current.kafka.address == local_settings.kafka.bootstrap_servers
+    assert current.postgres.address == PostgresConfig.from_settings(local_settings).address
+
+
+@needs_launchers
+async def test_kafka_round_trips_a_record(local_settings: Settings) -> None:
+    launcher.up(local_settings)
+    bootstrap = local_settings.kafka.bootstrap_servers
+    topic = f"test-infra-{uuid.uuid4().hex[:12]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+        assert topic in await admin.list_topics()
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"hello", key=b"conversation-1")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+        )
+        await consumer.start()
+        try:
+            batch = await consumer.getmany(timeout_ms=10_000)
+        finally:
+            await consumer.stop()
+        records = [record for records in batch.values() for record in records]
+        assert [(r.key, r.value) for r in records] == [(b"conversation-1", b"hello")]
+    finally:
+        await admin.delete_topics([topic])
+        await admin.close()
+
+
+@needs_launchers
+def test_postgres_has_pgvector_with_hnsw(local_settings: Settings) -> None:
+    launcher.up(local_settings)
+    with psycopg.connect(local_settings.postgres.dsn) as conn:
+        row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        assert row.fetchone() == ("0.8.5",)
+        conn.execute("CREATE TEMP TABLE items (id int PRIMARY KEY, embedding vector(3))")
+        conn.execute("CREATE INDEX ON items USING hnsw (embedding vector_cosine_ops)")
+        conn.execute("INSERT INTO items VALUES (1, '[1,0,0]'), (2, '[0,1,0]'), (3, '[0,0,1]')")
+        conn.execute("SET enable_seqscan = off")
+        nearest = conn.execute(
+            "SELECT id FROM items ORDER BY embedding <=> '[0.1,0.9,0]' LIMIT 1"
+        ).fetchone()
+        plan = conn.execute(
+            "EXPLAIN SELECT id FROM items ORDER BY embedding <=> '[0.1,0.9,0]' LIMIT 1"
+        ).fetchall()
+    assert nearest == (2,)
+    assert any("items_embedding_idx" in line for (line,) in plan)
+
+
+@needs_launchers
+def test_down_and_up_again_in_a_separate_state_dir(scratch_dir: Path) -> None:
+    """Own state dir and ports, so the shared services the other tests use stay up."""
+    kafka_port, postgres_port = _free_ports()
+    settings = Settings(
+        state_dir=scratch_dir / "state",
+        kafka={"bootstrap_servers": f"127.0.0.1:{kafka_port}"},
+        postgres={"dsn": f"postgresql://postgres@127.0.0.1:{postgres_port}/scratch"},
+    )
+    shared_jars = REPO_ROOT / ".state" / "kafka" / "libs"
+    if (shared_jars / ".complete").exists():
+        # Saves a Maven run; the shared state dir's first start already exercised fetching.
+        shutil.copytree(shared_jars, scratch_dir / "state" / "kafka" / "libs")
+    try:
+        cold = launcher.up(settings)
+        assert cold.kafka.started and cold.postgres.started
+        with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (v vector(2))")
+            conn.execute("INSERT INTO kept VALUES ('[1,2]')")
+
+        stopped = launcher.down(settings)
+        assert not stopped.kafka.running and not stopped.postgres.running
+        assert not _listening(kafka_port) and not _listening(postgres_port)
+        assert not launcher.status(settings).all_running
+
+        warm = launcher.up(settings)
+        assert warm.kafka.started and warm.postgres.started
+        assert warm.kafka.pid != cold.kafka.pid
+        with psycopg.connect(settings.postgres.dsn) as conn:
+            assert conn.execute("SELECT v::text FROM kept").fetchone() == ("[1,2]",)
+    finally:
+        launcher.down(settings)
+    assert not _listening(kafka_port) and not _listening(postgres_port)
+
+
+def test_compose_file_is_well_formed() -> None:
+    compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert services["kafka"]["image"] == "apache/kafka:4.1.1"
+    assert services["postgres"]["image"] == "pgvector/pgvector:pg16"
+    for name in ("migrate", "worker", "api"):
+        env = services[name]["environment"]
+        assert env["MEMORY_KAFKA__BOOTSTRAP_SERVERS"] == "kafka:9092"
+        assert "@postgres:5432/" in env["MEMORY_POSTGRES__DSN"]
+    for name in ("worker", "api"):
+        condition = services[name]["depends_on"]["migrate"]["condition"]
+        assert condition == "service_completed_successfully"
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _free_ports() -> tuple[int, int]:
+    """A Kafka port whose successor (the controller port) is free too, and a Postgres port."""
+    rng = random.Random()
+    while True:
+        base = rng.randrange(30_000, 39_000, 10)
+        ports = (base, base + 1, base + 5)
+        if all(_bindable(port) for port in ports):
+            return base, base + 5
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
