@@ -1,0 +1,49 @@
+"""Topic memory with LRU decay and compressed archives (seed 004): the pure fold and its parts."""
+
+from streams.topics_memory.archive import (
+    CompressionStats,
+    compress_messages,
+    compression_ratio,
+    compression_stats,
+    decompress_messages,
+    full_history,
+    merge_archives,
+)
+from streams.topics_memory.decay import (
+    DEFAULT_CONFIG,
+    TopicConfig,
+    consolidation_stage,
+    decay_factor,
+    half_life_seconds,
+    memory_type,
+    priority,
+    survival_seconds,
+)
+from streams.topics_memory.fold import best_match, step, topic_priority, topic_stats, unit_vector
+from streams.topics_memory.protocol import (
+    ArchiveRestoreRequested,
+    AssistantMessage,
+    Command,
+    CompactionDone,
+    CompactionFailed,
+    CompactionRequested,
+    MessageAssigned,
+    MessageUnassigned,
+    Observed,
+    Tick,
+    TopicActivated,
+    TopicCreated,
+    TopicEvicted,
+    UserMessage,
+)
+from streams.topics_memory.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
+
+__all__ = [
+    "DEFAULT_CONFIG", "ArchiveRestoreRequested", "AssistantMessage", "Command", "CompactionDone",
+    "CompactionFailed", "CompactionRequested", "CompressionStats", "MessageAssigned", "MessageUnassigned",
+    "Observed", "PendingCompaction", "Tick", "Topic", "TopicActivated", "TopicConfig", "TopicCreated",
+    "TopicEvicted", "TopicMessage", "TopicsState", "UserMessage", "best_match", "compress_messages",
+    "compression_ratio", "compression_stats", "consolidation_stage", "decay_factor", "decompress_messages",
+    "full_history", "half_life_seconds", "make_topic_id", "memory_type", "merge_archives", "priority",
+    "step", "survival_seconds", "topic_priority", "topic_stats", "unit_vector",
+]

@@ -1,0 +1,210 @@
+"""Seed 004's topic fold: match, compact, restore and evict per conversation; pure, clock passed in."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from streams.topics_memory.decay import (
+    DEFAULT_CONFIG,
+    SECONDS_PER_DAY,
+    TopicConfig,
+    half_life_seconds,
+    memory_type,
+    priority,
+)
+from streams.topics_memory.protocol import (
+    ArchiveRestoreRequested,
+    AssistantMessage,
+    Command,
+    CompactionDone,
+    CompactionFailed,
+    CompactionRequested,
+    MessageAssigned,
+    MessageUnassigned,
+    Observed,
+    TopicActivated,
+    TopicCreated,
+    TopicEvicted,
+    UserMessage,
+)
+from streams.topics_memory.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
+
+Stepped = tuple[TopicsState, tuple[Command, ...]]
+
+
+def unit_vector(values: Sequence[float]) -> np.ndarray:
+    """The embedding scaled to length 1; an empty, non-finite or zero vector is a caller bug."""
+    vector = np.asarray(values, dtype=np.float64)
+    norm = float(np.linalg.norm(vector)) if vector.ndim == 1 and vector.size else 0.0
+    if not math.isfinite(norm) or norm == 0.0:
+        raise ValueError("an embedding must be a non-empty, finite, non-zero vector")
+    return vector / norm
+
+
+def best_match(state: TopicsState, unit: np.ndarray) -> tuple[Topic | None, float]:
+    """The working-set topic with the highest cosine similarity (the earliest on ties)."""
+    best, best_similarity = None, -math.inf
+    for topic in state.topics:
+        centroid = np.asarray(topic.centroid, dtype=np.float64)
+        if centroid.shape != unit.shape:
+            raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {centroid.size}")
+        similarity = min(1.0, max(-1.0, float(centroid @ unit)))
+        if similarity > best_similarity:
+            best, best_similarity = topic, similarity
+    return best, best_similarity
+
+
+def topic_priority(topic: Topic, now: float, config: TopicConfig = DEFAULT_CONFIG) -> float:
+    return priority(topic.importance, now - topic.last_active_at, topic.access_count, config)
+
+
+def _importance(value: float | None, fallback: float) -> float:
+    if value is None or not math.isfinite(value):
+        return fallback
+    return min(1.0, max(0.0, float(value)))
+
+
+def _activate(state: TopicsState, topic: Topic) -> Stepped:
+    if state.active_topic_id == topic.topic_id:
+        return state, ()
+    commands: tuple[Command, ...] = (TopicActivated(topic.topic_id, state.active_topic_id),)
+    if topic.archived_count:
+        commands += (ArchiveRestoreRequested(topic.topic_id),)
+    return replace(state, active_topic_id=topic.topic_id), commands
+
+
+def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConfig) -> Stepped:
+    unit = unit_vector(msg.embedding)
+    best, similarity = best_match(state, unit)
+    entry = TopicMessage(msg.seq, "user", msg.content, msg.timestamp)
+    created: tuple[Command, ...] = ()
+    if best is not None and similarity > config.similarity_threshold:  # seed: "> threshold"
+        # Running mean of the members' unit embeddings; matching uses its direction.
+        count = best.embedding_count + 1
+        mean = (np.asarray(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
+        norm = float(np.linalg.norm(mean))
+        topic = replace(best, centroid=tuple(float(x) for x in mean / norm), embedding_count=count, mean_norm=norm,
+                        messages=best.messages + (entry,), message_count=best.message_count + 1,
+                        last_active_at=now, access_count=best.access_count + 1,
+                        importance=_importance(msg.importance, best.importance))
+        joined_with: float | None = similarity
+    else:
+        number = state.next_topic_number
+        title = " ".join(msg.content.split())[: config.title_chars]
+        topic = Topic(make_topic_id(state.conversation_id, number), title, tuple(float(x) for x in unit),
+                      created_at=now, last_active_at=now, message_count=1, messages=(entry,),
+                      importance=_importance(msg.importance, config.default_importance))
+        state = replace(state, next_topic_number=number + 1)
+        created, joined_with = (TopicCreated(topic.topic_id, title, msg.seq),), None
+    state, activation = _activate(state.with_topic(topic), topic)
+    return state, created + activation + (MessageAssigned(topic.topic_id, msg.seq, joined_with),)
+
+
+def _on_assistant(state: TopicsState, msg: AssistantMessage, now: float) -> Stepped:
+    topic = state.active_topic
+    if topic is None:
+        return replace(state, unassigned_count=state.unassigned_count + 1), (
+            MessageUnassigned(msg.seq, "no active topic"),)
+    entry = TopicMessage(msg.seq, "assistant", msg.content, msg.timestamp)
+    topic = replace(topic, messages=topic.messages + (entry,), message_count=topic.message_count + 1,
+                    last_active_at=now)
+    return state.with_topic(topic), (MessageAssigned(topic.topic_id, msg.seq, None),)
+
+
+def _on_result(state: TopicsState, result: CompactionDone | CompactionFailed, now: float,
+               config: TopicConfig) -> TopicsState:
+    """Only the answer to the request in flight counts; anything else is stale or a duplicate."""
+    topic = state.topic(result.topic_id)
+    if topic is None or topic.compaction is None or topic.compaction.upto_seq != result.upto_seq:
+        return state
+    if isinstance(result, CompactionFailed):
+        return state.with_topic(replace(topic, compaction=None, compaction_failures=topic.compaction_failures + 1,
+                                        compaction_not_before=now + config.compaction_retry_seconds))
+    archived = [m for m in topic.messages if m.seq <= result.upto_seq]
+    first = topic.archived_first_seq if topic.archived_first_seq is not None else (
+        archived[0].seq if archived else None)
+    return state.with_topic(replace(
+        topic, messages=tuple(m for m in topic.messages if m.seq > result.upto_seq), summary=result.summary,
+        summary_upto_seq=result.upto_seq, archived_count=topic.archived_count + len(archived),
+        archived_first_seq=first, compaction=None, compaction_failures=0, compaction_not_before=0.0))
+
+
+def _compactions(state: TopicsState, now: float, config: TopicConfig) -> Stepped:
+    """Ask for a compaction of an overfull topic (one in flight each); re-ask a stuck one."""
+    commands: list[Command] = []
+    for topic in state.topics:
+        flight = topic.compaction
+        if flight is not None:
+            if now - flight.requested_at <= config.compaction_timeout_seconds:
+                continue
+            upto_seq, attempt = flight.upto_seq, flight.attempt + 1
+        elif len(topic.messages) > config.max_messages_per_topic and now >= topic.compaction_not_before:
+            count = len(topic.messages) - config.recent_message_keep  # all but the newest few
+            if count <= 0:
+                continue
+            upto_seq, attempt = topic.messages[count - 1].seq, 1
+        else:
+            continue
+        old = tuple(m for m in topic.messages if m.seq <= upto_seq)
+        commands.append(CompactionRequested(topic.topic_id, old, topic.summary, upto_seq, attempt))
+        state = state.with_topic(replace(topic, compaction=PendingCompaction(upto_seq, now, attempt)))
+    return state, tuple(commands)
+
+
+def _evictions(state: TopicsState, now: float, config: TopicConfig) -> Stepped:
+    """Seed 004: over max_topics, forget every topic below eviction_priority, lowest first,
+    never the active one; then (capacity_eviction) the next lowest until max_topics remain."""
+    if len(state.topics) <= config.max_topics:
+        return state, ()
+    ranked = sorted((topic_priority(t, now, config), t.last_active_at, index, t)
+                    for index, t in enumerate(state.topics) if t.topic_id != state.active_topic_id)
+    decayed = [(p, t) for p, _, _, t in ranked if p < config.eviction_priority]
+    chosen = [TopicEvicted(t.topic_id, p, "decayed") for p, t in decayed]
+    excess = len(state.topics) - len(decayed) - config.max_topics
+    if config.capacity_eviction and excess > 0:
+        chosen += [TopicEvicted(t.topic_id, p, "capacity") for p, _, _, t in ranked[len(decayed):][:excess]]
+    gone = {c.topic_id for c in chosen}
+    return replace(state, topics=tuple(t for t in state.topics if t.topic_id not in gone),
+                   evicted_count=state.evicted_count + len(chosen)), tuple(chosen)
+
+
+def step(state: TopicsState, observed: Observed, now: float, config: TopicConfig = DEFAULT_CONFIG) -> Stepped:
+    """The one call per input: new state plus the commands to emit, in order."""
+    commands: tuple[Command, ...] = ()
+    if isinstance(observed, (UserMessage, AssistantMessage)):
+        if observed.seq <= state.last_seq:  # redelivery: already applied
+            return state, ()
+        state = replace(state, last_seq=observed.seq)
+        if isinstance(observed, UserMessage):
+            state, commands = _on_user(state, observed, now, config)
+        else:
+            state, commands = _on_assistant(state, observed, now)
+    elif isinstance(observed, (CompactionDone, CompactionFailed)):
+        state = _on_result(state, observed, now, config)
+    state, evicted = _evictions(state, now, config)  # first, so no compaction is asked for a leaver
+    state, compactions = _compactions(state, now, config)
+    return state, commands + evicted + compactions
+
+
+def topic_stats(state: TopicsState, topic_id: str | None, now: float,
+                config: TopicConfig = DEFAULT_CONFIG) -> dict[str, Any] | None:
+    """Seed 004's get_topic_stats fields (plus the current priority); None for an unknown topic.
+    topic_id None means the active topic."""
+    topic = state.topic(state.active_topic_id if topic_id is None else topic_id)
+    if topic is None:
+        return None
+    return {
+        "topic_id": topic.topic_id, "topic_title": topic.title,
+        "active_messages": len(topic.messages), "compressed_messages": topic.archived_count,
+        "total_messages": topic.message_count, "has_summary": topic.summary is not None,
+        "importance_score": topic.importance, "access_count": topic.access_count,
+        "memory_type": memory_type(topic.access_count, config),
+        "half_life_days": half_life_seconds(topic.access_count, config) / SECONDS_PER_DAY,
+        "age_seconds": now - topic.created_at, "inactive_seconds": now - topic.last_active_at,
+        "priority": topic_priority(topic, now, config),
+    }

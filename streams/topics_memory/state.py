@@ -1,0 +1,116 @@
+"""Per-conversation topic working set (seed 004): frozen, JSON-serialisable for a changelog table."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """Only the fields `cls` has, so states stored by an older or newer version still load."""
+    return {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class TopicMessage:
+    seq: int
+    role: str
+    content: str
+    timestamp: float
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TopicMessage:
+        return cls(int(data["seq"]), str(data["role"]), str(data["content"]), float(data["timestamp"]))
+
+
+@dataclass(frozen=True)
+class PendingCompaction:
+    """A summary request in flight: its messages stay active until CompactionDone."""
+
+    upto_seq: int
+    requested_at: float
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class Topic:
+    topic_id: str
+    title: str
+    centroid: tuple[float, ...]  # unit length; running mean of the user messages' embeddings
+    created_at: float
+    last_active_at: float  # the LRU timer: decay is measured from here
+    importance: float = 0.5
+    access_count: int = 0  # matches after creation (drives the half-life)
+    message_count: int = 0  # every message ever assigned: active + archived
+    embedding_count: int = 1  # user messages folded into the centroid
+    mean_norm: float = 1.0  # length of the mean before normalising: keeps the running mean exact
+    messages: tuple[TopicMessage, ...] = ()  # active messages, oldest first
+    summary: str | None = None
+    summary_upto_seq: int = -1  # summary and archive cover this topic's messages <= this seq
+    archived_count: int = 0  # messages moved to the read model's compressed archive
+    archived_first_seq: int | None = None
+    compaction: PendingCompaction | None = None
+    compaction_not_before: float = 0.0  # backoff after a failed compaction
+    compaction_failures: int = 0
+
+    @property
+    def archived_range(self) -> tuple[int, int] | None:
+        """(first, last) seq of the archived messages, or None when nothing is archived."""
+        if self.archived_first_seq is None:
+            return None
+        return self.archived_first_seq, self.summary_upto_seq
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["centroid"] = list(self.centroid)
+        data["messages"] = [asdict(m) for m in self.messages]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Topic:
+        known = _known(cls, data)
+        known["centroid"] = tuple(float(x) for x in known.get("centroid", ()))
+        known["messages"] = tuple(TopicMessage.from_dict(m) for m in known.get("messages", ()))
+        if known.get("compaction") is not None:
+            known["compaction"] = PendingCompaction(**_known(PendingCompaction, known["compaction"]))
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class TopicsState:
+    conversation_id: str = ""
+    topics: tuple[Topic, ...] = ()  # the working set, in creation order
+    active_topic_id: str | None = None
+    next_topic_number: int = 1  # topic ids come from this counter, so replays repeat them
+    last_seq: int = -1  # highest message seq seen: redelivered messages are ignored
+    evicted_count: int = 0
+    unassigned_count: int = 0
+
+    def topic(self, topic_id: str | None) -> Topic | None:
+        return next((t for t in self.topics if t.topic_id == topic_id), None)
+
+    @property
+    def active_topic(self) -> Topic | None:
+        return self.topic(self.active_topic_id)
+
+    def with_topic(self, topic: Topic) -> TopicsState:
+        """Replace the topic with the same id, or append a new one."""
+        if self.topic(topic.topic_id) is None:
+            return replace(self, topics=self.topics + (topic,))
+        return replace(self, topics=tuple(topic if t.topic_id == topic.topic_id else t for t in self.topics))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["topics"] = [t.to_dict() for t in self.topics]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TopicsState:
+        known = _known(cls, data)
+        known["topics"] = tuple(Topic.from_dict(t) for t in known.get("topics", ()))
+        return cls(**known)
+
+
+def make_topic_id(conversation_id: str, number: int) -> str:
+    """Deterministic: the same conversation replayed gives the same ids."""
+    return f"{conversation_id}:topic-{number}"
