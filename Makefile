@@ -69,5 +69,5 @@ run: setup infra-up
 	done; \
 	$(BIN)/memory-agent demo; \
 	echo "serving on http://127.0.0.1:$$port — Ctrl-C to stop"; \
-	wait -n $$worker $$api || true; \
-	echo "worker or api exited; see $(LOG_DIR)/"
+	wait -n $$worker $$api && code=0 || code=$$?; \
+	echo "worker or api ended (exit $$code); logs in $(LOG_DIR)/"
