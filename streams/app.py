@@ -45,9 +45,12 @@ def make_app(settings: Settings) -> faust.App:
     memory_events = app.topic(memory_topic_name, key_serializer="raw", value_serializer="raw")
     both = app.topic(kafka.conversation_topic, memory_topic_name, key_serializer="raw", value_serializer="raw")
     raw_bytes = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
-    windows = app.Table("window-state", default=None, partitions=kafka.partitions, schema=raw_bytes)
+    # key_type/value_type bytes make the changelog recovery decode raw too (not JSON).
+    windows = app.Table(
+        "window-state", default=None, partitions=kafka.partitions, schema=raw_bytes, key_type=bytes, value_type=bytes
+    )
     summarizer = make_summarizer(settings)
-    config = window_config(settings, summarizer.model)
+    config = window_config(settings, summarizer)
     resources: dict = {}
 
     def decoded(value: bytes):

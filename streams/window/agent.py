@@ -10,8 +10,9 @@ from schemas.registry import SUMMARY_FAILED, SUMMARY_REQUESTED, WINDOW_TICKED
 from streams.window.fold import GiveUp, RequestSummary, WindowConfig, WindowState, observe, step
 
 
-def window_config(settings: Settings, model: str) -> WindowConfig:
-    return WindowConfig.from_settings(settings.window, settings.llm.summary_prompt_version, model)
+def window_config(settings: Settings, summarizer) -> WindowConfig:
+    """Requests carry the summarizer's own model and prompt version (the rows record both)."""
+    return WindowConfig.from_settings(settings.window, summarizer.prompt_version, summarizer.model)
 
 
 def fold_event(

@@ -127,12 +127,13 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MEMORY_POSTGRES__DSN=settings.postgres.dsn,
         MEMORY_API__API_KEYS=json.dumps(settings.api.api_keys),
         MEMORY_LOG_LEVEL="INFO",
+        MEMORY_STATE_DIR=f"/tmp/memory-agent-test/{settings.generation}",
     )
     return env
 
 
 @contextlib.asynccontextmanager
-async def worker_process(settings: Settings, *args: str, log_name: str = "worker"):
+async def worker_process(settings: Settings, *args: str, log_name: str = "worker", extra_env: dict | None = None):
     """`memory-agent worker` as a real child process; yields the asyncio Process."""
     import sys
     import tempfile
@@ -140,7 +141,7 @@ async def worker_process(settings: Settings, *args: str, log_name: str = "worker
     log = tempfile.NamedTemporaryFile(prefix=f"{log_name}-", suffix=".log", delete=False)
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memory_agent.cli", "worker", *args,
-        env=settings_env(settings), stdout=log, stderr=asyncio.subprocess.STDOUT,
+        env=settings_env(settings) | (extra_env or {}), stdout=log, stderr=asyncio.subprocess.STDOUT,
     )
     process.log_path = log.name
     try:

@@ -142,6 +142,8 @@ class FakeOpenAI:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._stopping: asyncio.Event | None = None
+        self._holding = False
+        self._permits = threading.Semaphore(0)
 
     # -- programming -------------------------------------------------------------------
 
@@ -165,6 +167,15 @@ class FakeOpenAI:
     ) -> None:
         """The next `n` requests get HTTP 200 with a malformed answer of this kind."""
         self._queue(n, _Action("malformed", endpoint, malformed=kind))
+
+    def hold_chat(self) -> None:
+        """From now on every chat answer waits for a `release()` (the test decides when)."""
+        self._holding = True
+
+    def release(self, n: int = 1) -> None:
+        """Let `n` held chat answers (current or future) go."""
+        for _ in range(n):
+            self._permits.release()
 
     def reset(self) -> None:
         """Forget requests, pending actions, responders and the concurrency peak."""
@@ -348,6 +359,8 @@ class FakeOpenAI:
             if action is not None and action.kind == "fail":
                 headers = {} if action.retry_after is None else {"retry-after": str(action.retry_after)}
                 return _error(action.status, f"scripted failure {action.status}", headers)
+            if endpoint == "chat" and self._holding:
+                await self._wait_for_release()
             if body.get("stream"):
                 return _error(400, "the fake server does not stream")
             if action is not None and action.kind == "malformed":
@@ -359,6 +372,13 @@ class FakeOpenAI:
             record.finished_at = time.monotonic()
             with self._lock:
                 self.in_flight -= 1
+
+    async def _wait_for_release(self) -> None:
+        assert self._stopping is not None
+        while not self._permits.acquire(timeout=0):
+            if self._stopping.is_set():
+                return
+            await asyncio.sleep(0.01)
 
     async def _chat(self, request: web.Request) -> web.Response:
         return await self._handle(request, "chat", self._chat_answer)
