@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from prometheus_client import make_asgi_app
 
-from api.routes import context, health, ingest, messages
+from api.routes import context, facts, health, ingest, messages, topics
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
 from projections.db import make_pool
@@ -33,7 +33,7 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Turn-start conversation context from an event-sourced memory.",
         lifespan=lifespan,
     )
-    for module in (context, messages, ingest, health):
+    for module in (context, messages, ingest, facts, topics, health):
         app.include_router(module.router)
     app.mount("/metrics", make_asgi_app())
     return app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -40,3 +40,7 @@ class ContextOut(BaseModel):
     summary: SummaryOut | None
     messages: list[ContextMessage]
     watermark: Watermark
+    # Relevant facts, chunks and memories packed within the token budget (seeds 001, 003).
+    retrieved: Any | None = None
+    # The active topic: its summary and recent messages (seed 004).
+    active_topic: Any | None = None

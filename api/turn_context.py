@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import psycopg
 
+from typing import Any
+
 from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
+from api.sections.request import ContextRequest
+from api.sections.retrieval import retrieval_section
+from api.sections.topic import topic_section
 from projections import queries
-from projections.queries import ConversationRow
 from streams.window.context import MemoryRow, Message, assemble_context
 
 
 async def build_turn_context(
-    conn: psycopg.AsyncConnection, conversation: ConversationRow, *, before_seq: int | None, min_seq: int | None
+    conn: psycopg.AsyncConnection, request: ContextRequest, *, min_seq: int | None, app_state: Any
 ) -> ContextOut:
+    conversation, before_seq = request.conversation, request.before_seq
     tenant, conversation_id = conversation.tenant_id, conversation.conversation_id
     memory = await queries.list_memory(conn, tenant, conversation_id, limit=20)
     rows = [
@@ -58,4 +63,6 @@ async def build_turn_context(
             complete=not missing,
             missing_seqs=missing,
         ),
+        retrieved=await retrieval_section(conn, request, app_state),
+        active_topic=await topic_section(conn, request, app_state),
     )

@@ -7,6 +7,7 @@ import logging
 import signal
 
 from memory_agent.settings import Settings
+from projections import facts, topics
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
@@ -16,7 +17,12 @@ log = logging.getLogger(__name__)
 
 
 def projectors(settings: Settings) -> list:
-    return [MessagesProjector(settings), MemoryProjector(settings)]
+    return [
+        MessagesProjector(settings),
+        MemoryProjector(settings),
+        *facts.projectors(settings),
+        *topics.projectors(settings),
+    ]
 
 
 async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) -> None:

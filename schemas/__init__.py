@@ -2,6 +2,7 @@
 
 from schemas.envelope import Envelope, InvalidEvent, conversation_key
 from schemas.codec import decode, encode
-from schemas.registry import REGISTRY, EventSpec
+from schemas.registry import REGISTRY
+from schemas.spec import EventSpec
 
 __all__ = ["Envelope", "EventSpec", "InvalidEvent", "REGISTRY", "conversation_key", "decode", "encode"]

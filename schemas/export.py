@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 
 from schemas.envelope import Envelope
-from schemas.registry import REGISTRY, EventSpec
+from schemas.registry import REGISTRY
+from schemas.spec import EventSpec
 
 
 def event_schema(spec: EventSpec) -> dict[str, Any]:

@@ -2,22 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
-from schemas import events, upcasters
-
-Upcaster = Callable[[upcasters.Raw], upcasters.Raw]
-
-
-@dataclass(frozen=True)
-class EventSpec:
-    type: str
-    version: int
-    payload: type[events.Payload]
-    requires_seq: bool = False
-    # upcasters[v] turns version v into v + 1.
-    upcasters: dict[int, Upcaster] = field(default_factory=dict)
+from schemas import events, facts_events, topic_events, upcasters
+from schemas.spec import EventSpec
 
 
 MESSAGE_APPENDED = "message.appended"
@@ -37,5 +23,7 @@ REGISTRY: dict[str, EventSpec] = {
         EventSpec(SUMMARY_COMPLETED, 1, events.SummaryCompleted),
         EventSpec(SUMMARY_FAILED, 1, events.SummaryFailed),
         EventSpec(WINDOW_TICKED, 1, events.WindowTicked),
+        *facts_events.SPECS,
+        *topic_events.SPECS,
     )
 }

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 
 from api.deps import ConnDep, SettingsDep, TenantDep
 from api.schemas import ContextOut
+from api.sections.request import ContextRequest
 from projections import queries
 from api.turn_context import build_turn_context
 
@@ -28,12 +30,30 @@ async def turn_context(
         None, ge=0, description="The caller has written up to this seq: wait briefly for the projection"
     ),
     wait_ms: int = Query(1000, ge=0, description="How long to wait for min_seq (capped by the server)"),
+    query: str | None = Query(
+        None, max_length=8000, description="The current message: retrieval finds facts and memories relevant to it"
+    ),
+    user_id: str | None = Query(None, description="Whose memory (default: the conversation's user)"),
+    subject_id: str | None = Query(None, description="Who or what it is about (default: the conversation's)"),
+    budget_tokens: int = Query(500, ge=0, le=8000, description="Token budget for retrieved items"),
+    *,
+    request: Request,
 ) -> ContextOut:
-    """Latest completed summary + the gap messages after it, with the watermark it reflects."""
+    """Latest completed summary + the gap messages after it, relevant memories and the active topic,
+    with the watermark it reflects."""
     conversation = await _wait_for(conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms))
     if conversation is None:
         raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
-    return await build_turn_context(conn, conversation, before_seq=before_seq, min_seq=min_seq)
+    wanted = ContextRequest(
+        conversation=conversation,
+        user_id=user_id or conversation.user_id,
+        subject_id=subject_id if subject_id is not None else conversation.subject_id,
+        query=query,
+        before_seq=before_seq,
+        budget_tokens=budget_tokens,
+        now=datetime.now(UTC),
+    )
+    return await build_turn_context(conn, wanted, min_seq=min_seq, app_state=request.app.state)
 
 
 async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None, wait_ms: int):

@@ -1,0 +1,14 @@
+"""The active topic (summary + recent messages) for the turn-start context (filled in by its issue)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from api.sections.request import ContextRequest
+
+
+async def topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any) -> Any | None:
+    """A pydantic model for ContextOut.active_topic, or None."""
+    return None

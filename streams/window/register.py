@@ -1,0 +1,71 @@
+"""Faust wiring of the sliding-window summary memory (seeds 000, 002)."""
+
+from __future__ import annotations
+
+import time
+
+import faust
+import orjson
+
+from memory_agent import metrics
+from memory_agent.llm.factory import make_summarizer
+from schemas.codec import encode
+from schemas.registry import SUMMARY_REQUESTED
+from streams.context import StreamContext
+from streams.window.agent import fold_event, looks_stuck, tick_event, window_config
+from streams.window.fold import WindowState
+from streams.window.summarize import SummaryStage
+
+
+def register(app: faust.App, ctx: StreamContext) -> None:
+    settings = ctx.settings
+    raw_bytes = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+    # key_type/value_type bytes make the changelog recovery decode raw too (not JSON).
+    windows = app.Table(
+        "window-state", default=None, partitions=settings.kafka.partitions, schema=raw_bytes,
+        key_type=bytes, value_type=bytes,
+    )
+    summarizer = make_summarizer(settings)
+    config = window_config(settings, summarizer)
+    stage: list[SummaryStage] = []
+
+    @app.agent(ctx.conversation_and_memory_events, name="fold-windows", concurrency=1)
+    async def fold_windows(stream):
+        """Ordered per conversation: one state read, one fold step, one state write per event."""
+        async for key, value in stream.items():
+            event = ctx.decode(value)
+            if event is None:
+                continue
+            raw_state = windows.get(key)
+            state = WindowState.from_dict(orjson.loads(raw_state)) if raw_state else WindowState()
+            new_state, outgoing = fold_event(config, state, event, time.time())
+            if new_state != state:
+                windows[key] = orjson.dumps(new_state.to_dict())
+            for envelope in outgoing:
+                await ctx.memory_events.send(key=key, value=encode(envelope))
+
+    @app.agent(ctx.memory_events, name="summarize-windows", concurrency=settings.llm.concurrency)
+    async def summarize_windows(stream):
+        """Concurrent: LLM latency never holds up the fold; results go back to the same partition."""
+        async for key, value in stream.items():
+            event = ctx.decode(value)
+            if event is None or event.type != SUMMARY_REQUESTED:
+                continue
+            if not stage:
+                stage.append(SummaryStage(summarizer, await ctx.pool()))
+            result = await stage[0].handle(event)
+            if result is not None:
+                await ctx.memory_events.send(key=key, value=encode(result))
+
+    @app.timer(interval=max(1.0, settings.window.request_timeout_s / 4))
+    async def tick_stuck_windows():
+        """A request that never came back is re-issued by the fold when it sees a tick."""
+        now = time.time()
+        in_flight = 0
+        for key, raw_state in list(windows.items()):
+            state = WindowState.from_dict(orjson.loads(raw_state))
+            in_flight += state.in_flight is not None
+            if looks_stuck(state, now, config):
+                tenant, _, conversation = key.decode().partition("/")
+                await ctx.memory_events.send(key=key, value=encode(tick_event(tenant, conversation, "system")))
+        metrics.WINDOWS_AWAITING_SUMMARY.set(in_flight)
