@@ -30,6 +30,11 @@ def available_migrations() -> list[Migration]:
     return sorted(found, key=lambda m: m.version)
 
 
+def render(sql: str, settings: Settings) -> str:
+    """Fill the placeholders a migration may use from the settings."""
+    return sql.replace("{{EMBEDDING_DIMENSIONS}}", str(int(settings.embedding.dimensions)))
+
+
 def migrate(settings: Settings, schema: str | None = None) -> list[Migration]:
     """Bring `schema` (default: the settings' generation) up to date; return what was applied."""
     schema = schema or settings.pg_schema
@@ -49,7 +54,7 @@ def migrate(settings: Settings, schema: str | None = None) -> list[Migration]:
             for migration in available_migrations():
                 if migration.version in done:
                     continue
-                conn.execute(migration.sql)
+                conn.execute(render(migration.sql, settings))
                 conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),
