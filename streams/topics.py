@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -34,6 +35,18 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
+async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], timeout_s: float = 30.0) -> None:
+    """New partitions need an elected leader before producers can use them without retries."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        described = await admin.describe_topics(names)
+        if all(t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
+               for t in described):
+            return
+        await asyncio.sleep(0.1)
+    log.warning("topics %s still have partitions without a leader after %ss", names, timeout_s)
+
+
 async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:
     """Create missing topics; return the names created. Existing ones are left alone."""
     specs = specs if specs is not None else topic_specs(settings)
@@ -53,6 +66,7 @@ async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None
             except TopicAlreadyExistsError:
                 pass  # created concurrently by another process
             log.info("created topics %s", [s.name for s in missing])
+            await _wait_for_leaders(admin, [s.name for s in missing])
         return [s.name for s in missing]
     finally:
         await admin.close()

@@ -25,7 +25,7 @@ CREATE TABLE messages (
     content          text        NOT NULL,
     metadata         jsonb       NOT NULL DEFAULT '{}'::jsonb,
     occurred_at      timestamptz NOT NULL,
-    projected_at     timestamptz NOT NULL DEFAULT now(),
+    projected_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
     source_partition integer     NOT NULL,
     source_offset    bigint      NOT NULL,
     PRIMARY KEY (tenant_id, conversation_id, seq)

@@ -1,0 +1,121 @@
+"""Shared helpers of the benchmark scripts: isolated settings, the worker process, statistics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psycopg
+
+from memory_agent.settings import KafkaSettings, PostgresSettings, Settings, get_settings
+from projections.migrate import migrate
+from streams.topics import ensure_topics
+
+
+def bench_settings(name: str, *, partitions: int = 8, **overrides) -> Settings:
+    """Settings on the configured Kafka/PostgreSQL with a unique topic prefix and generation."""
+    base = get_settings()
+    uid = uuid.uuid4().hex[:8]
+    return Settings(
+        environment="test",
+        generation=f"b{uid}",
+        state_dir=Path(f"/tmp/memory-agent-bench/{uid}"),
+        kafka=KafkaSettings(
+            bootstrap_servers=base.kafka.bootstrap_servers, topic_prefix=f"bench-{name}-{uid}", partitions=partitions
+        ),
+        postgres=PostgresSettings(dsn=base.postgres.dsn, pool_max_size=10),
+        **overrides,
+    )
+
+
+async def prepare(settings: Settings) -> None:
+    await asyncio.to_thread(migrate, settings)
+    await ensure_topics(settings)
+
+
+def child_env(settings: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        MEMORY_ENVIRONMENT=settings.environment,
+        MEMORY_GENERATION=settings.generation,
+        MEMORY_STATE_DIR=str(settings.state_dir),
+        MEMORY_KAFKA__BOOTSTRAP_SERVERS=settings.kafka.bootstrap_servers,
+        MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix,
+        MEMORY_KAFKA__PARTITIONS=str(settings.kafka.partitions),
+        MEMORY_POSTGRES__DSN=settings.postgres.dsn,
+        MEMORY_LOG_LEVEL="WARNING",
+    )
+    env.update(extra or {})
+    return env
+
+
+@asynccontextmanager
+async def worker(settings: Settings, *args: str, extra_env: dict[str, str] | None = None):
+    """`memory-agent worker` as a separate process, as in production."""
+    log_path = Path(f"/tmp/memory-agent-bench/{settings.generation}-worker.log")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memory_agent.cli", "worker", *args,
+            env=child_env(settings, extra_env), stdout=log, stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                process.terminate()
+                try:
+                    await asyncio.wait_for(process.wait(), 30)
+                except TimeoutError:
+                    process.kill()
+
+
+async def scalar(settings: Settings, sql: str, params=()):
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public"
+    ) as conn:
+        row = await (await conn.execute(sql, params)).fetchone()
+        return row[0] if row else None
+
+
+async def drop(settings: Settings) -> None:
+    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def machine() -> str:
+    load = os.getloadavg()
+    return (
+        f"{platform.platform()}, {os.cpu_count()} cores, python {platform.python_version()}, "
+        f"load average {load[0]:.2f} at start"
+    )
+
+
+def report(title: str, results: dict) -> None:
+    print(f"\n## {title}\n")
+    print(f"machine: {machine()}")
+    print(f"command: {' '.join(sys.argv)}\n")
+    print(json.dumps(results, indent=2))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
