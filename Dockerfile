@@ -9,7 +9,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Only what the package needs (no .venv, .state or tests in the build context copy).
-COPY pyproject.toml README.md ./
+# README.md* : the build must not fail while the README is still being written.
+COPY pyproject.toml README.md* ./
 COPY memory_agent ./memory_agent
 COPY schemas ./schemas
 COPY streams ./streams
