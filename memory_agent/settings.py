@@ -116,6 +116,45 @@ class EmbeddingSettings(BaseModel):
     send_dimensions: bool | None = None
 
 
+class TopicSettings(BaseModel):
+    """Seed 004's topic memory: matching, compaction, decay, plus the agent's own limits."""
+
+    max_topics: int = Field(default=20, ge=1)
+    # A user message joins its best topic when cosine > this. Model-dependent: seed 004's
+    # 0.7 suits models whose same-subject cosines sit high; see docs/topics.md for MiniLM.
+    similarity_threshold: float = Field(default=0.7, ge=-1.0, le=1.0)
+    base_half_life_seconds: float = Field(default=86400.0, gt=0)
+    max_half_life_seconds: float = Field(default=2592000.0, gt=0)
+    access_threshold_for_lt: int = Field(default=5, ge=1)
+    max_messages_per_topic: int = Field(default=12, ge=2)
+    recent_message_keep: int = Field(default=4, ge=0)
+    eviction_priority: float = Field(default=0.05, ge=0, le=1)
+    default_importance: float = Field(default=0.5, ge=0, le=1)
+    # Beyond the seed: also evict the lowest-priority topics until max_topics remain.
+    capacity_eviction: bool = True
+    compaction_timeout_s: float = Field(default=300.0, gt=0)
+    compaction_retry_s: float = Field(default=300.0, ge=0)
+    # A user message whose embedding has not come back after this long is asked for again,
+    # at most embedding_max_attempts times; then it joins the active topic unmatched.
+    embedding_timeout_s: float = Field(default=60.0, gt=0)
+    embedding_max_attempts: int = Field(default=3, ge=1)
+    # Messages waiting behind an embedding, per conversation, before the oldest is given up.
+    max_waiting_messages: int = Field(default=200, ge=1)
+    summary_prompt_version: str = "topic-summary-v1"
+    # Turn-start context: wait this long for the topic fold to reach the current message,
+    # and bring back at most this many archived messages on a restore.
+    context_wait_ms: int = Field(default=500, ge=0)
+    restore_max_messages: int = Field(default=200, ge=0)
+
+    @model_validator(mode="after")
+    def _keep_fewer_than_the_limit(self) -> "TopicSettings":
+        if self.recent_message_keep >= self.max_messages_per_topic:
+            raise ValueError("recent_message_keep must be smaller than max_messages_per_topic")
+        if self.max_half_life_seconds < self.base_half_life_seconds:
+            raise ValueError("max_half_life_seconds must be at least base_half_life_seconds")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORY_", env_nested_delimiter="__", frozen=True, extra="ignore"
@@ -135,6 +174,7 @@ class Settings(BaseSettings):
     window: WindowSettings = WindowSettings()
     llm: LlmSettings = LlmSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
+    topics: TopicSettings = TopicSettings()
 
     @field_validator("generation")
     @classmethod

@@ -1,14 +1,126 @@
-"""The active topic (summary + recent messages) for the turn-start context (filled in by its issue)."""
+"""The active topic (summary + recent messages, archive when restored) for the turn-start context."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import time
+from datetime import datetime
+from typing import Any, Literal
 
 import psycopg
+from pydantic import BaseModel
 
 from api.sections.request import ContextRequest
+from projections import topic_queries as tq
+from streams.topics_memory.decay import TopicConfig
+
+
+class TopicMessageOut(BaseModel):
+    seq: int
+    role: str
+    content: str
+    occurred_at: datetime
+    archived: bool = False
+
+
+class TopicStatsOut(BaseModel):
+    """Seed 004's get_topic_stats fields, then priority and the topic's lifecycle."""
+
+    topic_id: str
+    topic_title: str
+    active_messages: int
+    compressed_messages: int
+    total_messages: int
+    has_summary: bool
+    importance_score: float
+    access_count: int
+    memory_type: Literal["short-term", "long-term"]
+    consolidation_stage: Literal["short-term", "transitioning", "long-term"]
+    half_life_days: float
+    age_seconds: float
+    inactive_seconds: float
+    priority: float
+    active: bool
+    evicted: bool
+    evicted_at: datetime | None = None
+    evicted_reason: str | None = None
+    created_at: datetime
+    last_active_at: datetime
+    summary: str | None = None
+    summary_upto_seq: int
+    compaction_status: str | None = None
+    compactions: int
+    archive_json_bytes: int | None = None
+    archive_gzip_bytes: int | None = None
+
+
+class ActiveTopicOut(BaseModel):
+    """What the chat service prepends for the topic at hand. `restored_messages` holds the
+    archive (decompressed, in order) while the topic is back from it: reactivated with an
+    archive, until it is deactivated or compacted again."""
+
+    topic_id: str
+    title: str
+    summary: str | None
+    summary_upto_seq: int
+    messages: list[TopicMessageOut]
+    restored: bool
+    restored_messages: list[TopicMessageOut]
+    restored_truncated: bool = False
+    stats: TopicStatsOut
+    # The newest message the topic fold has placed: the section reflects the log up to it.
+    as_of_seq: int
+
+
+def stats_out(row: tq.TopicRow, now: datetime, config: TopicConfig) -> TopicStatsOut:
+    return TopicStatsOut(
+        **tq.topic_stats(row, now, config), active=row.active, evicted=row.evicted_at is not None,
+        evicted_at=row.evicted_at, evicted_reason=row.evicted_reason, created_at=row.created_at,
+        last_active_at=row.last_active_at, summary=row.summary, summary_upto_seq=row.summary_upto_seq,
+        compaction_status=row.compaction_status, compactions=row.compactions,
+        archive_json_bytes=row.archive_json_bytes, archive_gzip_bytes=row.archive_gzip_bytes,
+    )
+
+
+def message_out(row: tq.TopicMessageRow) -> TopicMessageOut:
+    return TopicMessageOut(seq=row.seq, role=row.role, content=row.content, occurred_at=row.occurred_at,
+                           archived=row.archived)
+
+
+async def _placed_up_to(conn: psycopg.AsyncConnection, request: ContextRequest, wait_ms: int):
+    """The fold's progress, after waiting (briefly) for it to place the current message."""
+    tenant, conversation = request.tenant_id, request.conversation.conversation_id
+    target = request.conversation.last_seq if request.before_seq is None else request.before_seq
+    cur = await conn.execute(  # system and tool messages are never placed: do not wait for them
+        "SELECT max(seq) FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq <= %s"
+        " AND role IN ('user', 'assistant')", (tenant, conversation, target))
+    wanted = (await cur.fetchone())[0]
+    deadline = time.monotonic() + wait_ms / 1000
+    while True:
+        state = await tq.get_topic_conversation(conn, tenant, conversation)
+        if wanted is None or (state is not None and state.last_seq >= wanted) or time.monotonic() >= deadline:
+            return state
+        await asyncio.sleep(0.02)
 
 
 async def topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any) -> Any | None:
-    """A pydantic model for ContextOut.active_topic, or None."""
-    return None
+    """ActiveTopicOut for ContextOut.active_topic, or None before the first topic."""
+    settings = app_state.settings.topics
+    state = await _placed_up_to(conn, request, settings.context_wait_ms)
+    if state is None or state.active_topic_id is None:
+        return None
+    tenant, conversation = request.tenant_id, request.conversation.conversation_id
+    row = await tq.get_topic(conn, tenant, conversation, state.active_topic_id)
+    if row is None:
+        return None
+    recent = await tq.active_messages(conn, tenant, conversation, row.topic_id, before_seq=request.before_seq)
+    restored: list[tq.TopicMessageRow] = []
+    if row.restored_at_seq is not None:
+        restored = await tq.archived_messages(conn, tenant, conversation, row.topic_id)
+    keep = restored[-settings.restore_max_messages:] if settings.restore_max_messages else []
+    return ActiveTopicOut(
+        topic_id=row.topic_id, title=row.title, summary=row.summary, summary_upto_seq=row.summary_upto_seq,
+        messages=[message_out(m) for m in recent], restored=row.restored_at_seq is not None,
+        restored_messages=[message_out(m) for m in keep], restored_truncated=len(keep) < len(restored),
+        stats=stats_out(row, request.now, TopicConfig.from_settings(settings)), as_of_seq=state.last_seq,
+    )

@@ -2,11 +2,14 @@
 
 from streams.topics_memory.archive import (
     CompressionStats,
+    compress_bytes,
     compress_messages,
+    decompress_bytes,
     compression_ratio,
     compression_stats,
     decompress_messages,
     full_history,
+    merge_archive_bytes,
     merge_archives,
 )
 from streams.topics_memory.decay import (
@@ -34,6 +37,7 @@ from streams.topics_memory.protocol import (
     TopicActivated,
     TopicCreated,
     TopicEvicted,
+    UnmatchedUserMessage,
     UserMessage,
 )
 from streams.topics_memory.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
@@ -42,8 +46,10 @@ __all__ = [
     "DEFAULT_CONFIG", "ArchiveRestoreRequested", "AssistantMessage", "Command", "CompactionDone",
     "CompactionFailed", "CompactionRequested", "CompressionStats", "MessageAssigned", "MessageUnassigned",
     "Observed", "PendingCompaction", "Tick", "Topic", "TopicActivated", "TopicConfig", "TopicCreated",
-    "TopicEvicted", "TopicMessage", "TopicsState", "UserMessage", "best_match", "compress_messages",
-    "compression_ratio", "compression_stats", "consolidation_stage", "decay_factor", "decompress_messages",
-    "full_history", "half_life_seconds", "make_topic_id", "memory_type", "merge_archives", "priority",
+    "TopicEvicted", "TopicMessage", "TopicsState", "UnmatchedUserMessage", "UserMessage", "best_match", "compress_messages",
+    "compress_bytes", "compression_ratio", "compression_stats", "consolidation_stage", "decay_factor",
+    "decompress_bytes", "decompress_messages",
+    "full_history", "half_life_seconds", "make_topic_id", "memory_type", "merge_archive_bytes", "merge_archives",
+    "priority",
     "step", "survival_seconds", "topic_priority", "topic_stats", "unit_vector",
 ]

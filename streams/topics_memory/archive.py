@@ -1,4 +1,4 @@
-"""Seed 004's compressed topic archive: messages -> JSON -> gzip -> base64 string, and back."""
+"""Seed 004's compressed topic archive: messages -> JSON -> gzip (-> base64 for the seed's string form)."""
 
 from __future__ import annotations
 
@@ -24,18 +24,29 @@ def to_json_bytes(messages: Iterable[MessageLike]) -> bytes:
     return json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+def compress_bytes(messages: Iterable[MessageLike]) -> bytes:
+    """JSON -> gzip: what the read model stores (bytea). mtime=0 keeps replays byte-identical."""
+    return gzip.compress(to_json_bytes(messages), compresslevel=9, mtime=0)
+
+
+def decompress_bytes(data: bytes | None) -> list[TopicMessage]:
+    """gzip -> JSON; None or b"" is the empty archive."""
+    if not data:
+        return []
+    rows = json.loads(gzip.decompress(bytes(data)).decode("utf-8"))
+    return [TopicMessage.from_dict(row) for row in rows]
+
+
 def compress_messages(messages: Iterable[MessageLike]) -> str:
-    """JSON -> gzip -> base64. mtime=0 keeps the bytes identical when a replay rebuilds them."""
-    packed = gzip.compress(to_json_bytes(messages), compresslevel=9, mtime=0)
-    return base64.b64encode(packed).decode("ascii")
+    """Seed 004's string form: JSON -> gzip -> base64."""
+    return base64.b64encode(compress_bytes(messages)).decode("ascii")
 
 
 def decompress_messages(archive: str | None) -> list[TopicMessage]:
     """base64 -> gzip -> JSON; None or "" is the empty archive."""
     if not archive:
         return []
-    rows = json.loads(gzip.decompress(base64.b64decode(archive, validate=True)).decode("utf-8"))
-    return [TopicMessage.from_dict(row) for row in rows]
+    return decompress_bytes(base64.b64decode(archive, validate=True))
 
 
 def _in_order(messages: Iterable[TopicMessage]) -> list[TopicMessage]:
@@ -50,6 +61,16 @@ def merge_archives(old: str | None, new: Iterable[MessageLike]) -> str:
     """Seed 004's re-compaction: the existing archive plus newly archived messages, in order,
     without duplicates (so applying the same compaction twice changes nothing)."""
     return compress_messages(_in_order([*decompress_messages(old), *map(_message, new)]))
+
+
+def merge_messages(old: bytes | None, new: Iterable[MessageLike]) -> list[TopicMessage]:
+    """The stored archive's messages plus new ones, in order, without duplicates."""
+    return _in_order([*decompress_bytes(old), *map(_message, new)])
+
+
+def merge_archive_bytes(old: bytes | None, new: Iterable[MessageLike]) -> bytes:
+    """merge_archives on the stored (gzip bytes) form."""
+    return compress_bytes(merge_messages(old, new))
 
 
 def full_history(archive: str | None, active: Sequence[MessageLike]) -> list[TopicMessage]:

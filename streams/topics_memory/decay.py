@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memory_agent.settings import TopicSettings
 
 SECONDS_PER_DAY = 86400.0
 
@@ -31,6 +35,18 @@ class TopicConfig:
     compaction_timeout_seconds: float = 300.0
     # After a CompactionFailed, the topic waits this long before the next request.
     compaction_retry_seconds: float = 300.0
+
+    @classmethod
+    def from_settings(cls, topics: TopicSettings) -> TopicConfig:
+        return cls(
+            max_topics=topics.max_topics, similarity_threshold=topics.similarity_threshold,
+            base_half_life_seconds=topics.base_half_life_seconds, max_half_life_seconds=topics.max_half_life_seconds,
+            access_threshold_for_lt=topics.access_threshold_for_lt,
+            max_messages_per_topic=topics.max_messages_per_topic, recent_message_keep=topics.recent_message_keep,
+            eviction_priority=topics.eviction_priority, default_importance=topics.default_importance,
+            capacity_eviction=topics.capacity_eviction, compaction_timeout_seconds=topics.compaction_timeout_s,
+            compaction_retry_seconds=topics.compaction_retry_s,
+        )
 
 
 DEFAULT_CONFIG = TopicConfig()

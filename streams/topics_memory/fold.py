@@ -30,6 +30,7 @@ from streams.topics_memory.protocol import (
     TopicActivated,
     TopicCreated,
     TopicEvicted,
+    UnmatchedUserMessage,
     UserMessage,
 )
 from streams.topics_memory.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
@@ -105,12 +106,14 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     return state, created + activation + (MessageAssigned(topic.topic_id, msg.seq, joined_with),)
 
 
-def _on_assistant(state: TopicsState, msg: AssistantMessage, now: float) -> Stepped:
+def _join_active(state: TopicsState, msg: AssistantMessage | UnmatchedUserMessage, now: float) -> Stepped:
+    """A reply joins the topic of its turn; so does a user message that could not be matched."""
     topic = state.active_topic
     if topic is None:
-        return replace(state, unassigned_count=state.unassigned_count + 1), (
-            MessageUnassigned(msg.seq, "no active topic"),)
-    entry = TopicMessage(msg.seq, "assistant", msg.content, msg.timestamp)
+        reason = msg.reason if isinstance(msg, UnmatchedUserMessage) else "no active topic"
+        return replace(state, unassigned_count=state.unassigned_count + 1), (MessageUnassigned(msg.seq, reason),)
+    role = "user" if isinstance(msg, UnmatchedUserMessage) else "assistant"
+    entry = TopicMessage(msg.seq, role, msg.content, msg.timestamp)
     topic = replace(topic, messages=topic.messages + (entry,), message_count=topic.message_count + 1,
                     last_active_at=now)
     return state.with_topic(topic), (MessageAssigned(topic.topic_id, msg.seq, None),)
@@ -173,21 +176,28 @@ def _evictions(state: TopicsState, now: float, config: TopicConfig) -> Stepped:
                    evicted_count=state.evicted_count + len(chosen)), tuple(chosen)
 
 
-def step(state: TopicsState, observed: Observed, now: float, config: TopicConfig = DEFAULT_CONFIG) -> Stepped:
-    """The one call per input: new state plus the commands to emit, in order."""
+def step(state: TopicsState, observed: Observed, now: float, config: TopicConfig = DEFAULT_CONFIG,
+         wall: float | None = None) -> Stepped:
+    """The one call per input: new state plus the commands to emit, in order.
+
+    `now` is the decay clock (LRU timer, eviction); `wall` (default: `now`) times the
+    compaction requests in flight and the retry backoff, so the agent can run decay on event
+    time (replays repeat it) and timeouts on the wall clock.
+    """
+    wall = now if wall is None else wall
     commands: tuple[Command, ...] = ()
-    if isinstance(observed, (UserMessage, AssistantMessage)):
+    if isinstance(observed, (UserMessage, AssistantMessage, UnmatchedUserMessage)):
         if observed.seq <= state.last_seq:  # redelivery: already applied
             return state, ()
         state = replace(state, last_seq=observed.seq)
         if isinstance(observed, UserMessage):
             state, commands = _on_user(state, observed, now, config)
         else:
-            state, commands = _on_assistant(state, observed, now)
+            state, commands = _join_active(state, observed, now)
     elif isinstance(observed, (CompactionDone, CompactionFailed)):
-        state = _on_result(state, observed, now, config)
+        state = _on_result(state, observed, wall, config)
     state, evicted = _evictions(state, now, config)  # first, so no compaction is asked for a leaver
-    state, compactions = _compactions(state, now, config)
+    state, compactions = _compactions(state, wall, config)
     return state, commands + evicted + compactions
 
 

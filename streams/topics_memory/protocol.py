@@ -26,6 +26,16 @@ class AssistantMessage:
 
 
 @dataclass(frozen=True)
+class UnmatchedUserMessage:
+    """A user message whose embedding never came: it joins the active topic without matching."""
+
+    seq: int
+    content: str
+    timestamp: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class CompactionDone:
     topic_id: str
     upto_seq: int
@@ -44,7 +54,7 @@ class Tick:
     """A timer fired: only the compaction scan (timeouts, retries) and eviction run."""
 
 
-Observed = Union[UserMessage, AssistantMessage, CompactionDone, CompactionFailed, Tick]
+Observed = Union[UserMessage, AssistantMessage, UnmatchedUserMessage, CompactionDone, CompactionFailed, Tick]
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class MessageAssigned:
 
 @dataclass(frozen=True)
 class MessageUnassigned:
-    """A reply with no active topic to join (nothing was said before it): named, not dropped."""
+    """A reply (or an unmatched user message) with no active topic to join: named, not dropped."""
 
     seq: int
     reason: str

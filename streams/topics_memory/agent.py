@@ -1,0 +1,147 @@
+"""Shell of the topic fold: one decoded event in, new state and topic events out (no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from memory_agent.settings import Settings
+from schemas import topic_events as te
+from schemas.codec import Event
+from schemas.envelope import Envelope
+from schemas.registry import MESSAGE_APPENDED
+from streams.topics_memory import inbox as box
+from streams.topics_memory.codec import AgentState
+from streams.topics_memory.decay import TopicConfig
+from streams.topics_memory.emit import Cause, assigned, to_event
+from streams.topics_memory.fold import step
+from streams.topics_memory.inbox import InboxConfig, Waiting
+from streams.topics_memory.protocol import (
+    AssistantMessage,
+    CompactionDone,
+    CompactionFailed,
+    MessageUnassigned,
+    Observed,
+    Tick,
+    UnmatchedUserMessage,
+    UserMessage,
+)
+
+# Everything else on the two topics is skipped before the state is even loaded.
+RELEVANT = frozenset({MESSAGE_APPENDED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED,
+                      te.TOPIC_COMPACTED, te.TOPIC_COMPACTION_FAILED, te.TOPIC_TICKED})
+PLACED_ROLES = ("user", "assistant")  # system and tool messages belong to no topic
+_TYPE_PREFIX = b'{"type":"'
+
+
+def event_type(value: bytes | None) -> str | None:
+    """The type of an event encoded by schemas.codec.encode ("type" comes first) without
+    parsing it; None when the bytes are shaped otherwise (then the full decode decides)."""
+    if not value or not value.startswith(_TYPE_PREFIX):
+        return None
+    end = value.find(b'"', len(_TYPE_PREFIX))
+    return value[len(_TYPE_PREFIX):end].decode("utf-8", "replace") if end > 0 else None
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    fold: TopicConfig
+    inbox: InboxConfig
+    prompt_version: str  # of the compaction summaries, recorded in the requests
+    model: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, model: str, prompt_version: str) -> AgentConfig:
+        topics = settings.topics
+        return cls(TopicConfig.from_settings(topics),
+                   InboxConfig(topics.embedding_timeout_s, topics.embedding_max_attempts, topics.max_waiting_messages),
+                   prompt_version, model)
+
+
+def _importance(metadata: dict) -> float | None:
+    value = metadata.get("importance")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _observed(item: Waiting) -> Observed:
+    if item.role == "assistant":
+        return AssistantMessage(item.seq, item.content, item.timestamp)
+    if item.gave_up is not None:
+        return UnmatchedUserMessage(item.seq, item.content, item.timestamp, item.gave_up)
+    return UserMessage(item.seq, item.content, item.embedding, item.timestamp, item.importance)
+
+
+def _cause(e: Envelope, seq: int | None = None, user_id: str | None = None, subject_id: str | None = None) -> Cause:
+    return Cause(e.tenant_id, e.conversation_id, user_id or e.user_id,
+                 subject_id if user_id is not None else e.subject_id, seq if seq is not None else e.seq)
+
+
+def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) -> tuple[AgentState, list[Envelope]]:
+    """Apply one event of the conversation; `wall` times requests, event time drives decay."""
+    e, p, out = event.envelope, event.payload, []
+    emit = dict(prompt_version=config.prompt_version, model=config.model)
+    inbox, requests = state.inbox, ()
+    if event.type == MESSAGE_APPENDED:
+        if p.role not in PLACED_ROLES:
+            return state, []
+        if e.seq <= state.topics.last_seq or inbox.find(e.seq) is not None:
+            return state, _reassert(state, e)
+        item = Waiting(e.seq, p.role, p.content, e.occurred_at.timestamp(), e.user_id, e.subject_id,
+                       _importance(p.metadata))
+        inbox, requests = box.admit(inbox, item, wall, config.inbox)
+    elif event.type == te.TOPIC_MESSAGE_EMBEDDED:
+        inbox = box.embedded(inbox, p.seq, tuple(p.embedding))
+    elif event.type == te.TOPIC_EMBEDDING_FAILED:
+        inbox, requests = box.failed(inbox, p.seq, p.attempt, p.error, p.retryable, wall, config.inbox)
+    elif event.type in (te.TOPIC_COMPACTED, te.TOPIC_COMPACTION_FAILED, te.TOPIC_TICKED):
+        if event.type == te.TOPIC_TICKED:
+            inbox, requests = box.sweep(inbox, wall, config.inbox)
+            observed = Tick()
+        elif event.type == te.TOPIC_COMPACTED:
+            observed = CompactionDone(p.topic_id, p.upto_seq, p.summary)
+        else:
+            observed = CompactionFailed(p.topic_id, p.upto_seq, p.error)
+        topics, commands = step(state.topics, observed, state.clock, config.fold, wall=wall)
+        state = replace(state, topics=topics)
+        out += [to_event(c, _cause(e), topics, state.clock, **emit) for c in commands]
+    else:
+        return state, []
+    out += [to_event(r, _cause(e, r.seq), state.topics, state.clock, **emit) for r in requests]
+    inbox, ready = box.release(inbox)
+    state = replace(state, inbox=inbox)
+    for item in ready:
+        cause = _cause(e, item.seq, item.user_id, item.subject_id)
+        if item.seq <= state.topics.last_seq:  # a producer wrote this seq after a later one
+            late = MessageUnassigned(item.seq, f"arrived after seq {state.topics.last_seq}")
+            out.append(to_event(late, cause, state.topics, state.clock, **emit))
+            continue
+        clock = max(state.clock, item.timestamp)  # monotone, even if producers' clocks disagree
+        topics, commands = step(state.topics, _observed(item), clock, config.fold, wall=wall)
+        state = replace(state, topics=topics, clock=clock)
+        out += [to_event(c, cause, topics, clock, message=item, **emit) for c in commands]
+    return state, out
+
+
+def _reassert(state: AgentState, e: Envelope) -> list[Envelope]:
+    """A redelivered message still in the working set: say again where it went. The state may
+    have been saved before the events that placed it were sent (crash between the two); the
+    projector ignores what it already has."""
+    for topic in state.topics.topics:
+        for message in topic.messages:
+            if message.seq == e.seq:
+                return [assigned(_cause(e), topic, message.seq, message.role, message.content,
+                                 message.timestamp, None, True)]
+    return []
+
+
+def needs_tick(state: AgentState, wall: float, config: AgentConfig) -> bool:
+    """An embedding or compaction that never came back, or a failed compaction due a retry."""
+    if box.looks_stuck(state.inbox, wall, config.inbox):
+        return True
+    fold = config.fold
+    for topic in state.topics.topics:
+        flight = topic.compaction
+        if flight is not None and wall - flight.requested_at > fold.compaction_timeout_seconds:
+            return True
+        if flight is None and len(topic.messages) > fold.max_messages_per_topic and wall >= topic.compaction_not_before:
+            return True
+    return False

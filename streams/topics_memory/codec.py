@@ -1,0 +1,60 @@
+"""The topic agent's per-conversation state <-> changelog bytes (orjson; vectors as base64 float32)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from streams.topics_memory.inbox import Inbox
+from streams.topics_memory.state import TopicsState
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """The topic working set, the messages waiting for embeddings, and the decay clock."""
+
+    topics: TopicsState = field(default_factory=TopicsState)
+    inbox: Inbox = field(default_factory=Inbox)
+    clock: float = 0.0  # newest message event time seen: decay and eviction run on it
+
+
+def pack_vector(values: Any) -> str:
+    """384 floats as JSON are ~8 KB; as base64 float32 2 KB. Matching needs no more precision."""
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+
+
+def unpack_vector(text: str) -> tuple[float, ...]:
+    return tuple(np.frombuffer(base64.b64decode(text), dtype="<f4").astype(np.float64).tolist())
+
+
+def dumps(state: AgentState) -> bytes:
+    topics = state.topics.to_dict()
+    for topic in topics["topics"]:
+        topic["centroid"] = pack_vector(topic["centroid"])
+    inbox = state.inbox.to_dict()
+    for item in inbox["queue"]:
+        if item["embedding"] is not None:
+            item["embedding"] = pack_vector(item["embedding"])
+    return orjson.dumps({"format": FORMAT, "topics": topics, "inbox": inbox, "clock": state.clock})
+
+
+def loads(raw: bytes | None, conversation_id: str) -> AgentState:
+    """The stored state, or a fresh one for a conversation seen for the first time."""
+    if not raw:
+        return AgentState(TopicsState(conversation_id=conversation_id))
+    data = orjson.loads(raw)
+    topics = data.get("topics") or {}
+    for topic in topics.get("topics", ()):
+        if isinstance(topic.get("centroid"), str):
+            topic["centroid"] = unpack_vector(topic["centroid"])
+    inbox = data.get("inbox") or {}
+    for item in inbox.get("queue", ()):
+        if isinstance(item.get("embedding"), str):
+            item["embedding"] = unpack_vector(item["embedding"])
+    return AgentState(TopicsState.from_dict(topics), Inbox.from_dict(inbox), float(data.get("clock", 0.0)))

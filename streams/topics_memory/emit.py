@@ -1,0 +1,104 @@
+"""Fold and inbox commands -> topic events (envelopes), with what the read model needs in them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from schemas import topic_events as te
+from schemas.codec import new_event
+from schemas.envelope import Envelope
+from streams.topics_memory.inbox import EmbeddingRequested, Waiting
+from streams.topics_memory.protocol import (
+    ArchiveRestoreRequested,
+    CompactionRequested,
+    MessageAssigned,
+    MessageUnassigned,
+    TopicActivated,
+    TopicCreated,
+    TopicEvicted,
+)
+from streams.topics_memory.state import Topic, TopicsState
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Who the derived events are about: copied into every envelope they go out in."""
+
+    tenant_id: str
+    conversation_id: str
+    user_id: str
+    subject_id: str | None
+    seq: int | None
+
+    def common(self) -> dict:
+        return dict(tenant_id=self.tenant_id, conversation_id=self.conversation_id, user_id=self.user_id,
+                    subject_id=self.subject_id, seq=self.seq)
+
+
+def when(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, UTC)
+
+
+def snapshot(topic: Topic) -> te.TopicSnapshot:
+    return te.TopicSnapshot(
+        title=topic.title, importance=topic.importance, access_count=topic.access_count,
+        message_count=topic.message_count, created_at=when(topic.created_at),
+        last_active_at=when(topic.last_active_at),
+    )
+
+
+def assigned(cause: Cause, topic: Topic, seq: int, role: str, content: str, timestamp: float,
+             similarity: float | None, matched: bool) -> Envelope:
+    payload = te.TopicMessageAssigned(
+        topic_id=topic.topic_id, seq=seq, role=role, content=content, occurred_at=when(timestamp),
+        similarity=similarity, matched=matched, topic=snapshot(topic),
+    )
+    return new_event(te.TOPIC_MESSAGE_ASSIGNED, payload, **cause.common())
+
+
+def to_event(command: object, cause: Cause, state: TopicsState, now: float, *, prompt_version: str,
+             model: str, message: Waiting | None = None) -> Envelope:
+    """One command as an event. `state` is the fold's state after the step that emitted it;
+    `message` is the message that step placed (for MessageAssigned)."""
+    common = cause.common()
+    if isinstance(command, EmbeddingRequested):
+        payload = te.TopicEmbeddingRequested(seq=command.seq, content=command.content, attempt=command.attempt)
+        return new_event(te.TOPIC_EMBEDDING_REQUESTED, payload, **(common | dict(
+            user_id=command.user_id, subject_id=command.subject_id, seq=command.seq)))
+    if isinstance(command, MessageAssigned):
+        assert message is not None and message.seq == command.seq
+        matched = message.role != "user" or message.gave_up is None
+        return assigned(cause, state.topic(command.topic_id), message.seq, message.role, message.content,
+                        message.timestamp, command.similarity, matched)
+    if isinstance(command, TopicCreated):
+        topic = state.topic(command.topic_id)
+        payload = te.TopicCreated(topic_id=command.topic_id, title=command.title, seq=command.seq,
+                                  importance=topic.importance, created_at=when(topic.created_at))
+        return new_event(te.TOPIC_CREATED, payload, **common)
+    if isinstance(command, TopicActivated):
+        payload = te.TopicActivated(topic_id=command.topic_id, previous_topic_id=command.previous_topic_id,
+                                    seq=cause.seq)
+        return new_event(te.TOPIC_ACTIVATED, payload, **common)
+    if isinstance(command, ArchiveRestoreRequested):
+        topic = state.topic(command.topic_id)
+        payload = te.TopicArchiveRestoreRequested(topic_id=command.topic_id, seq=cause.seq,
+                                                  archived_count=topic.archived_count,
+                                                  archived_upto_seq=topic.summary_upto_seq)
+        return new_event(te.TOPIC_ARCHIVE_RESTORE_REQUESTED, payload, **common)
+    if isinstance(command, MessageUnassigned):
+        payload = te.TopicMessageUnassigned(seq=command.seq, reason=command.reason)
+        return new_event(te.TOPIC_MESSAGE_UNASSIGNED, payload, **(common | dict(seq=command.seq)))
+    if isinstance(command, CompactionRequested):
+        topic = state.topic(command.topic_id)
+        payload = te.TopicCompactionRequested(
+            topic_id=command.topic_id, upto_seq=command.upto_seq,
+            seqs=[m.seq for m in command.messages_to_archive], previous_summary=command.previous_summary,
+            title=topic.title if topic else "", attempt=command.attempt, prompt_version=prompt_version, model=model,
+        )
+        return new_event(te.TOPIC_COMPACTION_REQUESTED, payload, **common)
+    if isinstance(command, TopicEvicted):
+        payload = te.TopicEvicted(topic_id=command.topic_id, priority=command.priority, reason=command.reason,
+                                  evicted_at=when(now))
+        return new_event(te.TOPIC_EVICTED, payload, **common)
+    raise TypeError(f"no event for {command!r}")

@@ -1,0 +1,127 @@
+"""The topic agent's concurrent stages: embed user messages, summarize compactions (never in the fold)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import numpy as np
+from psycopg_pool import AsyncConnectionPool
+
+from memory_agent.embeddings.port import Embedder, EmbeddingError
+from memory_agent.llm.port import ChatMessage, LlmError
+from schemas import topic_events as te
+from schemas.codec import Event, new_event
+from schemas.envelope import Envelope
+from streams.topics_memory.summarize import TopicSummarizer
+
+log = logging.getLogger(__name__)
+
+
+def _same(cause: Envelope) -> dict:
+    return dict(tenant_id=cause.tenant_id, conversation_id=cause.conversation_id, user_id=cause.user_id,
+                subject_id=cause.subject_id, seq=cause.seq)
+
+
+class EmbeddingStage:
+    """topic.embedding_requested (a batch of them) -> one embedding call -> message_embedded/failed."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    async def handle(self, requests: list[Event]) -> list[Envelope]:
+        if not requests:
+            return []
+        try:
+            vectors = await self.embedder.embed_documents([r.payload.content for r in requests])
+        except EmbeddingError as exc:
+            log.warning("embedding %d topic messages failed: %s", len(requests), exc)
+            return [self._failed(r, str(exc), exc.retryable) for r in requests]
+        except Exception as exc:  # noqa: BLE001 - a model crash must not stop the stage; retried
+            log.exception("embedding %d topic messages crashed", len(requests))
+            return [self._failed(r, f"{type(exc).__name__}: {exc}", True) for r in requests]
+        return [self._result(r, vector) for r, vector in zip(requests, vectors)]
+
+    def _result(self, request: Event, vector: np.ndarray) -> Envelope:
+        norm = float(np.linalg.norm(vector))
+        if not np.isfinite(norm) or norm == 0.0:  # e.g. an empty message: nothing to match on
+            return self._failed(request, "the embedding is zero or not finite", False)
+        payload = te.TopicMessageEmbedded(
+            seq=request.payload.seq, attempt=request.payload.attempt, model=self.embedder.model,
+            embedding=[round(x, 7) for x in (vector / norm).tolist()],
+        )
+        return new_event(te.TOPIC_MESSAGE_EMBEDDED, payload, **_same(request.envelope))
+
+    def _failed(self, request: Event, error: str, retryable: bool) -> Envelope:
+        payload = te.TopicEmbeddingFailed(seq=request.payload.seq, attempt=request.payload.attempt,
+                                          error=error[:2000], retryable=retryable)
+        return new_event(te.TOPIC_EMBEDDING_FAILED, payload, **_same(request.envelope))
+
+
+class InputsNotReady(Exception):
+    """The messages projection has not caught up with the messages a compaction needs."""
+
+
+class CompactionStage:
+    """topic.compaction_requested -> incremental summary -> topic.compacted / compaction_failed."""
+
+    def __init__(self, summarizer: TopicSummarizer, pool: AsyncConnectionPool, *, inputs_wait_s: float = 30.0):
+        self.summarizer = summarizer
+        self.pool = pool
+        self.inputs_wait_s = inputs_wait_s
+
+    async def handle(self, event: Event) -> Envelope | None:
+        """The result event, or None when the read model already has this compaction."""
+        request: te.TopicCompactionRequested = event.payload
+        cause = event.envelope
+        if await self._already_compacted(cause, request):
+            log.debug("topic %s already compacted up to %s; skipping", request.topic_id, request.upto_seq)
+            return None
+        started = time.monotonic()
+        try:
+            messages = await self._inputs(cause, request)
+            summary = await self.summarizer.summarize(request.title, request.previous_summary, messages,
+                                                      request.upto_seq)
+        except (LlmError, InputsNotReady) as exc:
+            retryable = getattr(exc, "retryable", True)
+            log.warning("compaction of topic %s failed: %s", request.topic_id, exc)
+            payload = te.TopicCompactionFailed(topic_id=request.topic_id, upto_seq=request.upto_seq,
+                                               attempt=request.attempt, error=f"{type(exc).__name__}: {exc}"[:2000],
+                                               retryable=retryable)
+            return new_event(te.TOPIC_COMPACTION_FAILED, payload, **_same(cause))
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        log.info("Compacted %d messages of topic %s in %dms", len(messages), request.topic_id, elapsed_ms)
+        payload = te.TopicCompacted(
+            topic_id=request.topic_id, upto_seq=request.upto_seq, archived_seqs=request.seqs, summary=summary.text,
+            attempt=request.attempt, prompt_version=summary.prompt_version, model=summary.model,
+            generation_time_ms=elapsed_ms,
+        )
+        return new_event(te.TOPIC_COMPACTED, payload, **_same(cause))
+
+    async def _already_compacted(self, cause: Envelope, request: te.TopicCompactionRequested) -> bool:
+        """Redelivered requests (restart, rebalance) must not pay for a second LLM call."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT summary_upto_seq FROM topics WHERE tenant_id = %s AND conversation_id = %s AND topic_id = %s",
+                (cause.tenant_id, cause.conversation_id, request.topic_id),
+            )
+            row = await cur.fetchone()
+        return row is not None and row[0] >= request.upto_seq
+
+    async def _inputs(self, cause: Envelope, request: te.TopicCompactionRequested) -> list[ChatMessage]:
+        """The messages to archive, from the projected log (they are in it, or soon will be)."""
+        deadline = time.monotonic() + self.inputs_wait_s
+        while True:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT seq, role, content FROM messages WHERE tenant_id = %s AND conversation_id = %s"
+                    " AND seq = ANY(%s) ORDER BY seq",
+                    (cause.tenant_id, cause.conversation_id, request.seqs),
+                )
+                rows = await cur.fetchall()
+            if len(rows) == len(set(request.seqs)):
+                return [ChatMessage(seq, role, content) for seq, role, content in rows]
+            if time.monotonic() >= deadline:
+                raise InputsNotReady(f"after {self.inputs_wait_s}s: {len(rows)}/{len(request.seqs)} messages projected")
+            await asyncio.sleep(0.05)

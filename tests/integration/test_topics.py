@@ -1,0 +1,163 @@
+"""Seed 004 through real Kafka, the faust worker, PostgreSQL, offline MiniLM and the HTTP API:
+three subjects give three topics; the long one is compacted into a gzip archive (nothing lost),
+and restored into the turn-start context when its subject comes back."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import httpx
+import pytest
+
+from memory_agent.client import MemoryClient
+from tests.integration.conftest import running_api, scalar, wait_until, worker_process
+from tests.support.fake_openai import FakeOpenAI
+
+CONVERSATION_ID = "three-subjects"
+# MiniLM's same-subject cosines run far below seed 004's 0.7 (docs/topics.md); 0.3 separates
+# these subjects (the unit test test_topic_agent_stages checks it on the real model).
+WORKER_ENV = {
+    "MEMORY_TOPICS__SIMILARITY_THRESHOLD": "0.3",
+    "MEMORY_TOPICS__MAX_MESSAGES_PER_TOPIC": "6",
+    "MEMORY_TOPICS__RECENT_MESSAGE_KEEP": "2",
+}
+# (subject, user message, assistant reply), in conversation order: seq = 2 * index (+1 for the reply).
+CONVERSATION = [
+    ("cooking", "I'm cooking pasta carbonara tonight for four people. How much spaghetti and guanciale should I buy?",
+     "For four people take about 400 g of spaghetti and 150 g of guanciale. You also need four egg yolks plus one "
+     "whole egg, and about 80 g of grated pecorino romano."),
+    ("cooking", "For the carbonara, do I mix the eggs and pecorino before they go into the hot pasta?",
+     "Yes: whisk the yolks, the egg and the pecorino into a thick paste first. Take the pan off the heat, add the "
+     "pasta and the crisp guanciale, then stir in the egg mixture with a splash of pasta water so it turns creamy "
+     "instead of scrambling."),
+    ("car", "My car makes a grinding noise from the front wheels when I brake. What could cause that?",
+     "A grinding noise when braking usually means the brake pads are worn down to their metal backing plates, "
+     "which then scrape the brake discs. It can also be a stone trapped between the disc and the dust shield. "
+     "Have the front brakes inspected soon."),
+    ("car", "The brake pedal of my car also feels soft and goes down further than before. Is that related to the "
+     "brakes grinding?",
+     "A soft brake pedal points to the hydraulic side of the brakes: low brake fluid, air in the brake lines or a "
+     "leaking caliper. Worn pads lower the fluid level in the reservoir, so check the brake fluid level, but do not "
+     "drive far until the brakes are checked."),
+    ("car", "The mechanic says the front brakes of my car are worn out: the brake pads are down to the metal and the "
+     "brake discs are scored. How much does fixing the brakes cost?",
+     "For a typical family car, new front brake pads and discs cost roughly 250 to 450 euros fitted, depending on "
+     "the model. Replacing the brake fluid at the same time adds about 60 to 90 euros, which is worth it if the "
+     "pedal felt soft."),
+    ("car", "Is it safe to drive my car to the garage with worn brakes that grind, or should the car be towed?",
+     "If the garage is close and you drive slowly, leave extra distance and avoid motorways, driving there is "
+     "usually acceptable. With metal-on-metal grinding and a soft pedal, though, braking distance is longer; "
+     "towing is the safer choice if the garage is far away."),
+    ("japan", "I'm planning a two-week trip to Japan in April. Is a Japan Rail Pass worth it for Tokyo, Kyoto and "
+     "Osaka?",
+     "For a simple Tokyo, Kyoto, Osaka route the Japan Rail Pass rarely pays off since the 2023 price increase: a "
+     "one-way Tokyo to Kyoto shinkansen ticket costs about 14,000 yen. Buy individual tickets unless you add long "
+     "trips such as Hiroshima or Kanazawa."),
+    ("japan", "On my Japan trip, where should I stay in Kyoto to see the cherry blossoms in April?",
+     "Stay near Higashiyama or Gion in Kyoto: the Philosopher's Path, Maruyama Park and the Kamo River banks are "
+     "all within walking distance, and you can reach them early in the morning before the cherry blossom crowds "
+     "arrive."),
+    ("car", "Back to my car: the garage replaced the brake pads and discs, but the brakes squeak a little now. Is "
+     "that normal?",
+     "A light squeak from new brake pads and discs is common for the first few hundred kilometres while the pads "
+     "bed in. If the brakes still squeak after a week of normal driving, or the squeal is loud, ask the garage to "
+     "check the pads were fitted with anti-squeal paste."),
+    ("car", "My car has new brake pads and discs now. Should I do anything special with the new brakes during the "
+     "first days?",
+     "Bed in the new brakes: avoid hard emergency stops for the first 200 km, and do a few moderate stops from "
+     "60 km/h to let the pads transfer an even layer onto the discs. That also reduces squeaking."),
+]
+CAR_SEQS = [s for i, (subject, _, _) in enumerate(CONVERSATION) if subject == "car" for s in (2 * i, 2 * i + 1)]
+
+
+def text_of(seq: int) -> str:
+    return CONVERSATION[seq // 2][1 + seq % 2]
+
+
+async def say_turns(client: MemoryClient, indexes: range) -> None:
+    for i in indexes:
+        for seq in (2 * i, 2 * i + 1):
+            await client.append_message(tenant_id="tenant-a", conversation_id=CONVERSATION_ID, user_id="alice",
+                                        seq=seq, role="user" if seq % 2 == 0 else "assistant", content=text_of(seq))
+
+
+async def wait_for(settings, sql: str, expected, what: str, timeout: float = 60) -> None:
+    async def reached() -> bool:
+        return await scalar(settings, sql) == expected
+
+    try:
+        await wait_until(reached, timeout, what)
+    except AssertionError:
+        raise AssertionError(f"{what}: {sql} gave {await scalar(settings, sql)!r}, expected {expected!r}") from None
+
+
+def topic_summaries(fake: FakeOpenAI) -> list:
+    return [r for r in fake.chat_requests if r.user_content.startswith("Topic:")]
+
+
+@pytest.mark.asyncio
+async def test_three_subjects_three_topics_compaction_archive_and_restore(settings):
+    placed = "SELECT last_seq FROM topic_conversations WHERE conversation_id = 'three-subjects'"
+    car_summary_upto = "SELECT summary_upto_seq FROM topics WHERE topic_id = 'three-subjects:topic-2'"
+    with FakeOpenAI(latency_s=0.05) as fake:
+        async with worker_process(settings, extra_env=fake.env() | WORKER_ENV) as worker, \
+                running_api(settings) as base, MemoryClient(settings) as client, \
+                httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=10) as http:
+            # Cooking, then four car turns: the car topic passes 6 messages and is compacted.
+            await say_turns(client, range(0, 6))
+            await wait_for(settings, placed, 11, f"seqs 0-11 placed (log {worker.log_path})", timeout=90)
+            await wait_for(settings, car_summary_upto, 8, "the car topic compacted up to seq 8")
+            archive = await scalar(settings, "SELECT archive FROM topic_archives"
+                                             " WHERE topic_id = 'three-subjects:topic-2'")
+            assert bytes(archive[:2]) == b"\x1f\x8b"  # stored as gzip bytes
+            assert [m["seq"] for m in json.loads(gzip.decompress(archive))] == [4, 5, 6, 7, 8]
+
+            # Japan, then back to the car: the archived topic is active again and restored.
+            await say_turns(client, range(6, 9))
+            await wait_for(settings, placed, 17, "seqs 12-17 placed")
+            topics = (await http.get(f"/v1/conversations/{CONVERSATION_ID}/topics")).json()
+            assert [(t["topic_id"].split(":")[1], t["total_messages"]) for t in topics["topics"]] == [
+                ("topic-1", 4), ("topic-2", 10), ("topic-3", 4)]
+            assert topics["active_topic_id"] == f"{CONVERSATION_ID}:topic-2"
+            car = topics["topics"][1]
+            assert car["topic_title"] == CONVERSATION[2][1][:80]
+            assert (car["active_messages"], car["compressed_messages"], car["has_summary"]) == (5, 5, True)
+            assert (car["access_count"], car["memory_type"], car["half_life_days"]) == (4, "short-term", 1.0)
+            assert car["active"] and not car["evicted"] and 0 < car["priority"] <= car["importance_score"]
+
+            context = (await http.get(f"/v1/conversations/{CONVERSATION_ID}/context")).json()["active_topic"]
+            assert context["topic_id"] == f"{CONVERSATION_ID}:topic-2" and context["restored"] is True
+            assert [m["seq"] for m in context["restored_messages"]] == [4, 5, 6, 7, 8]
+            assert [m["content"] for m in context["restored_messages"]] == [text_of(s) for s in range(4, 9)]
+            assert [m["seq"] for m in context["messages"]] == [9, 10, 11, 16, 17]
+            assert context["summary"] and context["summary"] == car["summary"]
+            first_summary = car["summary"]
+
+            # One more car turn: a second, incremental compaction (it builds on the first summary).
+            await say_turns(client, range(9, 10))
+            await wait_for(settings, car_summary_upto, 17, "the car topic compacted again up to seq 17")
+            history = (await http.get(f"/v1/conversations/{CONVERSATION_ID}/topics/{CONVERSATION_ID}:topic-2/history"))
+            history = history.json()
+            assert [m["seq"] for m in history["messages"]] == CAR_SEQS
+            assert [m["content"] for m in history["messages"]] == [text_of(s) for s in CAR_SEQS]
+            assert [m["archived"] for m in history["messages"]] == [True] * 10 + [False] * 2
+            context = (await http.get(f"/v1/conversations/{CONVERSATION_ID}/context")).json()["active_topic"]
+            assert context["restored"] is False and [m["seq"] for m in context["messages"]] == [18, 19]
+
+            # Tenant-scoped: another tenant sees neither the topics nor a history.
+            other = {"X-API-Key": "key-b"}
+            assert (await http.get(f"/v1/conversations/{CONVERSATION_ID}/topics", headers=other)).status_code == 404
+            hidden = f"/v1/conversations/{CONVERSATION_ID}/topics/{CONVERSATION_ID}:topic-2/history"
+            assert (await http.get(hidden, headers=other)).status_code == 404
+
+    first, second = topic_summaries(fake)[:2]
+    assert "[4] user:" in first.user_content and "(none: this is the first summary)" in first.user_content
+    assert first_summary in second.user_content and "[16] user:" in second.user_content
+    assert "[4] user:" not in second.user_content.split("now moving to the archive:")[1]
+    json_bytes, gzip_bytes = (await scalar(settings, "SELECT ARRAY[json_bytes, gzip_bytes] FROM topic_archives"
+                                                     " WHERE topic_id = 'three-subjects:topic-2'"))
+    print(f"\ncar topic archive: 10 messages, {json_bytes} B JSON -> {gzip_bytes} B gzip,"
+          f" size reduction {1 - gzip_bytes / json_bytes:.1%}")
+    assert gzip_bytes < json_bytes
+

@@ -1,0 +1,241 @@
+"""The topic agent's shell (no Kafka): events in, topic events out, embeddings awaited in log order."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import pytest
+
+from memory_agent.settings import Settings, TopicSettings
+from schemas import topic_events as te
+from schemas.codec import decode, encode, new_event
+from schemas.events import MessageAppended
+from schemas.registry import MESSAGE_APPENDED
+from streams.topics_memory import codec
+from streams.topics_memory.agent import AgentConfig, event_type, handle, needs_tick
+
+DIM = 8
+T0 = 1_750_000_000.0
+
+
+def axis(i: int) -> list[float]:
+    return [1.0 if k == i else 0.0 for k in range(DIM)]
+
+
+def config(**topics) -> AgentConfig:
+    return AgentConfig.from_settings(Settings(topics=TopicSettings(**topics)), model="m", prompt_version="p-v1")
+
+
+def event(type_: str, payload, seq: int | None, at: float = T0):
+    envelope = new_event(type_, payload, tenant_id="t", conversation_id="c", user_id="u", seq=seq,
+                         occurred_at=datetime.fromtimestamp(at, UTC))
+    return decode(encode(envelope))  # what the agent gets from Kafka
+
+
+class Driver:
+    """Feeds one conversation's events to `handle`; keeps the state and every event emitted."""
+
+    def __init__(self, cfg: AgentConfig | None = None) -> None:
+        self.cfg, self.state, self.out, self.wall = cfg or config(), codec.loads(None, "c"), [], T0
+
+    def feed(self, ev) -> list:
+        # Through the changelog codec every time, as the faust agent does.
+        state = codec.loads(codec.dumps(self.state), "c")
+        self.state, emitted = handle(self.cfg, state, ev, self.wall)
+        self.out += emitted
+        return [(e.type, e.payload) for e in (decode(encode(envelope)) for envelope in emitted)]
+
+    def say(self, seq: int, role: str, content: str, at: float | None = None, **metadata) -> list:
+        payload = MessageAppended(role=role, content=content, metadata=metadata)
+        return self.feed(event(MESSAGE_APPENDED, payload, seq, T0 + seq if at is None else at))
+
+    def embed(self, seq: int, vector: list[float], attempt: int = 1) -> list:
+        return self.feed(event(te.TOPIC_MESSAGE_EMBEDDED,
+                               te.TopicMessageEmbedded(seq=seq, attempt=attempt, embedding=vector, model="m"), seq))
+
+    def turn(self, seq: int, vector: list[float], text: str = "") -> list:
+        return (self.say(seq, "user", text or f"question {seq}") + self.embed(seq, vector)
+                + self.say(seq + 1, "assistant", f"answer {seq + 1}"))
+
+    def types(self) -> list[str]:
+        return [e.type for e in self.out]
+
+
+def kinds(emitted) -> list[str]:
+    return [t for t, _ in emitted]
+
+
+def test_a_user_message_waits_for_its_embedding_and_the_reply_waits_behind_it():
+    d = Driver()
+    (request,) = d.say(0, "user", "How do I make carbonara?")
+    assert request == (te.TOPIC_EMBEDDING_REQUESTED,
+                       te.TopicEmbeddingRequested(seq=0, content="How do I make carbonara?", attempt=1))
+    assert d.say(1, "assistant", "Eggs, pecorino, guanciale.") == []  # held behind seq 0
+    placed = d.embed(0, axis(0))
+    assert kinds(placed) == [te.TOPIC_CREATED, te.TOPIC_ACTIVATED, te.TOPIC_MESSAGE_ASSIGNED,
+                             te.TOPIC_MESSAGE_ASSIGNED]
+    created, _, user, reply = (p for _, p in placed)
+    assert created.title == "How do I make carbonara?" and created.topic_id == "c:topic-1"
+    assert (user.seq, user.role, user.matched, reply.seq, reply.role) == (0, "user", True, 1, "assistant")
+    assert reply.topic.message_count == 2 and d.state.inbox.queue == ()
+
+
+def test_events_carry_the_envelope_of_the_message_they_place():
+    d = Driver()
+    d.turn(0, axis(0))
+    assigned = [e for e in d.out if e.type == te.TOPIC_MESSAGE_ASSIGNED]
+    assert [(e.seq, e.conversation_id, e.user_id) for e in assigned] == [
+        (0, "c", "u"), (1, "c", "u")]
+
+
+def test_decay_runs_on_event_time_not_on_the_wall_clock():
+    d = Driver()
+    d.wall = T0 + 10 * 86400  # the agent processes the message ten days late (a replay)
+    d.say(0, "user", "hello", at=T0)
+    (_, _, (_, assigned)) = d.embed(0, axis(0))[:3]
+    assert assigned.topic.last_active_at == datetime.fromtimestamp(T0, UTC)
+    assert d.state.clock == T0
+
+
+def test_a_similar_message_joins_and_a_new_subject_starts_a_topic():
+    d = Driver()
+    d.turn(0, axis(0), "carbonara")
+    joined = d.say(2, "user", "more carbonara") + d.embed(2, [0.9, math.sqrt(1 - 0.81)] + [0.0] * (DIM - 2))
+    assert kinds(joined) == [te.TOPIC_EMBEDDING_REQUESTED, te.TOPIC_MESSAGE_ASSIGNED]
+    assert joined[1][1].similarity == pytest.approx(0.9, abs=1e-6) and joined[1][1].topic.access_count == 1
+    switched = d.say(3, "user", "my car brakes squeak") + d.embed(3, axis(1))
+    assert kinds(switched)[1:] == [te.TOPIC_CREATED, te.TOPIC_ACTIVATED, te.TOPIC_MESSAGE_ASSIGNED]
+    assert switched[2][1].previous_topic_id == "c:topic-1"
+
+
+def test_system_and_tool_messages_belong_to_no_topic():
+    d = Driver()
+    assert d.say(0, "system", "You are helpful.") == [] and d.say(1, "tool", "{}") == []
+    assert d.state == codec.loads(None, "c")
+
+
+def test_importance_comes_from_the_message_metadata():
+    d = Driver()
+    d.say(0, "user", "urgent", importance=0.9)
+    created = d.embed(0, axis(0))[0][1]
+    assert created.importance == 0.9
+
+
+def test_compaction_is_requested_with_the_seqs_and_applied_when_it_comes_back():
+    d = Driver(config(max_messages_per_topic=6, recent_message_keep=2))
+    for seq in range(0, 6, 2):
+        d.turn(seq, axis(0))
+    assert te.TOPIC_COMPACTION_REQUESTED not in d.types()
+    emitted = d.say(6, "user", "seventh") + d.embed(6, axis(0))
+    request = next(p for t, p in emitted if t == te.TOPIC_COMPACTION_REQUESTED)
+    assert (request.seqs, request.upto_seq, request.previous_summary, request.prompt_version) == (
+        [0, 1, 2, 3, 4], 4, None, "p-v1")
+    done = te.TopicCompacted(topic_id="c:topic-1", upto_seq=4, archived_seqs=[0, 1, 2, 3, 4], summary="S1",
+                             prompt_version="p-v1", model="m", generation_time_ms=5)
+    assert d.feed(event(te.TOPIC_COMPACTED, done, 6)) == []
+    (topic,) = d.state.topics.topics
+    assert [m.seq for m in topic.messages] == [5, 6] and topic.summary == "S1" and topic.archived_count == 5
+
+
+def test_a_topic_with_an_archive_coming_back_asks_for_a_restore():
+    d = Driver(config(max_messages_per_topic=2, recent_message_keep=1))
+    d.turn(0, axis(0))
+    d.say(2, "user", "again") + d.embed(2, axis(0))
+    done = te.TopicCompacted(topic_id="c:topic-1", upto_seq=1, archived_seqs=[0, 1], summary="S",
+                             prompt_version="p-v1", model="m", generation_time_ms=1)
+    d.feed(event(te.TOPIC_COMPACTED, done, 2))
+    d.say(3, "user", "other") + d.embed(3, axis(1))
+    back = d.say(4, "user", "back") + d.embed(4, axis(0))
+    assert kinds(back)[1:3] == [te.TOPIC_ACTIVATED, te.TOPIC_ARCHIVE_RESTORE_REQUESTED]
+    assert back[2][1] == te.TopicArchiveRestoreRequested(topic_id="c:topic-1", seq=4, archived_count=2,
+                                                         archived_upto_seq=1)
+
+
+def test_a_redelivered_message_reasserts_where_it_went():
+    d = Driver()
+    d.turn(0, axis(0))
+    again = d.say(1, "assistant", "answer 1")
+    assert kinds(again) == [te.TOPIC_MESSAGE_ASSIGNED] and again[0][1].seq == 1
+    assert d.say(5, "user", "new") and d.say(5, "user", "new") == []  # waiting: nothing to say yet
+
+
+def test_a_failed_embedding_is_retried_then_the_message_joins_the_active_topic_unmatched():
+    d = Driver(config(embedding_max_attempts=2))
+    d.turn(0, axis(0))
+    d.say(2, "user", "unembeddable")
+    failure = te.TopicEmbeddingFailed(seq=2, attempt=1, error="503", retryable=True)
+    assert d.feed(event(te.TOPIC_EMBEDDING_FAILED, failure, 2)) == [
+        (te.TOPIC_EMBEDDING_REQUESTED, te.TopicEmbeddingRequested(seq=2, content="unembeddable", attempt=2))]
+    stale = d.feed(event(te.TOPIC_EMBEDDING_FAILED, failure, 2))  # attempt 1 again: not the latest
+    assert stale == []
+    final = d.feed(event(te.TOPIC_EMBEDDING_FAILED, failure.model_copy(update={'attempt': 2}), 2))
+    ((kind, assigned),) = final
+    assert kind == te.TOPIC_MESSAGE_ASSIGNED and (assigned.seq, assigned.matched, assigned.role) == (2, False, "user")
+
+
+def test_a_non_retryable_failure_before_any_topic_is_reported_unassigned():
+    d = Driver()
+    d.say(0, "user", "")
+    failure = te.TopicEmbeddingFailed(seq=0, attempt=1, error="zero vector", retryable=False)
+    ((kind, unassigned),) = d.feed(event(te.TOPIC_EMBEDDING_FAILED, failure, 0))
+    assert kind == te.TOPIC_MESSAGE_UNASSIGNED and "zero vector" in unassigned.reason
+
+
+def test_a_lost_embedding_request_is_reissued_on_a_tick_after_the_timeout():
+    d = Driver(config(embedding_timeout_s=60))
+    d.say(0, "user", "hello")
+    tick = event(te.TOPIC_TICKED, te.TopicTicked(), None)
+    assert not needs_tick(d.state, T0 + 60, d.cfg) and d.feed(tick) == []
+    d.wall = T0 + 61
+    assert needs_tick(d.state, d.wall, d.cfg)
+    assert d.feed(tick) == [(te.TOPIC_EMBEDDING_REQUESTED,
+                             te.TopicEmbeddingRequested(seq=0, content="hello", attempt=2))]
+    assert kinds(d.embed(0, axis(0), attempt=1))[0] == te.TOPIC_CREATED  # a late first answer still counts
+
+
+def test_a_long_wait_is_bounded_by_max_waiting_messages():
+    d = Driver(config(max_waiting_messages=3))
+    d.turn(0, axis(0))
+    d.say(2, "user", "never embedded")
+    d.say(3, "assistant", "a")
+    d.say(4, "assistant", "b")
+    emitted = d.say(5, "assistant", "c")  # the fourth waiting message: seq 2 is given up
+    assert [p.seq for _, p in emitted] == [2, 3, 4, 5] and emitted[0][1].matched is False
+
+
+def test_a_stuck_compaction_makes_the_conversation_need_a_tick():
+    d = Driver(config(max_messages_per_topic=2, recent_message_keep=1, compaction_timeout_s=300))
+    d.turn(0, axis(0))
+    d.say(2, "user", "third") + d.embed(2, axis(0))
+    assert not needs_tick(d.state, T0 + 300, d.cfg) and needs_tick(d.state, T0 + 301, d.cfg)
+    d.wall = T0 + 301
+    emitted = d.feed(event(te.TOPIC_TICKED, te.TopicTicked(), None))
+    assert kinds(emitted) == [te.TOPIC_COMPACTION_REQUESTED] and emitted[0][1].attempt == 2
+
+
+def test_every_emitted_event_decodes_against_its_schema():
+    d = Driver(config(max_messages_per_topic=2, recent_message_keep=1))
+    for seq in range(0, 8, 2):
+        d.turn(seq, axis(seq % 3))
+    assert {te.TOPIC_CREATED, te.TOPIC_COMPACTION_REQUESTED, te.TOPIC_MESSAGE_ASSIGNED} <= set(d.types())
+    for envelope in d.out:
+        assert decode(encode(envelope)).type == envelope.type
+        assert event_type(encode(envelope)) == envelope.type
+
+
+def test_event_type_peeks_without_parsing_and_defers_odd_shapes():
+    assert event_type(b'{"type":"topic.ticked","schema_version":1}') == "topic.ticked"
+    assert event_type(b'{"schema_version":1,"type":"x"}') is None and event_type(None) is None
+
+
+def test_the_changelog_codec_packs_vectors_and_round_trips():
+    d = Driver()
+    d.turn(0, [0.1 * k for k in range(1, DIM + 1)])
+    d.say(2, "user", "waiting")
+    d.embed(3, axis(1))  # not asked for: ignored
+    raw = codec.dumps(d.state)
+    again = codec.loads(raw, "c")
+    assert codec.dumps(again) == raw and again.inbox == d.state.inbox
+    assert again.topics.topics[0].centroid == pytest.approx(d.state.topics.topics[0].centroid, rel=1e-6)
+    assert b"centroid" in raw and len(raw) < 2000
