@@ -1,14 +1,112 @@
-"""Retrieved facts, chunks and memories for the turn-start context (filled in by its issue)."""
+"""Retrieved facts and chunks for the turn-start context, with the scores that put them there."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Literal
 
 import psycopg
+from pydantic import BaseModel, Field
 
 from api.sections.request import ContextRequest
+from memory_agent.embeddings import EmbeddingError
+from retrieval.scoring import ScoreBreakdown
+from retrieval.search import SearchRow
+from retrieval.service import Retrieval, RetrievalConfig, embedder_for, retrieve
+
+log = logging.getLogger(__name__)
+MAX_EXCLUDED = 20  # the best-scoring ones; `excluded_total` counts them all
+
+
+class ScoreOut(BaseModel):
+    """Seed 001: final = similarity x importance_weight x recency_weight."""
+
+    similarity: float = Field(description="cosine + keyword_weight x keyword_score (hybrid relevance)")
+    importance_weight: float
+    recency_weight: float
+    final: float
+    cosine: float
+    keyword_score: float = Field(description="ts_rank of the query's words; 0 when none matches")
+    found_by: list[Literal["vector", "keyword"]]
+
+
+class RetrievedItemOut(BaseModel):
+    kind: Literal["fact", "chunk"]
+    id: str
+    content: str
+    line: str = Field(description="The line to put in the prompt")
+    category: str | None = None
+    memory_type: str | None = None
+    visibility: Literal["private", "shared"] | None = None
+    owner_user_id: str | None = None
+    importance: int | None = None
+    conversation_id: str | None = None
+    message_range: tuple[int, int] | None = Field(None, description="chunks: [start, end) seqs")
+    score: ScoreOut
+    tokens: int
+
+
+class ExcludedOut(BaseModel):
+    kind: Literal["fact", "chunk"]
+    id: str
+    reason: Literal["below_threshold", "already_surfaced", "over_budget"]
+    score: ScoreOut | None = None
+    tokens: int | None = None
+
+
+class RetrievedOut(BaseModel):
+    items: list[RetrievedItemOut] = Field(description="Included, best first, within budget_tokens")
+    text: str = Field(description="The included lines joined by newlines: what to prepend")
+    excluded: list[ExcludedOut] = Field(description=f"Why other candidates were left out (best {MAX_EXCLUDED})")
+    excluded_total: int
+    candidates: int = Field(description="Distinct items the searches returned")
+    tokens_used: int
+    budget_tokens: int
+    threshold: float
+    query: str = Field(description="The text that was embedded and searched")
+    embedding_model: str
+    error: str | None = Field(None, description="Set when retrieval could not run (e.g. embedder down)")
+
+
+def _score(breakdown: ScoreBreakdown, row: SearchRow) -> ScoreOut:
+    found = [name for name, hit in (("vector", row.in_vector), ("keyword", row.in_keyword)) if hit]
+    return ScoreOut(similarity=breakdown.similarity, importance_weight=breakdown.importance_weight,
+                    recency_weight=breakdown.recency_weight, final=breakdown.final, cosine=row.cosine,
+                    keyword_score=row.keyword_score, found_by=found)
+
+
+def to_out(result: Retrieval, threshold: float) -> RetrievedOut:
+    items = []
+    for packed in result.packed.included:
+        row = result.rows[packed.item.candidate.item_id]
+        items.append(RetrievedItemOut(
+            kind=row.kind, id=row.item_id, content=row.content, line=packed.line, category=row.category,
+            memory_type=row.memory_type, visibility=row.visibility, owner_user_id=row.owner_user_id,
+            importance=row.importance, conversation_id=row.conversation_id,
+            message_range=(row.range_start, row.range_end) if row.kind == "chunk" else None,
+            score=_score(packed.item.score, row), tokens=packed.tokens))
+    excluded = sorted(result.packed.excluded, key=lambda e: -(e.score.final if e.score else 0.0))
+    return RetrievedOut(
+        items=items, text=result.packed.text,
+        excluded=[ExcludedOut(kind=result.rows[e.candidate.item_id].kind, id=result.rows[e.candidate.item_id].item_id,
+                              reason=e.reason, tokens=e.tokens,
+                              score=_score(e.score, result.rows[e.candidate.item_id]) if e.score else None)
+                  for e in excluded[:MAX_EXCLUDED]],
+        excluded_total=len(excluded), candidates=result.candidates, tokens_used=result.packed.tokens_used,
+        budget_tokens=result.packed.budget, threshold=threshold, query=result.query,
+        embedding_model=result.embedding_model)
 
 
 async def retrieval_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any) -> Any | None:
-    """A pydantic model for ContextOut.retrieved, or None."""
-    return None
+    """RetrievedOut, or None when there is nothing to search with (no query, no messages).
+    If the embedder fails, the context still answers: no items, and `error` says why."""
+    config = RetrievalConfig.from_settings(app_state.settings.retrieval)
+    embedder = embedder_for(app_state)
+    try:
+        result = await retrieve(conn, request, embedder, config)
+    except EmbeddingError as error:
+        log.warning("retrieval skipped, embedder failed: %s", error)
+        return RetrievedOut(items=[], text="", excluded=[], excluded_total=0, candidates=0, tokens_used=0,
+                            budget_tokens=request.budget_tokens, threshold=config.scoring.threshold,
+                            query=request.query or "", embedding_model=embedder.model, error=str(error))
+    return None if result is None else to_out(result, config.scoring.threshold)

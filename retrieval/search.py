@@ -1,0 +1,207 @@
+"""Hybrid search SQL: pgvector HNSW kNN + full-text over facts and chunks, scoped by tenant, user and subject."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Sequence
+
+import numpy as np
+import psycopg
+from psycopg.rows import class_row
+
+Kind = Literal["fact", "chunk"]
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+# websearch_to_tsquery reads these as operators, not words.
+_OPERATORS = frozenset({"or", "and", "not"})
+
+
+@dataclass(frozen=True)
+class Scope:
+    tenant_id: str
+    user_id: str
+    subject_id: str | None
+    conversation_id: str  # whose surfaced_items are flagged
+
+
+@dataclass(frozen=True)
+class SearchRow:
+    """One candidate with both scores: every row has its cosine, and a keyword score
+    (ts_rank, 0.0 when no query term matches), whichever search found it."""
+
+    kind: Kind
+    item_id: str
+    content: str
+    cosine: float
+    keyword_score: float
+    in_vector: bool  # returned by the vector search (its top k)
+    in_keyword: bool  # returned by the keyword search (its top k)
+    surfaced: bool  # already in surfaced_items for the scope's conversation
+    timestamp: datetime  # facts: updated_at (merges refresh it); chunks: created_at
+    importance: int | None = None
+    category: str | None = None
+    memory_type: str | None = None
+    visibility: str | None = None
+    owner_user_id: str | None = None
+    conversation_id: str | None = None
+    range_start: int | None = None
+    range_end: int | None = None  # exclusive
+
+
+def keyword_query(text: str, max_terms: int = 32) -> str | None:
+    """Words of `text` joined with " or " for websearch_to_tsquery: any word may match and
+    ts_rank rewards matching more of them (its default AND would demand every word of a
+    whole conversation turn). Operators and punctuation never reach the parser."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        if word not in _OPERATORS and word not in seen:
+            seen[word] = None
+            if len(seen) >= max_terms:
+                break
+    return " or ".join(seen) if seen else None
+
+
+def vector_literal(vector: np.ndarray) -> str:
+    """pgvector's text form, so no per-connection type registration is needed."""
+    return "[" + ",".join(f"{x:.7g}" for x in np.asarray(vector, dtype=np.float32).ravel()) + "]"
+
+
+async def configure(conn: psycopg.AsyncConnection, ef_search: int) -> None:
+    """Transaction-local HNSW breadth; iterative scans keep going when the scope filter
+    rejects index hits, so a filtered kNN still returns k rows (pgvector >= 0.8)."""
+    await conn.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
+        (str(ef_search),),
+    )
+
+
+_FACT_COLUMNS = (
+    "'fact' AS kind, t.fact_id AS item_id, t.content, t.updated_at AS timestamp, t.importance, t.category,"
+    " t.memory_type, t.visibility, t.owner_user_id, t.source_conversation_id AS conversation_id,"
+    " NULL::int AS range_start, NULL::int AS range_end"
+)
+_CHUNK_COLUMNS = (
+    "'chunk' AS kind, t.chunk_id AS item_id, t.content, t.created_at AS timestamp, NULL::int AS importance,"
+    " NULL AS category, NULL AS memory_type, NULL AS visibility, t.user_id AS owner_user_id, t.conversation_id,"
+    " t.message_range_start AS range_start, t.message_range_end AS range_end"
+)
+
+
+def _fact_scope(subject_id: str | None) -> str:
+    """Own current facts of this subject, plus facts shared by anyone about the same subject.
+    Never another user's private fact, never deleted or superseded ones, never another tenant."""
+    live = "t.tenant_id = %(tenant)s AND t.deleted_at IS NULL AND t.valid_to IS NULL"
+    if subject_id is None:
+        return f"{live} AND t.owner_user_id = %(user)s AND t.subject_id IS NULL"
+    return f"{live} AND t.subject_id = %(subject)s AND (t.owner_user_id = %(user)s OR t.visibility = 'shared')"
+
+
+def _chunk_scope(subject_id: str | None) -> str:
+    subject = "t.subject_id IS NULL" if subject_id is None else "t.subject_id = %(subject)s"
+    return f"t.tenant_id = %(tenant)s AND t.user_id = %(user)s AND {subject}"
+
+
+def search_sql(kind: Kind, subject_id: str | None, *, vector: bool, keyword: bool) -> str:
+    """One statement: the top k by cosine distance (HNSW), the top k by ts_rank (GIN), their
+    union with both scores and the surfaced flag. A disabled search contributes nothing."""
+    table, key, columns = (
+        ("facts", "fact_id", _FACT_COLUMNS) if kind == "fact" else ("conversation_chunks", "chunk_id", _CHUNK_COLUMNS)
+    )
+    scope = _fact_scope(subject_id) if kind == "fact" else _chunk_scope(subject_id)
+    tsquery = "websearch_to_tsquery('english', %(keywords)s)"
+    vec = (
+        f"SELECT t.{key} AS id FROM {table} t WHERE {scope}"
+        f" ORDER BY t.embedding <=> %(vector)s::vector LIMIT %(k)s"
+        if vector else f"SELECT NULL::text AS id WHERE false"
+    )
+    kw = (
+        f"SELECT t.{key} AS id FROM {table} t WHERE {scope} AND t.content_tsv @@ {tsquery}"
+        f" ORDER BY ts_rank(t.content_tsv, {tsquery}) DESC, t.{key} LIMIT %(k)s"
+        if keyword else "SELECT NULL::text AS id WHERE false"
+    )
+    keyword_score = f"ts_rank(t.content_tsv, {tsquery})" if keyword else "0.0"
+    matches = f"t.content_tsv @@ {tsquery}" if keyword else "false"
+    return (
+        f"WITH vec AS MATERIALIZED ({vec}), kw AS MATERIALIZED ({kw})"
+        f" SELECT {columns},"
+        f" 1 - (t.embedding <=> %(vector)s::vector) AS cosine,"
+        f" CASE WHEN {matches} THEN {keyword_score} ELSE 0.0 END AS keyword_score,"
+        f" t.{key} IN (SELECT id FROM vec) AS in_vector, t.{key} IN (SELECT id FROM kw) AS in_keyword,"
+        f" EXISTS (SELECT 1 FROM surfaced_items s WHERE s.tenant_id = %(tenant)s"
+        f" AND s.conversation_id = %(conversation)s AND s.item_kind = '{kind}' AND s.item_id = t.{key}) AS surfaced"
+        f" FROM {table} t WHERE t.tenant_id = %(tenant)s"
+        f" AND t.{key} IN (SELECT id FROM vec UNION SELECT id FROM kw)"
+    )
+
+
+async def search(
+    conn: psycopg.AsyncConnection,
+    kind: Kind,
+    scope: Scope,
+    vector: np.ndarray | str,
+    keywords: str | None,
+    k: int,
+    *,
+    use_vector: bool = True,
+    use_keyword: bool = True,
+) -> list[SearchRow]:
+    """Candidates of one table, unordered (the caller ranks them). `keywords` is a
+    websearch_to_tsquery string (see keyword_query); None turns the keyword search off."""
+    literal = vector if isinstance(vector, str) else vector_literal(vector)
+    sql = search_sql(kind, scope.subject_id, vector=use_vector, keyword=use_keyword and keywords is not None)
+    params = {
+        "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
+        "conversation": scope.conversation_id, "vector": literal, "keywords": keywords or "", "k": k,
+    }
+    async with conn.cursor(row_factory=class_row(SearchRow)) as cur:
+        await cur.execute(sql, params)
+        return await cur.fetchall()
+
+
+async def search_all(
+    conn: psycopg.AsyncConnection,
+    scope: Scope,
+    vector: np.ndarray,
+    keywords: str | None,
+    k: int,
+    *,
+    kinds: Sequence[Kind] = ("fact", "chunk"),
+    use_vector: bool = True,
+    use_keyword: bool = True,
+) -> list[SearchRow]:
+    literal = vector_literal(vector)
+    rows: list[SearchRow] = []
+    for kind in kinds:
+        rows += await search(conn, kind, scope, literal, keywords, k, use_vector=use_vector, use_keyword=use_keyword)
+    return rows
+
+
+async def record_surfaced(
+    conn: psycopg.AsyncConnection, scope: Scope, items: Sequence[tuple[Kind, str]], now: datetime
+) -> None:
+    """Remember what this conversation was shown and bump the facts' access counts.
+
+    Operational side effects of a read: not derived from the log, not rebuilt by a replay.
+    Rows are locked in id order, so concurrent requests bumping the same facts cannot deadlock;
+    the commit does not wait for the WAL flush (a crash may lose the last few counts)."""
+    if not items:
+        return
+    kinds, ids = [k for k, _ in items], [i for _, i in items]
+    fact_ids = sorted(i for k, i in items if k == "fact")
+    await conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
+    await conn.execute(
+        "INSERT INTO surfaced_items (tenant_id, conversation_id, item_kind, item_id, surfaced_at)"
+        " SELECT %s, %s, kind, id, %s FROM unnest(%s::text[], %s::text[]) AS u(kind, id)"
+        " ON CONFLICT DO NOTHING",
+        (scope.tenant_id, scope.conversation_id, now, kinds, ids),
+    )
+    if fact_ids:
+        await conn.execute(
+            "WITH locked AS (SELECT fact_id FROM facts WHERE tenant_id = %s AND fact_id = ANY(%s)"
+            " ORDER BY fact_id FOR UPDATE)"
+            " UPDATE facts f SET access_count = f.access_count + 1,"
+            " last_accessed_at = GREATEST(f.last_accessed_at, %s)"
+            " FROM locked WHERE f.fact_id = locked.fact_id",
+            (scope.tenant_id, fact_ids, now),
+        )

@@ -1,0 +1,102 @@
+"""Retrieval's pure parts: query text, keyword query, relevance per method, ranking, token counting."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from memory_agent.settings import RetrievalSettings
+from retrieval.scoring import DAY_S
+from retrieval.search import SearchRow, keyword_query, search_sql, vector_literal
+from retrieval.service import RetrievalConfig, count_lines, query_text, rank_all, relevance
+from retrieval.tokens import count_tokens
+from tests.support import labelled_set
+
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def row(item_id: str, cosine: float, keyword: float = 0.0, *, importance: int | None = 3, age_days: float = 0,
+        kind: str = "fact") -> SearchRow:
+    return SearchRow(kind, item_id, f"content {item_id}", cosine, keyword, True, keyword > 0, False,
+                     NOW - timedelta(days=age_days), importance, "other", "fact", "private")
+
+
+def test_query_text_puts_the_current_message_first_then_earlier_ones_newest_first():
+    text = query_text("Which port was that?", ["oldest", "middle", "newest"])
+    assert text.split("\n") == ["Which port was that?", "newest", "middle", "oldest"]
+
+
+def test_query_text_cuts_each_part_collapses_whitespace_and_drops_repeats():
+    config = RetrievalConfig(query_chars=10, context_message_chars=5)
+    text = query_text("  a   very long current message ", ["abcdefghij", "a very long current  message"], config)
+    assert text.split("\n") == ["a very lon", "abcde"]
+
+
+@pytest.mark.parametrize(("current", "earlier", "expected"),
+                         [(None, [], None), ("   ", [], None), (None, ["only history"], "only history")])
+def test_query_text_without_a_message_uses_history_or_nothing(current, earlier, expected):
+    assert query_text(current, earlier) == expected
+
+
+def test_keyword_query_ors_distinct_words_and_never_passes_operators():
+    assert keyword_query('WiFi "problem" -or OR not wifi, and router!') == "wifi or problem or router"
+    assert keyword_query("one two three four", max_terms=2) == "one or two"
+    assert keyword_query("?!  --") is None
+
+
+def test_relevance_per_method():
+    hit = row("a", cosine=0.5, keyword=0.1)
+    assert relevance(hit, "vector", 0.3) == 0.5
+    assert relevance(hit, "keyword", 0.3) == 0.1
+    assert relevance(hit, "hybrid", 0.3) == pytest.approx(0.53)
+
+
+def test_rank_all_applies_importance_and_recency_and_keys_by_kind():
+    rows = [row("old", 0.8, age_days=200), row("fresh", 0.6), row("vip", 0.45, importance=5),
+            row("c1", 0.5, kind="chunk", importance=None)]
+    ranked = rank_all(rows, NOW.timestamp())
+    assert [s.candidate.item_id for s in ranked] == ["fact:vip", "fact:fresh", "chunk:c1", "fact:old"]
+    old = ranked[-1].score
+    assert (old.similarity, old.recency_weight, old.final) == (0.8, 0.5, pytest.approx(0.4))
+    assert ranked[0].score.importance_weight == pytest.approx(5 / 3)
+    assert ranked[0].candidate.timestamp == pytest.approx(NOW.timestamp())
+    assert abs(ranked[-1].candidate.timestamp - (NOW.timestamp() - 200 * DAY_S)) < 1
+
+
+def test_config_from_settings_keeps_ef_search_at_least_k():
+    config = RetrievalConfig.from_settings(RetrievalSettings(candidate_k=80, ef_search=40, threshold=0.2))
+    assert (config.ef_search, config.candidate_k, config.scoring.threshold) == (80, 80, 0.2)
+
+
+def test_count_lines_equals_the_tokenizer_on_whole_texts():
+    rng = random.Random(4)
+    words = ["Lisbon", "don't", "192.168.8.2", "naïve", "x", "Grandpa", "(shared)", "-", "[hobby]", "übung"]
+    for _ in range(50):
+        lines = [" ".join(rng.choices(words, k=rng.randint(0, 12))) for _ in range(rng.randint(1, 6))]
+        text = "\n".join(lines)
+        assert count_lines(text) == count_tokens(text)
+
+
+def test_vector_literal_is_pgvector_text():
+    assert vector_literal(np.array([0.5, -1.0, 1e-9], dtype=np.float32)) == "[0.5,-1,1e-09]"
+
+
+def test_fact_scope_never_admits_other_users_private_or_dead_facts():
+    with_subject = search_sql("fact", "s1", vector=True, keyword=True)
+    assert "t.visibility = 'shared'" in with_subject and "t.deleted_at IS NULL AND t.valid_to IS NULL" in with_subject
+    without = search_sql("fact", None, vector=True, keyword=False)
+    assert "shared" not in without and "t.subject_id IS NULL" in without and "websearch" not in without
+    assert "user_id = %(user)s" in search_sql("chunk", "s1", vector=False, keyword=True)
+
+
+def test_labelled_set_is_consistent_and_recall_counts_fractions():
+    labelled_set.validate()
+    perfect = {q.id: list(q.relevant) for q in labelled_set.QUERIES}
+    assert labelled_set.recall_at_k(perfect, 10) == 1.0
+    assert labelled_set.recall_at_k({}, 10) == 0.0
+    first_only = {q.id: list(q.relevant[:1]) for q in labelled_set.QUERIES}
+    expected = sum(1 / len(q.relevant) for q in labelled_set.QUERIES) / len(labelled_set.QUERIES)
+    assert labelled_set.recall_at_k(first_only, 10) == pytest.approx(expected)
