@@ -44,7 +44,6 @@ class TopicRow:
     restored_at_seq: int | None
     compaction_status: str | None
     compactions: int
-    compaction_failures: int
     evicted_at: datetime | None
     evicted_priority: float | None
     evicted_reason: str | None
@@ -66,7 +65,7 @@ class TopicMessageRow:
 _TOPICS = """
 SELECT t.topic_id, t.title, t.first_seq, t.summary, t.summary_upto_seq, t.summary_model, t.summary_prompt_version,
        t.importance, t.access_count, t.message_count, t.created_at, t.last_active_at, t.active, t.restored_at_seq,
-       t.compaction_status, t.compactions, t.compaction_failures, t.evicted_at, t.evicted_priority, t.evicted_reason,
+       t.compaction_status, t.compactions, t.evicted_at, t.evicted_priority, t.evicted_reason,
        (SELECT count(*) FROM topic_messages m WHERE m.tenant_id = t.tenant_id
            AND m.conversation_id = t.conversation_id AND m.topic_id = t.topic_id)::int AS active_messages,
        coalesce(a.message_count, 0) AS archived_messages, a.json_bytes AS archive_json_bytes,

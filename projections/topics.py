@@ -129,38 +129,43 @@ async def _activated(conn, event: Event, q: dict) -> None:
         return  # an older activation replayed: the newer one already holds
     # A deactivated topic's restore ends with it.
     await conn.execute(
-        f"UPDATE topics SET active = (topic_id = %(topic)s),"
-        " restored_at_seq = CASE WHEN topic_id = %(topic)s THEN restored_at_seq END, updated_at = now()"
+        "UPDATE topics SET active = (topic_id = %(topic)s),"
+        " restored_at_seq = CASE WHEN topic_id = %(topic)s THEN restored_at_seq END,"
+        " restore_cleared_seq = CASE WHEN topic_id = %(topic)s THEN restore_cleared_seq"
+        " ELSE GREATEST(restore_cleared_seq, %(seq)s) END, updated_at = now()"
         f" WHERE {_KEY} AND (active OR topic_id = %(topic)s)", q)
 
 
 async def _restore(conn, event: Event, q: dict) -> None:
     await conn.execute(
         f"UPDATE topics SET restored_at_seq = %(seq)s, updated_at = now() WHERE {_TOPIC}"
-        " AND (restored_at_seq IS NULL OR restored_at_seq < %(seq)s)", q | {"seq": event.payload.seq})
+        " AND restore_cleared_seq < %(seq)s AND (restored_at_seq IS NULL OR restored_at_seq < %(seq)s)",
+        q | {"seq": event.payload.seq})
 
 
 async def _compaction_requested(conn, event: Event, q: dict) -> None:
     p = event.payload
     await conn.execute(
         f"UPDATE topics SET compaction_status = 'requested', compaction_attempt = %(attempt)s, updated_at = now()"
-        f" WHERE {_TOPIC} AND summary_upto_seq < %(upto)s", q | {"attempt": p.attempt, "upto": p.upto_seq})
+        f" WHERE {_TOPIC} AND summary_upto_seq < %(upto)s AND coalesce(compaction_attempt, 0) <= %(attempt)s",
+        q | {"attempt": p.attempt, "upto": p.upto_seq})
 
 
 async def _compaction_failed(conn, event: Event, q: dict) -> None:
     p = event.payload
     await conn.execute(
-        f"UPDATE topics SET compaction_status = 'failed', compaction_error = %(error)s,"
-        " compaction_failures = compaction_failures + 1, updated_at = now()"
-        f" WHERE {_TOPIC} AND summary_upto_seq < %(upto)s", q | {"error": p.error, "upto": p.upto_seq})
+        f"UPDATE topics SET compaction_status = 'failed', compaction_error = %(error)s, updated_at = now()"
+        f" WHERE {_TOPIC} AND summary_upto_seq < %(upto)s AND coalesce(compaction_attempt, 0) <= %(attempt)s",
+        q | {"error": p.error, "upto": p.upto_seq, "attempt": p.attempt})
 
 
 async def _evicted(conn, event: Event, q: dict) -> None:
     p = event.payload
     await conn.execute(
         f"UPDATE topics SET evicted_at = %(at)s, evicted_priority = %(priority)s, evicted_reason = %(reason)s,"
-        f" active = false, restored_at_seq = NULL, updated_at = now() WHERE {_TOPIC} AND evicted_at IS NULL",
-        q | {"at": p.evicted_at, "priority": p.priority, "reason": p.reason})
+        " active = false, restored_at_seq = NULL, restore_cleared_seq = GREATEST(restore_cleared_seq, %(seq)s),"
+        f" updated_at = now() WHERE {_TOPIC} AND evicted_at IS NULL",
+        q | {"at": p.evicted_at, "priority": p.priority, "reason": p.reason, "seq": event.envelope.seq or 0})
 
 
 async def _compacted(conn, event: Event, q: dict) -> None:
@@ -198,11 +203,15 @@ async def _compacted(conn, event: Event, q: dict) -> None:
             q | {"archive": packed, "count": len(merged), "first": merged[0].seq, "last": merged[-1].seq,
                  "json": len(to_json_bytes(merged)), "gzip": len(packed)})
     await conn.execute(f"DELETE FROM topic_messages WHERE {_TOPIC} AND seq <= %(upto)s", q)
+    # A restore ends when a compaction requested at or after it (the envelope's seq: the fold's
+    # position when it asked) re-archives what was brought back, as seed 004's next compaction does.
     await conn.execute(
         f"UPDATE topics SET summary = %(summary)s, summary_upto_seq = %(upto)s, summary_model = %(model)s,"
         " summary_prompt_version = %(prompt)s, compaction_status = 'completed', compactions = compactions + 1,"
-        f" restored_at_seq = NULL, updated_at = now() WHERE {_TOPIC}",
-        q | {"summary": p.summary, "model": p.model, "prompt": p.prompt_version})
+        " restored_at_seq = CASE WHEN restored_at_seq <= %(asked)s THEN NULL ELSE restored_at_seq END,"
+        f" restore_cleared_seq = GREATEST(restore_cleared_seq, %(asked)s), updated_at = now() WHERE {_TOPIC}",
+        q | {"summary": p.summary, "model": p.model, "prompt": p.prompt_version,
+             "asked": event.envelope.seq if event.envelope.seq is not None else p.upto_seq})
 
 
 _APPLY = {

@@ -33,12 +33,13 @@ CREATE TABLE topics (
     last_active_at         timestamptz      NOT NULL,             -- the LRU timer
     active                 boolean          NOT NULL DEFAULT false,
     -- Set when the topic came back with an archive: its archived messages are in the
-    -- turn-start context until it is deactivated or compacted again (docs/topics.md).
+    -- turn-start context until it is deactivated, or compacted by a request made after the
+    -- restore (docs/topics.md). restore_cleared_seq keeps a replayed restore from coming back.
     restored_at_seq        integer,
+    restore_cleared_seq    integer          NOT NULL DEFAULT -1,
     compaction_status      text CHECK (compaction_status IN ('requested', 'completed', 'failed')),
     compaction_attempt     integer,
     compaction_error       text,
-    compaction_failures    integer          NOT NULL DEFAULT 0,
     compactions            integer          NOT NULL DEFAULT 0,
     evicted_at             timestamptz,                           -- left the working set
     evicted_priority       double precision,

@@ -102,7 +102,9 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
             observed = CompactionFailed(p.topic_id, p.upto_seq, p.error)
         topics, commands = step(state.topics, observed, state.clock, config.fold, wall=wall)
         state = replace(state, topics=topics)
-        out += [to_event(c, _cause(e), topics, state.clock, **emit) for c in commands]
+        # Not caused by a message: these carry the fold's position (the newest message placed).
+        cause = _cause(e, seq=topics.last_seq if topics.last_seq >= 0 else None)
+        out += [to_event(c, cause, topics, state.clock, **emit) for c in commands]
     else:
         return state, []
     out += [to_event(r, _cause(e, r.seq), state.topics, state.clock, **emit) for r in requests]

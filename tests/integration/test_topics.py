@@ -161,3 +161,116 @@ async def test_three_subjects_three_topics_compaction_archive_and_restore(settin
           f" size reduction {1 - gzip_bytes / json_bytes:.1%}")
     assert gzip_bytes < json_bytes
 
+
+
+# --- the projector alone: redelivery and a lost assignment --------------------------------------
+
+def agent_event_stream(conversation_id: str) -> list:
+    """The events the agent emits for a scripted chat (4 subjects, max 2 topics, compactions
+    answered at once), as the memory topic would hold them."""
+    from datetime import UTC, datetime
+
+    from memory_agent.settings import Settings, TopicSettings
+    from schemas import topic_events as te
+    from schemas.codec import decode, encode, new_event
+    from schemas.events import MessageAppended
+    from schemas.registry import MESSAGE_APPENDED
+    from streams.topics_memory import codec
+    from streams.topics_memory.agent import AgentConfig, handle
+
+    topics = TopicSettings(max_topics=2, max_messages_per_topic=4, recent_message_keep=1)
+    cfg = AgentConfig.from_settings(Settings(topics=topics), model="m", prompt_version="p-v1")
+    state, log, t0 = codec.loads(None, conversation_id), [], 1_750_000_000.0
+
+    def feed(type_, payload, seq):
+        nonlocal state
+        cause = new_event(type_, payload, tenant_id="tenant-a", conversation_id=conversation_id, user_id="alice",
+                          seq=seq, occurred_at=datetime.fromtimestamp(t0 + 60 * (seq or 0), UTC))
+        state, emitted = handle(cfg, state, decode(encode(cause)), t0)
+        for envelope in emitted:
+            log.append(envelope)
+            p = decode(encode(envelope)).payload
+            if envelope.type == te.TOPIC_EMBEDDING_REQUESTED:
+                subject = int(p.content.split()[1])
+                vector = [1.0 if k == subject else 0.0 for k in range(4)]
+                feed(te.TOPIC_MESSAGE_EMBEDDED, te.TopicMessageEmbedded(seq=p.seq, embedding=vector, model="m"), p.seq)
+            elif envelope.type == te.TOPIC_COMPACTION_REQUESTED:
+                done = te.TopicCompacted(topic_id=p.topic_id, upto_seq=p.upto_seq, archived_seqs=p.seqs,
+                                         summary=f"summary up to {p.upto_seq}", prompt_version="p-v1", model="m",
+                                         generation_time_ms=1)
+                log.append(new_event(te.TOPIC_COMPACTED, done, tenant_id="tenant-a", conversation_id=conversation_id,
+                                     user_id="alice", seq=envelope.seq))
+                feed(te.TOPIC_COMPACTED, done, envelope.seq)
+
+    seq = 0
+    # Subject 0 is compacted, restored, compacted again (ending the restore) and restored again;
+    # subject 1 is evicted when subject 2 makes a third topic.
+    for subject in (0, 0, 0, 1, 0, 0, 2, 0):
+        for role in ("user", "assistant"):
+            feed(MESSAGE_APPENDED, MessageAppended(role=role, content=f"subject {subject} {role} {seq}"), seq)
+            seq += 1
+    return log
+
+
+async def table_snapshot(settings) -> dict:
+    import psycopg
+
+    tables = {
+        "topics": "SELECT topic_id, title, summary, summary_upto_seq, access_count, message_count, active,"
+                  " restored_at_seq, evicted_reason, compactions FROM topics ORDER BY topic_id",
+        "messages": "SELECT topic_id, seq, role FROM topic_messages ORDER BY seq",
+        "archives": "SELECT topic_id, archive, message_count, first_seq, last_seq FROM topic_archives ORDER BY 1",
+        "conversation": "SELECT active_topic_id, activated_seq, last_seq FROM topic_conversations",
+    }
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public"
+    ) as conn:
+        return {name: [tuple(r) for r in await (await conn.execute(sql)).fetchall()] for name, sql in tables.items()}
+
+
+@pytest.mark.asyncio
+async def test_projector_redelivery_changes_nothing_and_a_lost_assignment_is_archived_from_the_log(settings):
+    import psycopg
+    from aiokafka.structs import ConsumerRecord
+
+    from projections.topics import TopicsProjector
+    from schemas import topic_events as te
+    from schemas.codec import encode
+
+    log = agent_event_stream("replayed")
+    # Seq 1 was placed, but its assignment event was lost (crash between state and send):
+    # the projector takes it from the projected log when it is archived.
+    lost = next(e for e in log if e.type == te.TOPIC_MESSAGE_ASSIGNED and e.seq == 1)
+    records = [ConsumerRecord("memory", 0, offset, 0, 0, e.key, encode(e), None, 0, 0, [])
+               for offset, e in enumerate(e for e in log if e is not lost)]
+    projector = TopicsProjector(settings)
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
+    ) as conn:
+        await conn.execute(
+            "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content, occurred_at,"
+            " source_partition, source_offset) VALUES ('tenant-a', 'replayed', 1, 'e1', 'alice', 'assistant',"
+            " 'subject 0 assistant 1', now(), 0, 0)")
+        async with conn.transaction():
+            assert await projector.apply(conn, records) == []
+        first = await table_snapshot(settings)
+        async with conn.transaction():
+            await projector.apply(conn, records)  # redelivered batch
+            await projector.apply(conn, records[len(records) // 2:])  # and a partial one
+    assert await table_snapshot(settings) == first
+
+    assert first["topics"] == [
+        # topic_id, title, summary, summary_upto_seq, access_count, message_count, active,
+        # restored_at_seq, evicted_reason, compactions
+        ("replayed:topic-1", "subject 0 user 0", "summary up to 9", 9, 5, 12, True, 14, None, 2),
+        ("replayed:topic-2", "subject 1 user 6", None, -1, 0, 2, False, None, "capacity", 0),
+        ("replayed:topic-3", "subject 2 user 12", None, -1, 0, 2, False, None, None, 0),
+    ]
+    (archive_topic, archive, count, first_seq, last_seq), = first["archives"]
+    assert archive_topic == "replayed:topic-1" and bytes(archive[:2]) == b"\x1f\x8b"
+    assert [m["seq"] for m in json.loads(gzip.decompress(archive))] == [0, 1, 2, 3, 4, 5, 8, 9]
+    assert (count, first_seq, last_seq) == (8, 0, 9)
+    assert [(t, s) for t, s, _ in first["messages"]] == [
+        ("replayed:topic-2", 6), ("replayed:topic-2", 7), ("replayed:topic-1", 10), ("replayed:topic-1", 11),
+        ("replayed:topic-3", 12), ("replayed:topic-3", 13), ("replayed:topic-1", 14), ("replayed:topic-1", 15)]
+    assert first["conversation"] == [("replayed:topic-1", 14, 15)]
