@@ -116,6 +116,34 @@ class EmbeddingSettings(BaseModel):
     send_dimensions: bool | None = None
 
 
+class FactsSettings(BaseModel):
+    """Seed 003's rolling chunks + facts and seed 001's two-tier extraction and dedup."""
+
+    # Summarize once MORE than `summarization_threshold` messages are unsummarized,
+    # the oldest `batch_size` at a time (seed 003: 30 and 20).
+    summarization_threshold: int = Field(default=30, ge=0)
+    batch_size: int = Field(default=20, ge=1)
+    # A chunk request with no result after this long is re-issued (worker crash, lost call).
+    request_timeout_s: float = Field(default=120.0, gt=0)
+    # Attempts per range (failures and timeouts); then the range is skipped.
+    max_attempts: int = Field(default=5, ge=1)
+    failure_backoff_s: float = Field(default=30.0, ge=0)
+    # A new fact this close (cosine) to a current one of the same owner and subject merges
+    # into it; an owner's decision applies to a re-extracted fact this close (docs/facts.md).
+    dedup_threshold: float = Field(default=0.85, gt=0, le=1)
+    # "auto": the LLM gate when an LLM and a distinct gate model are configured, else the
+    # heuristic gate; "off": every chunk goes to the extractor.
+    gate: Literal["auto", "llm", "heuristic", "off"] = "auto"
+    # Models per tier; None: llm.gate_model (then llm.model) for the gate, llm.model for
+    # extraction. Prompt version None: llm.chunk_facts_prompt_version.
+    gate_model: str | None = None
+    extraction_model: str | None = None
+    prompt_version: str | None = None
+    max_facts_per_chunk: int = Field(default=20, ge=0)
+    # How long the extraction stage waits for the chunk's messages to be projected.
+    inputs_wait_s: float = Field(default=30.0, gt=0)
+
+
 class TopicSettings(BaseModel):
     """Seed 004's topic memory: matching, compaction, decay, plus the agent's own limits."""
 
@@ -200,6 +228,7 @@ class Settings(BaseSettings):
     window: WindowSettings = WindowSettings()
     llm: LlmSettings = LlmSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
+    facts: FactsSettings = FactsSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     topics: TopicSettings = TopicSettings()
 

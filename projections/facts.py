@@ -1,10 +1,281 @@
-"""Projector(s) of this memory system's events into PostgreSQL (filled in by its issue)."""
+"""Projects chunks, facts (dedup, supersede, links) and owners' fact decisions into PostgreSQL."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+import numpy as np
+import orjson
+import psycopg
+from aiokafka.structs import ConsumerRecord
+from psycopg.types.json import Jsonb
+
 from memory_agent.settings import Settings
+from projections.dead_letter import DeadLetter
+from schemas import facts_events as fe
+from schemas.codec import Event, decode
+from schemas.envelope import InvalidEvent
+from streams.facts import decisions as rules
+from streams.facts.dedup import DedupConfig, FactDecision, Neighbour, NewFact, decide_fact
+from streams.facts.ids import from_vector, vector_literal
+
+log = logging.getLogger(__name__)
+NEIGHBOURS = 10
+_ACTIONS = {fe.FACT_EDITED: "edited", fe.FACT_DELETED: "deleted"}
+_MESSAGE_PREFIX = b'{"type":"message.appended"'  # how schemas.codec.encode starts every message
+
+_INSERT_CHUNK = """
+INSERT INTO conversation_chunks (chunk_id, tenant_id, conversation_id, user_id, subject_id, content, embedding,
+    embedding_model, message_range_start, message_range_end, prompt_version, model, source_event_ids, event_id)
+VALUES (%s, %s, %s, %s, %s, %s, %s::vector, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT DO NOTHING RETURNING chunk_id
+"""
+# Exact distances inside the owner's scope (a materialized CTE cannot use the HNSW index):
+# an approximate neighbour list could differ between runs, and dedup must replay identically.
+_NEIGHBOURS = """
+WITH scope AS MATERIALIZED (
+    SELECT fact_id, content, category, owner_user_id, importance, tags, embedding FROM facts
+     WHERE tenant_id = %(tenant)s AND subject_id IS NOT DISTINCT FROM %(subject)s AND embedding_model = %(model)s
+       AND valid_to IS NULL AND deleted_at IS NULL AND (owner_user_id = %(owner)s OR visibility = 'shared'))
+SELECT fact_id, content, category, owner_user_id, importance, tags, 1 - (embedding <=> %(vector)s::vector)
+  FROM scope ORDER BY embedding <=> %(vector)s::vector, fact_id LIMIT %(limit)s
+"""
+_INSERT_FACT = """
+INSERT INTO facts (fact_id, tenant_id, owner_user_id, subject_id, category, memory_type, content, importance, tags,
+    source_conversation_id, source_chunk_id, source_event_ids, embedding, embedding_model, extracted_by,
+    prompt_version, valid_from, event_id, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (fact_id) DO NOTHING RETURNING fact_id
+"""
+_MERGE = """
+UPDATE facts SET importance = %(importance)s, tags = %(tags)s, content = %(content)s,
+       embedding = COALESCE(%(vector)s::vector, embedding),
+       source_event_ids = source_event_ids || ARRAY(SELECT unnest(%(sources)s::text[]) EXCEPT
+                                                  SELECT unnest(source_event_ids)),
+       updated_at = GREATEST(updated_at, %(at)s)
+ WHERE fact_id = %(fact_id)s
+"""
+_HISTORY = """
+INSERT INTO fact_history (fact_id, change, old_content, new_content, detail, event_id, changed_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
+"""
+_DECISIONS = """
+SELECT d.event_id, d.fact_id, d.owner_user_id, d.subject_id, d.action, d.content_snapshot, d.decided_at,
+       d.new_content, h.detail
+  FROM fact_decisions d
+  LEFT JOIN fact_history h ON h.event_id = d.event_id AND h.fact_id = d.fact_id AND h.change = 'decision'
+ WHERE d.tenant_id = %s AND d.owner_user_id = %s AND d.subject_id IS NOT DISTINCT FROM %s
+"""
+_CLOSE_TO_SNAPSHOT = """
+SELECT fact_id FROM facts
+ WHERE tenant_id = %(tenant)s AND owner_user_id = %(owner)s AND subject_id IS NOT DISTINCT FROM %(subject)s
+   AND (fact_id = %(fact_id)s OR (embedding_model = %(model)s
+        AND embedding <=> %(vector)s::vector <= %(distance)s))
+"""
+
+
+class FactsProjector:
+    name = "facts"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.threshold = settings.facts.dedup_threshold
+        self.dedup = DedupConfig(merge_threshold=settings.facts.dedup_threshold)
+
+    def topics(self, settings: Settings) -> list[str]:
+        # Management events live in the truth; chunks in this generation's memory events.
+        return [settings.kafka.conversation_topic, settings.kafka.memory_topic(settings.generation)]
+
+    async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+        letters: list[DeadLetter] = []
+        for record in records:
+            if record.value is not None and record.value.startswith(_MESSAGE_PREFIX):
+                continue  # most of the truth: skip without validating it
+            try:
+                event = decode(record.value, max_event_bytes=self.settings.kafka.max_event_bytes,
+                               max_content_chars=self.settings.limits.max_content_chars)
+            except InvalidEvent:
+                continue  # the messages and memory projectors dead-letter invalid input once
+            if event.type != fe.CHUNK_RECORDED and event.type not in fe.MANAGEMENT_TYPES:
+                continue
+            try:
+                async with conn.transaction():  # a savepoint: one bad event never blocks the rest
+                    refusal = await (self._chunk(conn, event) if event.type == fe.CHUNK_RECORDED
+                                     else self._decision(conn, event))
+            except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+                refusal = ("apply_failed", f"{type(exc).__name__}: {exc}")
+            if refusal is not None:
+                log.warning("facts projector refused %s %s: %s", event.type, event.envelope.event_id, refusal)
+                letters.append(DeadLetter(record, *refusal))
+        return letters
+
+    # -- chunks and extracted facts -------------------------------------------------------
+
+    async def _chunk(self, conn, event: Event) -> tuple[str, str] | None:
+        e, p = event.envelope, event.payload
+        dims = self.settings.embedding.dimensions
+        bad = [v for v in (p.embedding, *(f.embedding for f in p.facts)) if v.dimensions != dims]
+        if bad:
+            return "wrong_dimensions", f"vectors of {bad[0].dimensions} dimensions ({bad[0].model}), column has {dims}"
+        cur = await conn.execute(_INSERT_CHUNK, (
+            p.chunk_id, e.tenant_id, e.conversation_id, p.owner_user_id, p.subject_id, p.summary,
+            vector_literal(p.embedding.values), p.embedding.model, p.start_seq, p.end_seq_exclusive,
+            p.prompt_version, p.model, p.source_event_ids, e.event_id))
+        if await cur.fetchone() is None:
+            return None  # this range is already recorded: redelivery, replay or a late attempt
+        for index, fact in enumerate(p.facts):
+            await self._fact(conn, event, index, fact)
+        return None
+
+    async def _fact(self, conn, event: Event, index: int, fact: fe.RecordedFact) -> None:
+        e, p = event.envelope, event.payload
+        vector = vector_literal(fact.embedding.values)
+        cur = await conn.execute(_NEIGHBOURS, {
+            "tenant": e.tenant_id, "subject": p.subject_id, "model": fact.embedding.model,
+            "owner": p.owner_user_id, "vector": vector, "limit": NEIGHBOURS})
+        neighbours = [Neighbour(fid, content, category, owner, p.subject_id or "", float(sim), importance, tuple(tags))
+                      for fid, content, category, owner, importance, tags, sim in await cur.fetchall()]
+        new = NewFact(fact.content, from_vector(fact.embedding), fact.category, p.owner_user_id, p.subject_id or "",
+                      fact.importance, tuple(fact.tags))
+        decision = decide_fact(new, neighbours, p.observed_at.timestamp(), self.dedup)
+        history_id = f"{e.event_id}/{index}"  # one chunk event can touch one fact several times
+        detail = {"chunk_id": p.chunk_id, "fact_id": fact.fact_id, "action": decision.action,
+                  "reason": decision.reason}
+        if decision.action == "merge":
+            await self._merge(conn, event, fact, decision, history_id, detail)
+            return
+        if decision.action == "supersede":
+            await conn.execute("UPDATE facts SET valid_to = %s, updated_at = GREATEST(updated_at, %s)"
+                               " WHERE fact_id = %s AND valid_to IS NULL",
+                               (p.observed_at, p.observed_at, decision.target_fact_id))
+            await conn.execute(_HISTORY, (decision.target_fact_id, "superseded", None, fact.content,
+                                          Jsonb(detail), history_id, p.observed_at))
+        cur = await conn.execute(_INSERT_FACT, (
+            fact.fact_id, e.tenant_id, p.owner_user_id, p.subject_id, fact.category, fact.memory_type, fact.content,
+            fact.importance, fact.tags, e.conversation_id, p.chunk_id, p.source_event_ids, vector,
+            fact.embedding.model, p.model, p.prompt_version, p.observed_at, e.event_id, p.observed_at))
+        if await cur.fetchone() is None:
+            return
+        await conn.execute(_HISTORY, (fact.fact_id, "extracted", None, fact.content, Jsonb(detail), history_id,
+                                      p.observed_at))
+        if decision.target_fact_id is not None and decision.link_type is not None:
+            await conn.execute(
+                "INSERT INTO fact_links (from_fact_id, to_fact_id, relationship, event_id) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT DO NOTHING", (fact.fact_id, decision.target_fact_id, decision.link_type, e.event_id))
+        await self._manage(conn, e.tenant_id, fact.fact_id)
+
+    async def _merge(self, conn, event: Event, fact: fe.RecordedFact, decision: FactDecision, history_id: str,
+                     detail: dict) -> None:
+        """Same fact again: bump importance, union tags; an owner's edited wording is never replaced."""
+        p, fields = event.payload, decision.merged_fields
+        target = decision.target_fact_id
+        cur = await conn.execute("SELECT content, EXISTS (SELECT 1 FROM fact_history WHERE fact_id = %s"
+                                 " AND change = 'edited') FROM facts WHERE fact_id = %s", (target, target))
+        old_content, edited = await cur.fetchone()
+        reworded = "previous_content" in fields and not edited
+        await conn.execute(_MERGE, {
+            "importance": fields["importance"], "tags": list(fields["tags"]),
+            "content": fields["content"] if reworded else old_content,
+            "vector": vector_literal(fact.embedding.values) if reworded else None,
+            "sources": p.source_event_ids, "at": p.observed_at, "fact_id": target})
+        await conn.execute(_HISTORY, (target, "merged", old_content, fact.content, Jsonb(detail), history_id,
+                                      p.observed_at))
+
+    # -- owners' decisions ----------------------------------------------------------------
+
+    async def _decision(self, conn, event: Event) -> tuple[str, str] | None:
+        e, p = event.envelope, event.payload
+        if e.user_id != p.owner_user_id:
+            return "not_owner", f"user {e.user_id!r} acted on fact {p.fact_id} owned by {p.owner_user_id!r}"
+        cur = await conn.execute("SELECT owner_user_id FROM facts WHERE tenant_id = %s AND fact_id = %s",
+                                 (e.tenant_id, p.fact_id))
+        row = await cur.fetchone()
+        if row is not None and row[0] != p.owner_user_id:
+            return "not_owner", f"fact {p.fact_id} is owned by {row[0]!r}, not {p.owner_user_id!r}"
+        action = _ACTIONS.get(event.type) or ("shared" if p.visibility == "shared" else "unshared")
+        new_content = getattr(p, "new_content", None)
+        cur = await conn.execute(
+            "INSERT INTO fact_decisions (event_id, tenant_id, owner_user_id, subject_id, fact_id, action,"
+            " content_snapshot, new_content, decided_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT DO NOTHING RETURNING event_id",
+            (e.event_id, e.tenant_id, p.owner_user_id, p.subject_id, p.fact_id, action, p.content_snapshot,
+             new_content, e.occurred_at))
+        if await cur.fetchone() is None:
+            return None  # already applied
+        # The vectors that let a replay match this decision to a re-extracted fact (docs/facts.md).
+        vectors = {"action": action, "snapshot_embedding": _dump(p.snapshot_embedding),
+                   "new_embedding": _dump(getattr(p, "new_embedding", None))}
+        await conn.execute(_HISTORY, (p.fact_id, "decision", p.content_snapshot, new_content, Jsonb(vectors),
+                                      e.event_id, e.occurred_at))
+        for fact_id in await self._affected(conn, e.tenant_id, p):
+            await self._manage(conn, e.tenant_id, fact_id)
+        return None
+
+    async def _affected(self, conn, tenant: str, p: fe.FactManaged) -> list[str]:
+        """The decided fact, plus facts close to any snapshot decided on it (re-extracted copies)."""
+        group = [d for d in await self._load_decisions(conn, tenant, p.owner_user_id, p.subject_id)
+                 if d.fact_id == p.fact_id]
+        found: set[str] = {p.fact_id}
+        for d in group:
+            if d.snapshot_embedding is None:
+                continue
+            cur = await conn.execute(_CLOSE_TO_SNAPSHOT, {
+                "tenant": tenant, "owner": d.owner, "subject": d.subject, "fact_id": p.fact_id,
+                "model": d.snapshot_model, "vector": vector_literal(d.snapshot_embedding),
+                "distance": 1 - self.threshold + 1e-9})
+            found.update(row[0] for row in await cur.fetchall())
+        return sorted(found)
+
+    async def _manage(self, conn, tenant: str, fact_id: str) -> None:
+        """Recompute the owner-managed fields of one fact from every decision that applies to it."""
+        cur = await conn.execute(
+            "SELECT fact_id, owner_user_id, subject_id, content, embedding::text, embedding_model, valid_from"
+            " FROM facts WHERE tenant_id = %s AND fact_id = %s", (tenant, fact_id))
+        row = await cur.fetchone()
+        if row is None:
+            return
+        fact = rules.FactView(row[0], row[1], row[2], row[3], np.asarray(orjson.loads(row[4]), dtype=np.float32),
+                              row[5], row[6])
+        chosen = rules.applicable(await self._load_decisions(conn, tenant, fact.owner, fact.subject), fact,
+                                  self.threshold)
+        if not chosen:
+            return
+        managed = rules.resolve(chosen, fact)
+        await conn.execute(
+            "UPDATE facts SET visibility = COALESCE(%s, visibility), content = COALESCE(%s, content),"
+            " embedding = COALESCE(%s::vector, embedding), deleted_at = COALESCE(deleted_at, %s),"
+            " updated_at = GREATEST(updated_at, %s) WHERE fact_id = %s",
+            (managed.visibility, managed.content,
+             None if managed.embedding is None else vector_literal(managed.embedding), managed.deleted_at,
+             chosen[-1].decided_at, fact_id))
+        for d in chosen:
+            await conn.execute(_HISTORY, (fact_id, d.action, d.content_snapshot, d.new_content,
+                                          Jsonb({"decided_on": d.fact_id}), d.event_id, d.decided_at))
+
+    async def _load_decisions(self, conn, tenant: str, owner: str, subject: str | None) -> list[rules.Decision]:
+        cur = await conn.execute(_DECISIONS, (tenant, owner, subject))
+        return [_decision_row(*row) for row in await cur.fetchall()]
+
+
+def _dump(vector: fe.Vector | None) -> dict | None:
+    return None if vector is None else {"model": vector.model, "values": vector.values}
+
+
+def _decision_row(event_id, fact_id, owner, subject, action, snapshot, decided_at: datetime, new_content,
+                  detail) -> rules.Decision:
+    detail = detail or {}
+    snap, new = detail.get("snapshot_embedding") or {}, detail.get("new_embedding") or {}
+    return rules.Decision(
+        event_id=event_id, fact_id=fact_id, owner=owner, subject=subject, action=action,
+        content_snapshot=snapshot, decided_at=decided_at,
+        snapshot_embedding=np.asarray(snap["values"], dtype=np.float32) if snap else None,
+        snapshot_model=snap.get("model"), new_content=new_content,
+        new_embedding=np.asarray(new["values"], dtype=np.float32) if new else None,
+        new_embedding_model=new.get("model"))
 
 
 def projectors(settings: Settings) -> list:
     """The projectors this system runs in the worker."""
-    return []
+    return [FactsProjector(settings)]

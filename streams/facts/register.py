@@ -1,11 +1,73 @@
-"""Faust wiring of this memory system (filled in by its issue)."""
+"""Faust wiring of chunks and facts: ordered chunk fold, concurrent extraction stage, tick timer."""
 
 from __future__ import annotations
 
-import faust
+import time
 
+import faust
+import orjson
+
+from memory_agent.embeddings.factory import make_embedder
+from memory_agent.llm.factory import make_json_completer
+from schemas.codec import encode
+from schemas.facts_events import CHUNK_REQUESTED
 from streams.context import StreamContext
+from streams.facts.agent import chunk_config, fold_event, needs_tick, prompt_and_model, tick_event
+from streams.facts.chunking import ChunkState
+from streams.facts.extractor import ChunkExtractor
+from streams.facts.stage import ChunkStage
 
 
 def register(app: faust.App, ctx: StreamContext) -> None:
-    """Add this system's agents, tables and timers to the app."""
+    settings = ctx.settings
+    raw_bytes = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+    # key_type/value_type bytes make the changelog recovery decode raw too (not JSON).
+    chunks = app.Table(
+        "chunk-state", default=None, partitions=settings.kafka.partitions, schema=raw_bytes,
+        key_type=bytes, value_type=bytes,
+    )
+    config = chunk_config(settings)
+    prompt_version, model = prompt_and_model(settings)
+    stage: list[ChunkStage] = []
+
+    @app.agent(ctx.conversation_and_memory_events, name="fold-chunks", concurrency=1)
+    async def fold_chunks(stream):
+        """Ordered per conversation: one state read, one fold step, one state write per event."""
+        async for key, value in stream.items():
+            event = ctx.decode(value)
+            if event is None:
+                continue
+            raw_state = chunks.get(key)
+            state = ChunkState.from_dict(orjson.loads(raw_state)) if raw_state else ChunkState()
+            new_state, outgoing = fold_event(config, state, event, time.time(), prompt_version, model)
+            if new_state != state:
+                chunks[key] = orjson.dumps(new_state.to_dict())
+            for envelope in outgoing:
+                await ctx.memory_events.send(key=key, value=encode(envelope))
+
+    @app.agent(ctx.memory_events, name="extract-chunks", concurrency=settings.llm.concurrency)
+    async def extract_chunks(stream):
+        """Concurrent: gate, extractor and embeddings never hold up the fold."""
+        async for key, value in stream.items():
+            event = ctx.decode(value)
+            if event is None or event.type != CHUNK_REQUESTED:
+                continue
+            if not stage:
+                pool = await ctx.pool()
+                if not stage:  # another instance of this agent may have built it meanwhile
+                    extractor = ChunkExtractor(settings, make_json_completer(settings))
+                    stage.append(ChunkStage(extractor, make_embedder(settings), pool,
+                                            inputs_wait_s=settings.facts.inputs_wait_s,
+                                            max_event_bytes=settings.kafka.max_event_bytes))
+            result = await stage[0].handle(event)
+            if result is not None:
+                await ctx.memory_events.send(key=key, value=encode(result))
+
+    @app.timer(interval=max(1.0, min(settings.facts.request_timeout_s, settings.facts.failure_backoff_s or 1.0) / 4))
+    async def tick_due_chunks():
+        """Timed-out requests and backed-off retries are re-issued by the fold when it sees a tick."""
+        now = time.time()
+        for key, raw_state in list(chunks.items()):
+            if needs_tick(ChunkState.from_dict(orjson.loads(raw_state)), now, config):
+                tenant, _, conversation = key.decode().partition("/")
+                await ctx.memory_events.send(key=key, value=encode(tick_event(tenant, conversation)))

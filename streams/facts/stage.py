@@ -1,0 +1,158 @@
+"""The concurrent stage: chunk.requested -> gate + extraction + embeddings -> chunk.recorded/failed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg_pool import AsyncConnectionPool
+
+from memory_agent import metrics
+from memory_agent.embeddings.port import Embedder, EmbeddingError
+from memory_agent.llm.port import ChatMessage, LlmError
+from schemas import facts_events as fe
+from schemas.codec import Event, encode, new_event
+from schemas.envelope import Envelope
+from streams.facts import ids
+from streams.facts.extraction import MalformedExtraction
+from streams.facts.extractor import ChunkExtractor, Extraction
+
+log = logging.getLogger(__name__)
+
+
+class InputsNotReady(Exception):
+    """The projection has not caught up with the chunk's messages."""
+
+
+@dataclass(frozen=True)
+class ChunkInputs:
+    owner_user_id: str
+    subject_id: str | None
+    messages: list[ChatMessage]
+    event_ids: list[str]
+    observed_at: datetime
+
+
+class ChunkStage:
+    """Computes one requested chunk; never blocks the ordered chunk fold. Every failure becomes a
+    chunk.failed event and leaves no state behind: the fold retries the same range later."""
+
+    def __init__(self, extractor: ChunkExtractor, embedder: Embedder, pool: AsyncConnectionPool, *,
+                 inputs_wait_s: float = 30.0, max_event_bytes: int = 512 * 1024) -> None:
+        self.extractor = extractor
+        self.embedder = embedder
+        self.pool = pool
+        self.inputs_wait_s = inputs_wait_s
+        self.max_event_bytes = max_event_bytes
+
+    async def handle(self, event: Event) -> Envelope | None:
+        """The result event for a request, or None when its range is already recorded."""
+        request: fe.ChunkRequested = event.payload
+        cause = event.envelope
+        if await self._already_recorded(cause, request):
+            log.debug("chunk %s-%s of %s already recorded", request.start_seq, request.end_seq_exclusive,
+                      cause.conversation_id)
+            return None
+        started = time.monotonic()
+        try:
+            inputs = await self._inputs(cause, request)
+            extraction = await self.extractor.extract(inputs.messages)
+            result = await self._recorded(cause, request, inputs, extraction, started)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported to the fold, never lost
+            kind = type(exc).__name__
+            metrics.LLM_LATENCY.labels(operation="chunk", outcome="error").observe(time.monotonic() - started)
+            log.warning("chunk %s-%s of %s failed: %s: %s", request.start_seq, request.end_seq_exclusive,
+                        cause.conversation_id, kind, exc, exc_info=not _expected(exc))
+            return self._failed(cause, request, f"{kind}: {exc}", getattr(exc, "retryable", True))
+        metrics.LLM_LATENCY.labels(operation="chunk", outcome="ok").observe(time.monotonic() - started)
+        log.info("Chunked messages %s-%s of %s: %d facts (gate %s)", request.start_seq,
+                 request.end_seq_exclusive - 1, cause.conversation_id, len(result.payload["facts"]),
+                 extraction.gate.method)
+        return result
+
+    async def _recorded(self, cause: Envelope, request: fe.ChunkRequested, inputs: ChunkInputs,
+                        extraction: Extraction, started: float) -> Envelope:
+        result = extraction.result
+        vectors = await self.embedder.embed_documents([result.summary, *(f.content for f in result.facts)])
+        model = self.embedder.model
+        tenant, conversation = cause.tenant_id, cause.conversation_id
+        start, end = request.start_seq, request.end_seq_exclusive
+        facts = [
+            fe.RecordedFact(
+                fact_id=ids.fact_id(tenant, conversation, start, end, fact.content), category=fact.category,
+                memory_type=fact.memory_type, content=fact.content, importance=fact.importance,
+                tags=list(fact.tags), embedding=ids.to_vector(vectors[index + 1], model),
+            )
+            for index, fact in enumerate(result.facts)
+        ]
+        payload = fe.ChunkRecorded(
+            chunk_id=ids.chunk_id(tenant, conversation, start, end), start_seq=start, end_seq_exclusive=end,
+            attempt=request.attempt, owner_user_id=inputs.owner_user_id, subject_id=inputs.subject_id,
+            summary=result.summary, embedding=ids.to_vector(vectors[0], model), facts=facts, gate=extraction.gate,
+            extractor=result.extractor, model=extraction.model, prompt_version=extraction.prompt_version,
+            source_event_ids=inputs.event_ids, observed_at=inputs.observed_at,
+            generation_time_ms=int((time.monotonic() - started) * 1000),
+            remapped_categories=list(result.remapped_categories),
+        )
+        envelope = new_event(fe.CHUNK_RECORDED, payload, tenant_id=tenant, conversation_id=conversation,
+                             user_id=inputs.owner_user_id, subject_id=inputs.subject_id, seq=end - 1)
+        size = len(encode(envelope))
+        if size > self.max_event_bytes:
+            raise ValueError(f"chunk.recorded would be {size} bytes > {self.max_event_bytes}; "
+                             "lower facts.max_facts_per_chunk or the embedding dimensions")
+        return envelope
+
+    def _failed(self, cause: Envelope, request: fe.ChunkRequested, error: str, retryable: bool) -> Envelope:
+        payload = fe.ChunkFailed(
+            start_seq=request.start_seq, end_seq_exclusive=request.end_seq_exclusive, attempt=request.attempt,
+            error=error[:2000], retryable=bool(retryable), prompt_version=request.prompt_version,
+            model=request.model,
+        )
+        return new_event(fe.CHUNK_FAILED, payload, tenant_id=cause.tenant_id, conversation_id=cause.conversation_id,
+                         user_id=cause.user_id, subject_id=cause.subject_id, seq=cause.seq)
+
+    async def _already_recorded(self, cause: Envelope, request: fe.ChunkRequested) -> bool:
+        """Redelivered or re-issued requests must not pay for a second LLM call."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT 1 FROM conversation_chunks WHERE tenant_id = %s AND conversation_id = %s"
+                " AND message_range_start = %s AND message_range_end = %s",
+                (cause.tenant_id, cause.conversation_id, request.start_seq, request.end_seq_exclusive),
+            )
+            return await cur.fetchone() is not None
+
+    async def _inputs(self, cause: Envelope, request: fe.ChunkRequested) -> ChunkInputs:
+        """The range's messages once projected (a seq the log never had is a gap, not a wait)."""
+        start, end = request.start_seq, request.end_seq_exclusive
+        deadline = time.monotonic() + self.inputs_wait_s
+        while True:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT user_id, subject_id, last_seq FROM conversations"
+                    " WHERE tenant_id = %s AND conversation_id = %s", (cause.tenant_id, cause.conversation_id))
+                conversation = await cur.fetchone()
+                cur = await conn.execute(
+                    "SELECT seq, event_id, role, content, occurred_at FROM messages WHERE tenant_id = %s"
+                    " AND conversation_id = %s AND seq >= %s AND seq < %s ORDER BY seq",
+                    (cause.tenant_id, cause.conversation_id, start, end),
+                )
+                rows = await cur.fetchall()
+            complete = len(rows) == end - start or (conversation is not None and conversation[2] >= end - 1)
+            if conversation is not None and rows and complete:
+                return ChunkInputs(
+                    owner_user_id=conversation[0], subject_id=conversation[1],
+                    messages=[ChatMessage(seq, role, content) for seq, _, role, content, _ in rows],
+                    event_ids=[row[1] for row in rows], observed_at=max(row[4] for row in rows),
+                )
+            if time.monotonic() >= deadline:
+                raise InputsNotReady(f"after {self.inputs_wait_s}s: {len(rows)}/{end - start} messages "
+                                     f"{start}..{end - 1} projected")
+            await asyncio.sleep(0.05)
+
+
+def _expected(exc: Exception) -> bool:
+    """Failures that need no traceback in the log (a bug does)."""
+    return isinstance(exc, (LlmError, MalformedExtraction, EmbeddingError, InputsNotReady, ValueError))
