@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import ClientDep, ConnDep, SettingsDep, TenantDep
-from memory_agent.embeddings.factory import make_embedder
+from api.deps import ClientDep, ConnDep, TenantDep
 from projections import fact_queries as q
+from retrieval.service import embedder_for
 from schemas import facts_events as fe
 from schemas.codec import new_event
 from schemas.envelope import IDENTIFIER
@@ -179,15 +179,13 @@ WaitMsQuery = Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="How long t
 
 @router.patch("/{fact_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted)
 async def edit_fact(fact_id: str, body: ContentIn, request: Request, tenant: TenantDep, conn: ConnDep,
-                    client: ClientDep, settings: SettingsDep, x_user_id: UserHeader = None,
+                    client: ClientDep, x_user_id: UserHeader = None,
                     wait: WaitQuery = False, wait_ms: WaitMsQuery = 5000) -> Accepted:
     """Rewrite the content (owner only); the new wording is embedded here so every replay gets the same vector."""
     user = _acting_user(x_user_id)
     row = await _owned(conn, tenant, fact_id, user)
     content = " ".join(body.content.split())
-    embedder = getattr(request.app.state, "embedder", None)
-    if embedder is None:
-        embedder = request.app.state.embedder = make_embedder(settings)
+    embedder = embedder_for(request.app.state)  # the one retrieval uses: one model per API process
     try:
         vector = to_vector((await embedder.embed_documents([content]))[0], embedder.model)
     except Exception as exc:  # noqa: BLE001 - embedding provider down
