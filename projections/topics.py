@@ -47,6 +47,14 @@ SELECT %(tenant)s, %(conversation)s, %(seq)s, %(topic)s, %(role)s, %(content)s, 
  WHERE NOT EXISTS (SELECT 1 FROM topics WHERE {_TOPIC} AND summary_upto_seq >= %(seq)s)
 ON CONFLICT DO NOTHING
 """
+# One statement (one round trip): the sub-statements share a snapshot, and the message's
+# foreign key to its topic is checked at the end of the statement, after the upsert.
+_ASSIGNED = f"""
+WITH snapshot AS ({_UPSERT_SNAPSHOT}), message AS ({_INSERT_MESSAGE})
+INSERT INTO topic_conversations (tenant_id, conversation_id, last_seq) VALUES (%(tenant)s, %(conversation)s, %(seq)s)
+ON CONFLICT (tenant_id, conversation_id) DO UPDATE
+   SET last_seq = GREATEST(topic_conversations.last_seq, EXCLUDED.last_seq), updated_at = now()
+"""
 _PLACED = """
 INSERT INTO topic_conversations (tenant_id, conversation_id, last_seq) VALUES (%(tenant)s, %(conversation)s, %(seq)s)
 ON CONFLICT (tenant_id, conversation_id) DO UPDATE
@@ -74,6 +82,7 @@ class TopicsProjector:
         return [settings.kafka.memory_topic(settings.generation)]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+        events = []
         for record in records:
             kind = event_type(record.value)
             if kind is not None and kind not in PROJECTED:
@@ -83,7 +92,12 @@ class TopicsProjector:
             except InvalidEvent:
                 continue
             if event.type in PROJECTED:
-                await _APPLY[event.type](conn, event, _params(event))
+                events.append(event)
+        if events:
+            # Pipelined: statements go out without waiting for each answer (a read syncs).
+            async with conn.pipeline():
+                for event in events:
+                    await _APPLY[event.type](conn, event, _params(event))
         return []
 
 
@@ -109,9 +123,7 @@ async def _assigned(conn, event: Event, q: dict) -> None:
           "message_count": t.message_count, "created_at": t.created_at, "last_active_at": t.last_active_at,
           "role": p.role, "content": p.content, "occurred_at": p.occurred_at, "similarity": p.similarity,
           "matched": p.matched}
-    await conn.execute(_UPSERT_SNAPSHOT, q)
-    await conn.execute(_INSERT_MESSAGE, q)
-    await conn.execute(_PLACED, q)
+    await conn.execute(_ASSIGNED, q)
 
 
 async def _unassigned(conn, event: Event, q: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ def pack_vector(values: Any) -> str:
 
 
 def unpack_vector(text: str) -> tuple[float, ...]:
-    return tuple(np.frombuffer(base64.b64decode(text), dtype="<f4").astype(np.float64).tolist())
+    return tuple(np.frombuffer(base64.b64decode(text), dtype="<f4").tolist())  # Python floats
 
 
 def dumps(state: AgentState) -> bytes:
@@ -58,3 +59,28 @@ def loads(raw: bytes | None, conversation_id: str) -> AgentState:
         if isinstance(item.get("embedding"), str):
             item["embedding"] = unpack_vector(item["embedding"])
     return AgentState(TopicsState.from_dict(topics), Inbox.from_dict(inbox), float(data.get("clock", 0.0)))
+
+
+class DecodedCache:
+    """The decoded states of recently active conversations, valid while the table still holds
+    the very bytes they were decoded from (a rebalance or recovery replaces them)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._items: OrderedDict[bytes, tuple[bytes, AgentState]] = OrderedDict()
+        self._capacity = capacity
+
+    def get(self, key: bytes, raw: bytes | None, conversation_id: str) -> AgentState:
+        hit = self._items.get(key)
+        if hit is not None and raw is not None and hit[0] is raw:
+            self._items.move_to_end(key)
+            return hit[1]
+        state = loads(raw, conversation_id)
+        if raw is not None:
+            self.put(key, raw, state)
+        return state
+
+    def put(self, key: bytes, raw: bytes, state: AgentState) -> None:
+        self._items[key] = (raw, state)
+        self._items.move_to_end(key)
+        while len(self._items) > self._capacity:
+            self._items.popitem(last=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -34,7 +34,7 @@ class Waiting:
         return self.role != "user" or self.embedding is not None or self.gave_up is not None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = dict(vars(self))  # not dataclasses.asdict: it deep-copies every float
         data["embedding"] = list(self.embedding) if self.embedding is not None else None
         return data
 

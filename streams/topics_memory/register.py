@@ -28,6 +28,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     summarizer = make_topic_summarizer(settings)
     config = AgentConfig.from_settings(settings, model=summarizer.model, prompt_version=summarizer.prompt_version)
     stages: dict[str, object] = {}
+    decoded = codec.DecodedCache(capacity=4096)
     # The local ONNX model already uses every core per call: one caller, batched, is fastest.
     embed_concurrency = 1 if settings.embedding.provider == "local" else settings.embedding.concurrency
 
@@ -47,12 +48,14 @@ def register(app: faust.App, ctx: StreamContext) -> None:
             if event is None:
                 continue
             raw_state = states.get(key)
-            state = codec.loads(raw_state, event.envelope.conversation_id)
+            state = decoded.get(key, raw_state, event.envelope.conversation_id)
             new_state, outgoing = handle(config, state, event, time.time())
             for envelope in outgoing:
                 await ctx.memory_events.send(key=key, value=encode(envelope))
             if new_state != state:
-                states[key] = codec.dumps(new_state)
+                raw = codec.dumps(new_state)
+                states[key] = raw
+                decoded.put(key, raw, new_state)
 
     @app.agent(ctx.memory_events, name="embed-topic-messages", concurrency=embed_concurrency)
     async def embed_topic_messages(stream):
@@ -86,7 +89,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         """A request that never came back is re-issued by the fold when it sees a tick."""
         wall = time.time()
         for key, raw_state in list(states.items()):
-            if raw_state and needs_tick(codec.loads(raw_state, ""), wall, config):
+            if raw_state and needs_tick(decoded.get(key, raw_state, ""), wall, config):
                 tenant, _, conversation = key.decode().partition("/")
                 tick = new_event(te.TOPIC_TICKED, te.TopicTicked(), tenant_id=tenant, conversation_id=conversation,
                                  user_id="system")

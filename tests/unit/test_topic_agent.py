@@ -239,3 +239,17 @@ def test_the_changelog_codec_packs_vectors_and_round_trips():
     assert codec.dumps(again) == raw and again.inbox == d.state.inbox
     assert again.topics.topics[0].centroid == pytest.approx(d.state.topics.topics[0].centroid, rel=1e-6)
     assert b"centroid" in raw and len(raw) < 2000
+
+
+def test_the_decoded_state_cache_is_only_used_for_the_very_bytes_it_came_from():
+    d = Driver()
+    d.turn(0, axis(0))
+    raw = codec.dumps(d.state)
+    cache = codec.DecodedCache(capacity=1)
+    first = cache.get(b"t/c", raw, "c")
+    assert cache.get(b"t/c", raw, "c") is first  # same bytes object: no decode
+    assert cache.get(b"t/c", bytes(bytearray(raw)), "c") is not first  # replaced (recovery, rebalance)
+    assert cache.get(b"t/c", bytes(bytearray(raw)), "c") == first
+    assert cache.get(b"t/other", None, "other").topics.conversation_id == "other"
+    cache.put(b"t/x", raw, first)  # capacity 1: the older entry leaves
+    assert cache.get(b"t/c", raw, "c") is not first

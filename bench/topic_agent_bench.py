@@ -1,0 +1,259 @@
+"""Topic agent (seed 004) costs: matching and compaction per message with the offline MiniLM model,
+the archive's compression on a realistic chat, and the worker's sustained messages/s through real
+Kafka + PostgreSQL.
+
+    python bench/topic_agent_bench.py                      # offline parts + live run (needs the stack)
+    python bench/topic_agent_bench.py --offline-only
+    python bench/topic_agent_bench.py --conversations 20 --threshold 0.3
+
+The live run uses MEMORY_KAFKA__BOOTSTRAP_SERVERS / MEMORY_POSTGRES__DSN (default: the local stack
+on 19092 / 15432), a throw-away topic prefix and schema, and removes them afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from topic_compression import SEED, TOPICS, conversation  # noqa: E402
+
+from memory_agent.embeddings import make_embedder  # noqa: E402
+from memory_agent.llm.port import ChatMessage  # noqa: E402
+from memory_agent.settings import Settings, TopicSettings  # noqa: E402
+from schemas import topic_events as te  # noqa: E402
+from schemas.codec import decode, encode, new_event  # noqa: E402
+from schemas.events import MessageAppended  # noqa: E402
+from schemas.registry import MESSAGE_APPENDED  # noqa: E402
+from streams.topics_memory import codec  # noqa: E402
+from streams.topics_memory.agent import AgentConfig, handle  # noqa: E402
+from streams.topics_memory.archive import compress_bytes, merge_messages, to_json_bytes  # noqa: E402
+from streams.topics_memory.summarize import ExtractiveTopicSummarizer  # noqa: E402
+
+T0 = 1_746_000_000.0
+
+
+def machine() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"Python {platform.python_version()}, {platform.system()} {platform.machine()}, "
+            f"{os.cpu_count()} cores, load average {load:.2f} at start")
+
+
+def encoded(type_, payload, seq, at=T0) -> bytes:
+    return encode(new_event(type_, payload, tenant_id="bench", conversation_id="chat", user_id="u", seq=seq,
+                            occurred_at=datetime.fromtimestamp(at, UTC)))
+
+
+async def embedding_costs(chat) -> np.ndarray:
+    embedder = make_embedder(Settings())
+    users = [text for _, role, text in chat if role == "user"]
+    await embedder.embed_documents(users[:4])  # load + warm up
+    started = time.perf_counter()
+    for text in users[:40]:
+        await embedder.embed_documents([text])
+    single = (time.perf_counter() - started) / 40
+    started = time.perf_counter()
+    vectors = await embedder.embed_documents(users)
+    batched = (time.perf_counter() - started) / len(users)
+    print(f"| embed one user message (batch of 1, {embedder.model}) | {single * 1000:.1f} ms |")
+    print(f"| embed one user message (batches of 32, as the stage does under load) | {batched * 1000:.1f} ms |")
+    return vectors
+
+
+async def agent_costs(chat, vectors, threshold: float, compare: bool) -> None:
+    """The ordered agent's own work per event (decode, state load/store, inbox, fold) and
+    the compaction work (offline summary + archive merge), on the realistic chat."""
+    settings = Settings(topics=TopicSettings(similarity_threshold=threshold))
+    summarizer = ExtractiveTopicSummarizer(settings.llm.extractive_max_chars)
+    cfg = AgentConfig.from_settings(settings, model=summarizer.model, prompt_version=summarizer.prompt_version)
+    raw, user_index, events = codec.dumps(codec.loads(None, "chat")), 0, []
+    for seq, (_, role, text) in enumerate(chat):
+        events.append(encoded(MESSAGE_APPENDED, MessageAppended(role=role, content=text), seq, T0 + 40 * seq))
+        if role == "user":
+            vector = [round(float(x), 7) for x in vectors[user_index]]
+            events.append(encoded(te.TOPIC_MESSAGE_EMBEDDED,
+                                  te.TopicMessageEmbedded(seq=seq, embedding=vector, model="m"), seq))
+            user_index += 1
+    owners, archives, compaction_s, archived, agent_s = {}, {}, 0.0, 0, 0.0
+    pending = list(events)
+    while pending:
+        value = pending.pop(0)
+        started = time.perf_counter()
+        state, out = handle(cfg, codec.loads(raw, "chat"), decode(value), T0)
+        raw = codec.dumps(state)
+        agent_s += time.perf_counter() - started
+        for envelope in out:
+            p = decode(encode(envelope)).payload
+            if envelope.type == te.TOPIC_MESSAGE_ASSIGNED:
+                owners.setdefault(p.topic_id, []).append(chat[p.seq][0])
+            if envelope.type == te.TOPIC_COMPACTION_REQUESTED:
+                started = time.perf_counter()
+                messages = [ChatMessage(s, chat[s][1], chat[s][2]) for s in p.seqs]
+                summary = await summarizer.summarize(p.title, p.previous_summary, messages, p.upto_seq)
+                merged = merge_messages(archives.get(p.topic_id), [
+                    {"seq": m.seq, "role": m.role, "content": m.content, "timestamp": T0} for m in messages])
+                archives[p.topic_id] = compress_bytes(merged)
+                compaction_s += time.perf_counter() - started
+                archived += len(messages)
+                done = te.TopicCompacted(topic_id=p.topic_id, upto_seq=p.upto_seq, archived_seqs=p.seqs,
+                                         summary=summary.text, prompt_version="x-v1", model="x", generation_time_ms=0)
+                pending.insert(0, encoded(te.TOPIC_COMPACTED, done, envelope.seq))
+    purity = sum(Counter(o).most_common(1)[0][1] for o in owners.values()) / sum(len(o) for o in owners.values())
+    print(f"| agent shell per event (decode, state load/store, inbox, fold), threshold {threshold} "
+          f"| {agent_s / len(events) * 1e6:.0f} µs ({len(events)} events, state {len(raw) / 1000:.1f} KB at the end) |")
+    if archived:
+        print(f"| compaction (offline summary + gzip archive merge), threshold {threshold} "
+              f"| {compaction_s / max(len(archives), 1) * 1000:.1f} ms per topic archive, "
+              f"{compaction_s / archived * 1000:.2f} ms per archived message |")
+    if compare:
+        print(f"| topics found for the 6 subjects, threshold {threshold} | {len(owners)} topics, "
+              f"{purity:.0%} of messages in a topic of their majority subject |")
+
+
+def compression(chat) -> None:
+    """What the projector stores for each subject's archive (ideal topic assignment, seed 004's
+    compaction rule: at the 13th active message all but the newest 4 are archived)."""
+    print("\n| Subject | Archived messages | JSON | gzip (stored) | Size reduction gzip | + base64 (seed's form) |")
+    print("|---|---|---|---|---|---|")
+    ratios = []
+    for name in TOPICS:
+        messages = [{"seq": s, "role": r, "content": t, "timestamp": T0 + 40 * s}
+                    for s, (n, r, t) in enumerate(chat) if n == name]
+        archived = messages[: len(messages) - 4] if len(messages) > 12 else []
+        if not archived:
+            continue
+        raw, packed = to_json_bytes(archived), compress_bytes(archived)
+        b64 = 4 * -(-len(packed) // 3)
+        ratios.append(1 - len(packed) / len(raw))
+        print(f"| {name} | {len(archived)} | {len(raw) / 1000:.1f} KB | {len(packed) / 1000:.1f} KB "
+              f"| {1 - len(packed) / len(raw):.1%} | {1 - b64 / len(raw):.1%} |")
+    seed = ", ".join(f"{n} messages {ratio:.1%}" for n, (_, _, ratio) in SEED.items())
+    print(f"\nMean stored (gzip) size reduction {statistics.mean(ratios):.1%}; seed 004 reports {seed} (70-90%).")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process (Linux /proc), for CPU per message."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def live(args, chat) -> None:
+    """Produce a backlog of conversations, start a real worker, time how fast it places them."""
+    import contextlib
+
+    import psycopg
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from memory_agent.client import MemoryClient
+    from memory_agent.settings import KafkaSettings, PostgresSettings
+    from projections.migrate import migrate
+    from streams.topics import ensure_topics
+
+    uid = uuid.uuid4().hex[:8]
+    bootstrap = os.environ.get("MEMORY_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:19092")
+    dsn = os.environ.get("MEMORY_POSTGRES__DSN", "postgresql://postgres@127.0.0.1:15432/postgres")
+    settings = Settings(generation=f"b{uid}", postgres=PostgresSettings(dsn=dsn), kafka=KafkaSettings(
+        bootstrap_servers=bootstrap, topic_prefix=f"bench-{uid}", partitions=args.partitions))
+    await asyncio.to_thread(migrate, settings)
+    await ensure_topics(settings)
+    env = dict(os.environ, MEMORY_GENERATION=settings.generation, MEMORY_KAFKA__BOOTSTRAP_SERVERS=bootstrap,
+               MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix, MEMORY_KAFKA__PARTITIONS=str(args.partitions),
+               MEMORY_POSTGRES__DSN=dsn, MEMORY_STATE_DIR=f"/tmp/topic-bench/{uid}", MEMORY_LOG_LEVEL="WARNING",
+               MEMORY_SYSTEMS='["topics"]', MEMORY_TOPICS__SIMILARITY_THRESHOLD=str(args.threshold))
+    log_path = Path(f"/tmp/topic-bench-{uid}.log")
+    process = None
+    try:
+        async with MemoryClient(settings) as client:
+            futures = [await client.enqueue(client.message_event(
+                tenant_id="bench", conversation_id=f"chat-{c}", user_id="u", seq=seq, role=role, content=text))
+                for c in range(args.conversations) for seq, (_, role, text) in enumerate(chat)]
+            await asyncio.gather(*futures)
+        total = len(futures)
+        with log_path.open("wb") as log:
+            started = time.monotonic()
+            profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, *profile, "-m", "memory_agent.cli", "worker", env=env, stdout=log,
+                stderr=asyncio.subprocess.STDOUT)
+        async with await psycopg.AsyncConnection.connect(
+                dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True) as conn:
+            first, placed = None, 0
+            while placed < total:
+                if process.returncode is not None:
+                    raise RuntimeError(f"worker exited {process.returncode}; see {log_path}")
+                if time.monotonic() - started > args.timeout:
+                    raise TimeoutError(f"{placed}/{total} placed after {args.timeout}s; see {log_path}")
+                row = await (await conn.execute("SELECT coalesce(sum(last_seq + 1), 0) FROM topic_conversations"))\
+                    .fetchone()
+                placed = int(row[0])
+                if placed and first is None:
+                    first = (time.monotonic(), placed, _cpu_seconds(process.pid))
+                await asyncio.sleep(0.2)
+            end, cpu_end = time.monotonic(), _cpu_seconds(process.pid)
+            row = await (await conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE evicted_at IS NOT NULL), coalesce(sum(compactions), 0),"
+                " (SELECT coalesce(1 - sum(gzip_bytes)::float8 / nullif(sum(json_bytes), 0), 0) FROM topic_archives)"
+                " FROM topics")).fetchone()
+        rate = (total - first[1]) / (end - first[0])
+        systems = getattr(Settings(**{}), "systems", None) and os.environ.get("MEMORY_SYSTEMS", '["topics"]')
+        print(f"\nLive: {args.conversations} conversations x {len(chat)} messages = {total} messages backlogged on "
+              f"{args.partitions} partitions, threshold {args.threshold}, worker systems {systems or 'all'}:")
+        print(f"- worker start to first placement {first[0] - started:.1f} s; then {total - first[1]} messages in "
+              f"{end - first[0]:.1f} s = **{rate:.0f} messages/s** sustained "
+              f"({(cpu_end - first[2]) / (total - first[1]) * 1000:.2f} worker CPU-ms per message)")
+        print(f"- {row[0]} topics ({row[1]} evicted), {row[2]} compactions, archives {row[3]:.1%} smaller than JSON")
+    finally:
+        if process is not None and process.returncode is None:
+            process.terminate()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 30)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            ours = [t for t in await admin.list_topics() if t.startswith(settings.kafka.topic_prefix + ".")]
+            if ours:
+                await admin.delete_topics(ours)
+        finally:
+            await admin.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--offline-only", action="store_true")
+    parser.add_argument("--live-only", action="store_true")
+    parser.add_argument("--conversations", type=int, default=20)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--threshold", type=float, default=0.7, help="topic similarity threshold (live run)")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--profile", help="write a cProfile of the worker (main thread) to this file")
+    args = parser.parse_args()
+    chat = conversation()
+    print(f"{machine()}\nRealistic chat: {len(chat)} messages ({sum(r == 'user' for _, r, _ in chat)} from the user) "
+          f"in {len(TOPICS)} interleaved subjects (bench/topic_compression.py).\n")
+    print("| Per message | Cost |\n|---|---|")
+    if not args.live_only:
+        vectors = await embedding_costs(chat)
+        for threshold in (0.7, 0.5, 0.3):
+            await agent_costs(chat, vectors, threshold, compare=True)
+        compression(chat)
+    if not args.offline_only:
+        await live(args, chat)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
