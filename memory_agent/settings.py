@@ -144,6 +144,32 @@ class FactsSettings(BaseModel):
     inputs_wait_s: float = Field(default=30.0, gt=0)
 
 
+class RetrievalSettings(BaseModel):
+    """Turn-start retrieval (seeds 001, 003): hybrid search, relevance score, threshold."""
+
+    # final = similarity x importance weight x recency weight must be strictly above this.
+    # Seed 001 says 0.45 for nomic-embed-text; all-MiniLM-L6-v2's cosines run lower
+    # (measured on tests/support/labelled_set.py, see docs/retrieval.md).
+    threshold: float = Field(default=0.25, ge=0)
+    importance_scale: float = Field(default=3.0, gt=0)
+    fresh_days: float = Field(default=7.0, ge=0)
+    stale_days: float = Field(default=90.0, gt=0)
+    stale_weight: float = Field(default=0.5, ge=0, le=1)
+    # Hits taken from each search (vector and keyword) of each table (facts and chunks).
+    candidate_k: int = Field(default=20, ge=1, le=200)
+    # The query is the current message plus this many earlier messages of the conversation.
+    last_messages: int = Field(default=3, ge=0, le=20)
+    # Characters of each earlier message and of the current one that go into the query.
+    # (Embedding time grows with the text: ~0.13 ms of CPU per character here.)
+    context_message_chars: int = Field(default=200, ge=0)
+    query_chars: int = Field(default=500, ge=1)
+    keyword_max_terms: int = Field(default=32, ge=1)
+    # Hybrid relevance: similarity = cosine + keyword_weight x keyword score (see docs).
+    keyword_weight: float = Field(default=0.3, ge=0)
+    # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.
+    ef_search: int = Field(default=64, ge=1, le=1000)
+
+
 class TopicSettings(BaseModel):
     """Seed 004's topic memory: matching, compaction, decay, plus the agent's own limits."""
 
@@ -183,32 +209,6 @@ class TopicSettings(BaseModel):
         return self
 
 
-class RetrievalSettings(BaseModel):
-    """Turn-start retrieval (seeds 001, 003): hybrid search, relevance score, threshold."""
-
-    # final = similarity x importance weight x recency weight must be strictly above this.
-    # Seed 001 says 0.45 for nomic-embed-text; all-MiniLM-L6-v2's cosines run lower
-    # (measured on tests/support/labelled_set.py, see docs/retrieval.md).
-    threshold: float = Field(default=0.25, ge=0)
-    importance_scale: float = Field(default=3.0, gt=0)
-    fresh_days: float = Field(default=7.0, ge=0)
-    stale_days: float = Field(default=90.0, gt=0)
-    stale_weight: float = Field(default=0.5, ge=0, le=1)
-    # Hits taken from each search (vector and keyword) of each table (facts and chunks).
-    candidate_k: int = Field(default=20, ge=1, le=200)
-    # The query is the current message plus this many earlier messages of the conversation.
-    last_messages: int = Field(default=3, ge=0, le=20)
-    # Characters of each earlier message and of the current one that go into the query.
-    # (Embedding time grows with the text: ~0.13 ms of CPU per character here.)
-    context_message_chars: int = Field(default=200, ge=0)
-    query_chars: int = Field(default=500, ge=1)
-    keyword_max_terms: int = Field(default=32, ge=1)
-    # Hybrid relevance: similarity = cosine + keyword_weight x keyword score (see docs).
-    keyword_weight: float = Field(default=0.3, ge=0)
-    # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.
-    ef_search: int = Field(default=64, ge=1, le=1000)
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORY_", env_nested_delimiter="__", frozen=True, extra="ignore"
@@ -220,6 +220,8 @@ class Settings(BaseSettings):
     generation: str = "g1"
     state_dir: Path = Path(".state")
     log_level: str = "INFO"
+    # Which memory systems' stream agents the worker runs (projectors always run).
+    systems: tuple[Literal["window", "facts", "topics"], ...] = ("window", "facts", "topics")
 
     kafka: KafkaSettings = KafkaSettings()
     postgres: PostgresSettings = PostgresSettings()
@@ -228,9 +230,9 @@ class Settings(BaseSettings):
     window: WindowSettings = WindowSettings()
     llm: LlmSettings = LlmSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
-    facts: FactsSettings = FactsSettings()
-    retrieval: RetrievalSettings = RetrievalSettings()
     topics: TopicSettings = TopicSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+    facts: FactsSettings = FactsSettings()
 
     @field_validator("generation")
     @classmethod

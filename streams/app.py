@@ -10,7 +10,7 @@ from streams.facts import register as facts
 from streams.topics_memory import register as topics
 from streams.window import register as window
 
-REGISTRARS = (window.register, facts.register, topics.register)
+REGISTRARS = {"window": window.register, "facts": facts.register, "topics": topics.register}
 
 
 def make_app(settings: Settings) -> faust.App:
@@ -40,6 +40,6 @@ def make_app(settings: Settings) -> faust.App:
             kafka.conversation_topic, memory_topic, key_serializer="raw", value_serializer="raw"
         ),
     )
-    for register in REGISTRARS:
-        register(app, ctx)
+    for system in settings.systems:
+        REGISTRARS[system](app, ctx)
     return app

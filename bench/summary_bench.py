@@ -1,0 +1,143 @@
+"""Summary benchmark: many conversations talking at once with a fixed-latency LLM.
+
+    python -m bench.summary_bench --conversations 200 --round-period 0.4 --duration 60 --llm-latency 0.3
+
+Measures, with the sliding-window agent running against an OpenAI-compatible server that
+answers after a fixed latency: message freshness (produce -> projected row) and throughput,
+and summary lag = completed_at of a summary - send time of the message that ends its window.
+Only the window system's agents run (MEMORY_SYSTEMS=["window"]) so the numbers are its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+import psycopg
+
+from bench.common import Clock, bench_settings, drop, percentile, prepare, report, scalar, worker
+from memory_agent.client import MemoryClient
+from tests.support.fake_openai import FakeOpenAI
+
+
+async def converse(
+    client: MemoryClient, conversations: int, period: float, duration: float, first_round: int = 0
+) -> tuple[int, int]:
+    """Every conversation sends a round (user, then assistant 50 ms later) every `period` s."""
+    clock = Clock()
+    sent = 0
+    round_no = first_round
+    while clock.elapsed() < duration:
+        round_start = clock.elapsed()
+        for role_index in (0, 1):
+            pending = []
+            for c in range(conversations):
+                seq = 2 * round_no + role_index
+                envelope = client.message_event(
+                    tenant_id="bench", conversation_id=f"c{c}", user_id=f"u{c}", seq=seq,
+                    role="user" if role_index == 0 else "assistant",
+                    content=f"Round {round_no + 1} of conversation {c}: we talk about decision {seq} and its reasons.",
+                    metadata={"sent_at": time.time()},
+                )
+                pending.append(await client.enqueue(envelope))
+            await asyncio.gather(*pending)
+            sent += len(pending)
+            if role_index == 0:
+                await asyncio.sleep(0.05)
+        round_no += 1
+        rest = period - (clock.elapsed() - round_start)
+        if rest > 0:
+            await asyncio.sleep(rest)
+    return sent, round_no
+
+
+async def run(conversations: int, period: float, duration: float, llm_latency: float, concurrency: int) -> dict:
+    settings = bench_settings("summary")
+    await prepare(settings)
+    try:
+        with FakeOpenAI(latency_s=llm_latency) as fake:
+            env = fake.env() | {
+                "MEMORY_SYSTEMS": '["window"]',
+                "MEMORY_LLM__CONCURRENCY": str(concurrency),
+                "MEMORY_POSTGRES__POOL_MAX_SIZE": "20",
+            }
+            async with worker(settings, extra_env=env), MemoryClient(settings, linger_ms=2) as client:
+                # Warm-up: three rounds (seq 0-5) trigger the first summaries, so the worker is
+                # assigned and the LLM path is hot before measuring.
+                _, next_round = await converse(client, conversations, 1.0, 2.5)
+                while (await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'")) < 1:
+                    await asyncio.sleep(0.2)
+                started = time.time()
+                clock = Clock()
+                sent, _ = await converse(client, conversations, period, duration, first_round=next_round)
+                produce_s = clock.elapsed()
+                await asyncio.sleep(llm_latency + 5)  # let the last summaries finish
+            calls = len(fake.chat_requests)
+        return {
+            "conversations": conversations,
+            "round_period_s": period,
+            "llm_latency_s": llm_latency,
+            "llm_concurrency": concurrency,
+            "messages": sent,
+            "achieved_msgs_per_s": round(sent / produce_s),
+            "llm_calls": calls,
+            **await _freshness(settings, started),
+            **await _summary_lag(settings, started),
+        }
+    finally:
+        await drop(settings)
+
+
+async def _rows(settings, sql: str, params=()) -> list[tuple]:
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public"
+    ) as conn:
+        return await (await conn.execute(sql, params)).fetchall()
+
+
+async def _freshness(settings, started: float) -> dict:
+    rows = await _rows(
+        settings,
+        "SELECT (extract(epoch FROM projected_at) - (metadata->>'sent_at')::float8) * 1000 FROM messages"
+        " WHERE (metadata->>'sent_at')::float8 >= %s",
+        (started,),
+    )
+    lags = [float(r[0]) for r in rows]
+    return {"message_freshness_p50_ms": round(percentile(lags, 50), 1), "message_freshness_p99_ms": round(percentile(lags, 99), 1)}
+
+
+async def _summary_lag(settings, started: float) -> dict:
+    rows = await _rows(
+        settings,
+        "SELECT (extract(epoch FROM m.completed_at) - (msg.metadata->>'sent_at')::float8) * 1000, m.generation_time_ms"
+        " FROM memory m JOIN messages msg ON msg.tenant_id = m.tenant_id AND msg.conversation_id = m.conversation_id"
+        " AND msg.seq = m.end_sequence WHERE m.status = 'completed' AND (msg.metadata->>'sent_at')::float8 >= %s",
+        (started,),
+    )
+    lags = [float(r[0]) for r in rows]
+    generation = [float(r[1]) for r in rows]
+    failed = await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'failed'")
+    return {
+        "summaries_completed": len(lags),
+        "summaries_failed": failed,
+        "summary_lag_p50_ms": round(percentile(lags, 50), 1),
+        "summary_lag_p99_ms": round(percentile(lags, 99), 1),
+        "generation_time_p50_ms": round(percentile(generation, 50), 1),
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--round-period", type=float, default=0.4, help="seconds between a conversation's rounds")
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--llm-latency", type=float, default=0.3)
+    parser.add_argument("--concurrency", type=int, default=200, help="summary stage concurrency")
+    args = parser.parse_args()
+    results = await run(args.conversations, args.round_period, args.duration, args.llm_latency, args.concurrency)
+    report("summary benchmark", results)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
