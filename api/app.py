@@ -7,7 +7,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from prometheus_client import make_asgi_app
 
-from api.routes import context, facts, health, ingest, messages, topics
+from api.generation import ActiveGeneration
+from api.routes import admin, context, facts, health, ingest, messages, topics
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
 from projections.db import make_pool
@@ -18,6 +19,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app: FastAPI):
         app.state.settings = settings
         app.state.pool = make_pool(settings)
+        app.state.generation = ActiveGeneration(settings)
         await app.state.pool.open(wait=False)
         # The producer connects on first ingest, so reads keep working while Kafka is down.
         app.state.client = MemoryClient(settings)
@@ -33,7 +35,7 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Turn-start conversation context from an event-sourced memory.",
         lifespan=lifespan,
     )
-    for module in (context, messages, ingest, facts, topics, health):
+    for module in (context, messages, ingest, facts, topics, admin, health):
         app.include_router(module.router)
     app.mount("/metrics", make_asgi_app())
     return app

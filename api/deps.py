@@ -17,7 +17,9 @@ def get_settings(request: Request) -> Settings:
 
 
 async def get_conn(request: Request) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A pooled connection reading the generation that is active right now."""
     async with request.app.state.pool.connection() as conn:
+        await request.app.state.generation.use(conn)
         yield conn
 
 

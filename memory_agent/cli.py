@@ -29,6 +29,12 @@ except ImportError:  # pragma: no cover
     pass
 
 
+from memory_agent.cli_generations import generations, replay  # noqa: E402
+
+main.add_command(replay)
+main.add_command(generations)
+
+
 @main.command()
 def migrate() -> None:
     """Apply the SQL migrations to this generation's schema and create the Kafka topics."""

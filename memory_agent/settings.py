@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -50,6 +51,8 @@ class ApiSettings(BaseModel):
     port: int = 8080
     # API key -> tenant id. Every read and write is scoped to the key's tenant.
     api_keys: dict[str, str] = Field(default_factory=lambda: {"dev-key": "demo"})
+    # Keys for the operator endpoints (/v1/admin: generations and replay progress).
+    admin_keys: list[str] = Field(default_factory=lambda: ["dev-admin-key"])
     # How long /context may wait for the projection to reach ?min_seq.
     max_wait_ms: int = Field(default=2000, ge=0)
 
@@ -67,6 +70,8 @@ class WindowSettings(BaseModel):
     # A request with no result after this long is re-issued (worker crash, lost call).
     request_timeout_s: float = Field(default=120.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)
+    # Replay: a summary every this many seqs of historic messages (deterministic windows).
+    replay_stride: int = Field(default=4, ge=1)
 
 
 class LlmSettings(BaseModel):
@@ -91,6 +96,9 @@ class LlmSettings(BaseModel):
     json_mode: bool = True
     # Offline extractive summarizer: length budget of one summary.
     extractive_max_chars: int = Field(default=600, ge=80)
+    # Results cached in PostgreSQL by (model, prompt version, input hash): a replay with
+    # unchanged inputs makes no LLM calls.
+    cache_enabled: bool = True
 
 
 class EmbeddingSettings(BaseModel):
@@ -220,6 +228,9 @@ class Settings(BaseSettings):
     generation: str = "g1"
     state_dir: Path = Path(".state")
     log_level: str = "INFO"
+    # Set for a replay generation: messages that occurred before this are history being
+    # rebuilt (deterministic summary windows, see WindowSettings.replay_stride).
+    replay_until: datetime | None = None
     # Which memory systems' stream agents the worker runs (projectors always run).
     systems: tuple[Literal["window", "facts", "topics"], ...] = ("window", "facts", "topics")
 
@@ -245,6 +256,8 @@ class Settings(BaseSettings):
     def _no_default_secrets_in_production(self) -> "Settings":
         if self.environment == "production" and "dev-key" in self.api.api_keys:
             raise ValueError("refusing the development API key 'dev-key' in production")
+        if self.environment == "production" and "dev-admin-key" in self.api.admin_keys:
+            raise ValueError("refusing the development admin key 'dev-admin-key' in production")
         return self
 
     @property

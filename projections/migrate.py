@@ -43,6 +43,8 @@ def migrate(settings: Settings, schema: str | None = None) -> list[Migration]:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector WITH SCHEMA public")
+            conn.execute(resources.files("projections").joinpath("control.sql").read_text())
+            register_generation(conn, settings, schema)
             conn.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(schema)))
             conn.execute(psycopg.sql.SQL("SET LOCAL search_path TO {}, public").format(psycopg.sql.Identifier(schema)))
             conn.execute(
@@ -62,6 +64,22 @@ def migrate(settings: Settings, schema: str | None = None) -> list[Migration]:
                 log.info("applied migration %04d_%s to %s", migration.version, migration.name, schema)
                 applied.append(migration)
     return applied
+
+
+def register_generation(conn: psycopg.Connection, settings: Settings, schema: str) -> None:
+    """Record the generation; the first one of a deployment serves reads."""
+    name = schema.removeprefix("gen_")
+    conn.execute(
+        "INSERT INTO public.memory_generations (topic_prefix, name, replay_until) VALUES (%s, %s, %s)"
+        " ON CONFLICT (topic_prefix, name) DO NOTHING",
+        (settings.kafka.topic_prefix, name, settings.replay_until),
+    )
+    conn.execute(
+        "UPDATE public.memory_generations SET is_active = true, status = 'active', activated_at = now()"
+        " WHERE topic_prefix = %s AND name = %s AND NOT EXISTS ("
+        "  SELECT 1 FROM public.memory_generations WHERE topic_prefix = %s AND is_active)",
+        (settings.kafka.topic_prefix, name, settings.kafka.topic_prefix),
+    )
 
 
 def pending_migrations(conn: psycopg.Connection) -> list[int]:

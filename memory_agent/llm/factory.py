@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from memory_agent.llm.cache import CachedJsonCompleter, CachedSummarizer, LlmCache
 from memory_agent.llm.extractive import ExtractiveSummarizer
 from memory_agent.llm.openai_provider import OpenAiLlm
 from memory_agent.llm.port import Summarizer
 from memory_agent.settings import Settings
 
 
+def _cache(settings: Settings) -> LlmCache:
+    return LlmCache(settings.postgres.dsn, settings.kafka.topic_prefix, settings.generation)
+
+
 def make_summarizer(settings: Settings) -> Summarizer:
-    """"openai" -> OpenAiLlm; "extractive" (the offline default) -> ExtractiveSummarizer."""
+    """"openai" -> OpenAiLlm (behind the result cache); "extractive" (offline default) -> ExtractiveSummarizer."""
     if settings.llm.provider == "openai":
-        return OpenAiLlm.from_settings(settings.llm)
+        llm = OpenAiLlm.from_settings(settings.llm)
+        return CachedSummarizer(llm, _cache(settings)) if settings.llm.cache_enabled else llm
     return ExtractiveSummarizer(max_chars=settings.llm.extractive_max_chars)
 
 
-def make_json_completer(settings: Settings) -> OpenAiLlm | None:
+def make_json_completer(settings: Settings) -> OpenAiLlm | CachedJsonCompleter | None:
     """The LLM for JSON tasks (chunk facts, gate), or None when running offline."""
     if settings.llm.provider == "openai":
-        return OpenAiLlm.from_settings(settings.llm)
+        llm = OpenAiLlm.from_settings(settings.llm)
+        return CachedJsonCompleter(llm, _cache(settings)) if settings.llm.cache_enabled else llm
     return None

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import datetime
+
 from memory_agent.settings import Settings
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
 from schemas.events import SummaryFailed, SummaryRequested, WindowTicked
 from schemas.registry import SUMMARY_FAILED, SUMMARY_REQUESTED, WINDOW_TICKED
-from streams.window.fold import GiveUp, RequestSummary, WindowConfig, WindowState, observe, step
+from streams.window.fold import GiveUp, MessageSaved, RequestSummary, WindowConfig, WindowState, observe, step
 
 
 def window_config(settings: Settings, summarizer) -> WindowConfig:
@@ -16,12 +19,18 @@ def window_config(settings: Settings, summarizer) -> WindowConfig:
 
 
 def fold_event(
-    config: WindowConfig, state: WindowState, event: Event, now: float
+    config: WindowConfig, state: WindowState, event: Event, now: float, replay_until: datetime | None = None
 ) -> tuple[WindowState, list[Envelope]]:
-    """Apply one event of the conversation (message or summary lifecycle) to its window state."""
+    """Apply one event of the conversation (message or summary lifecycle) to its window state.
+
+    Messages that occurred before `replay_until` are history a replay rebuilds: their
+    windows do not depend on how fast summaries come back (WindowConfig.replay_stride).
+    """
     observed = observe(event.type, event.payload, event.envelope.seq)
     if observed is None:
         return state, []
+    if isinstance(observed, MessageSaved) and replay_until and event.envelope.occurred_at < replay_until:
+        observed = replace(observed, historic=True)
     new_state, commands = step(state, observed, now, config)
     return new_state, [_to_event(event.envelope, command, config) for command in commands]
 

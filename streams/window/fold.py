@@ -21,13 +21,16 @@ class WindowConfig:
     model: str = "gpt-4.1-mini"
     # A saved message with one of these roles ends a round and may trigger a summary.
     trigger_roles: tuple[str, ...] = ("assistant",)
+    # Replay of historic messages: a summary every `replay_stride` seqs, chained on the
+    # previous request, whatever is in flight — so a replay is the same every time.
+    replay_stride: int = 4
 
     @classmethod
     def from_settings(cls, window: WindowSettings, prompt_version: str, model: str) -> WindowConfig:
         return cls(
             window_size=window.window_size, summarize_after_seq=window.summarize_after_seq,
             request_timeout_s=window.request_timeout_s, max_attempts=window.max_attempts,
-            prompt_version=prompt_version, model=model,
+            prompt_version=prompt_version, model=model, replay_stride=window.replay_stride,
         )
 
 
@@ -44,6 +47,8 @@ def calculate_summary_range(last_saved_seq: int, window_size: int) -> tuple[int,
 class MessageSaved:
     seq: int
     role: str
+    # Part of the history a replay rebuilds (see WindowConfig.replay_stride).
+    historic: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,11 @@ class GiveUp:
     error: str
 
 
+@dataclass(frozen=True)
+class ReplayRequest(RequestSummary):
+    """A RequestSummary made for a historic message (chained, see `replay_stride`)."""
+
+
 Command = Union[RequestSummary, GiveUp]
 
 
@@ -125,6 +135,9 @@ class WindowState:
     next_memory_id: int = 1
     in_flight: InFlight | None = None
     latest_completed: tuple[int, int, int] | None = None  # (memory_id, start_seq, end_seq)
+    latest_requested: tuple[int, int, int] | None = None  # (memory_id, start_seq, end_seq)
+    # Highest memory id requested for historic (replayed) messages; 0 if none.
+    last_replay_request: int = 0
     consecutive_failures: int = 0
     not_before: float = 0.0
     requests: int = 0
@@ -134,8 +147,9 @@ class WindowState:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        if self.latest_completed is not None:
-            data["latest_completed"] = list(self.latest_completed)
+        for name in ("latest_completed", "latest_requested"):
+            if data[name] is not None:
+                data[name] = list(data[name])
         return data
 
     @classmethod
@@ -144,8 +158,9 @@ class WindowState:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         if known.get("in_flight") is not None:
             known["in_flight"] = InFlight(**known["in_flight"])
-        if known.get("latest_completed") is not None:
-            known["latest_completed"] = tuple(known["latest_completed"])
+        for name in ("latest_completed", "latest_requested"):
+            if known.get(name) is not None:
+                known[name] = tuple(known[name])
         return cls(**known)
 
 
@@ -165,8 +180,13 @@ def evolve(state: WindowState, item: Observed | Command, now: float, config: Win
     if isinstance(item, MessageSaved):
         return replace(state, last_seq=max(state.last_seq, item.seq))
     if isinstance(item, SummaryDone):
-        # Any attempt of the in-flight request counts; anything else is stale or duplicate.
+        done = state.latest_completed
         if flight is None or item.memory_id != flight.memory_id:
+            # Replay chains requests: an earlier one completing still moves the summary on.
+            newer = done is None or (item.memory_id > done[0] and item.end_seq > done[2])
+            if item.memory_id <= state.last_replay_request and newer:
+                return replace(state, latest_completed=(item.memory_id, item.start_seq, item.end_seq),
+                               completions=state.completions + 1)
             return state
         return replace(state, in_flight=None, consecutive_failures=0, not_before=0.0,
                        latest_completed=(item.memory_id, item.start_seq, item.end_seq),
@@ -184,6 +204,8 @@ def evolve(state: WindowState, item: Observed | Command, now: float, config: Win
             state,
             in_flight=InFlight(item.memory_id, item.start_seq, item.end_seq, item.base_memory_id,
                                item.base_end_seq, item.attempt, now),
+            latest_requested=(item.memory_id, item.start_seq, item.end_seq),
+            last_replay_request=item.memory_id if isinstance(item, ReplayRequest) else state.last_replay_request,
             next_memory_id=max(state.next_memory_id, item.memory_id + 1),
             requests=state.requests + int(fresh), reissues=state.reissues + int(not fresh),
         )
@@ -214,6 +236,22 @@ def _trigger(state: WindowState, seq: int, now: float, config: WindowConfig) -> 
                            1, config.prompt_version, config.model),)
 
 
+def _replay_trigger(state: WindowState, seq: int, config: WindowConfig) -> tuple[Command, ...]:  
+    """Historic messages: every `replay_stride` seqs, based on the previous request (not on
+    what happened to have completed), so two replays of one log ask for the same windows."""
+    last = state.latest_requested
+    if seq < config.summarize_after_seq or (last is not None and seq - last[2] < config.replay_stride):
+        return ()
+    start_seq, end_seq = calculate_summary_range(seq, config.window_size)
+    return (RequestSummary(state.next_memory_id, start_seq, end_seq,
+                           last[0] if last else None, last[2] if last else None,
+                           1, config.prompt_version, config.model),)
+
+
+def _as_replay(command: Command) -> Command:
+    return ReplayRequest(**vars(command)) if type(command) is RequestSummary else command
+
+
 def _apply(state: WindowState, commands: tuple[Command, ...], now: float, config: WindowConfig) -> WindowState:
     for command in commands:
         state = evolve(state, command, now, config)
@@ -226,7 +264,10 @@ def decide(state: WindowState, observed: Observed, now: float, config: WindowCon
     commands = _sweep(current, now, config)
     is_new_round_end = (isinstance(observed, MessageSaved) and observed.seq > state.last_seq
                         and observed.role in config.trigger_roles)
-    if is_new_round_end:
+    if is_new_round_end and observed.historic:
+        commands += _replay_trigger(_apply(current, commands, now, config), observed.seq, config)
+        commands = tuple(_as_replay(c) for c in commands)
+    elif is_new_round_end:
         commands += _trigger(_apply(current, commands, now, config), observed.seq, now, config)
     return commands
 

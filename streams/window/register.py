@@ -38,7 +38,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
                 continue
             raw_state = windows.get(key)
             state = WindowState.from_dict(orjson.loads(raw_state)) if raw_state else WindowState()
-            new_state, outgoing = fold_event(config, state, event, time.time())
+            new_state, outgoing = fold_event(config, state, event, time.time(), settings.replay_until)
             if new_state != state:
                 windows[key] = orjson.dumps(new_state.to_dict())
             for envelope in outgoing:

@@ -98,12 +98,14 @@ class SummaryStage:
                 previous = None
                 if request.base_memory_id is not None:
                     cur = await conn.execute(
-                        "SELECT memory_text FROM memory WHERE tenant_id = %s AND conversation_id = %s"
-                        " AND memory_id = %s AND status = 'completed'",
+                        "SELECT status, memory_text FROM memory WHERE tenant_id = %s AND conversation_id = %s"
+                        " AND memory_id = %s",
                         (cause.tenant_id, cause.conversation_id, request.base_memory_id),
                     )
                     row = await cur.fetchone()
-                    previous = row[0] if row else None
+                    if row is not None and row[0] == "failed":
+                        raise InputsNotReady(f"base summary {request.base_memory_id} failed")
+                    previous = row[1] if row and row[0] == "completed" else None
                 cur = await conn.execute(
                     "SELECT seq, event_id, role, content FROM messages WHERE tenant_id = %s"
                     " AND conversation_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",

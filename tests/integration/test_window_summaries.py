@@ -73,7 +73,8 @@ def summary_and_gap(context: dict) -> tuple[str, int | None, list[int]]:
 
 @contextlib.asynccontextmanager
 async def chat_session(settings, fake: FakeOpenAI, **worker_env):
-    env = fake.env() | worker_env
+    # Only the window system's agents: other systems' LLM calls would take the test's permits.
+    env = fake.env() | {"MEMORY_SYSTEMS": '["window"]'} | worker_env
     async with worker_process(settings, extra_env=env) as worker, running_api(settings) as base:
         async with MemoryClient(settings) as client, httpx.AsyncClient(
             base_url=base, headers={"X-API-Key": "key-a"}, timeout=10

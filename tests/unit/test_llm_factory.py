@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memory_agent.llm import ExtractiveSummarizer, OpenAiLlm, make_json_completer, make_summarizer
+from memory_agent.llm.cache import CachedJsonCompleter, CachedSummarizer
 from memory_agent.settings import LlmSettings, Settings
 from tests.support.fake_openai import fake_openai  # noqa: F401
 
@@ -16,15 +17,23 @@ def test_offline_default_is_the_extractive_summarizer():
 
 def test_openai_provider_is_built_from_settings():
     settings = Settings(llm=LlmSettings(provider="openai", model="m-1", base_url="http://x/v1",
-                                        summary_prompt_version="summary-v1"))
+                                        summary_prompt_version="summary-v1", cache_enabled=False))
     summarizer = make_summarizer(settings)
     assert isinstance(summarizer, OpenAiLlm)
     assert (summarizer.model, summarizer.prompt_version) == ("m-1", "summary-v1")
     assert isinstance(make_json_completer(settings), OpenAiLlm)
 
 
+def test_openai_provider_sits_behind_the_result_cache_by_default():
+    settings = Settings(llm=LlmSettings(provider="openai", model="m-1", base_url="http://x/v1"))
+    summarizer, completer = make_summarizer(settings), make_json_completer(settings)
+    assert isinstance(summarizer, CachedSummarizer) and isinstance(summarizer.inner, OpenAiLlm)
+    assert isinstance(completer, CachedJsonCompleter) and isinstance(completer.inner, OpenAiLlm)
+    assert (summarizer.model, summarizer.prompt_version) == ("m-1", "summary-v1")
+
+
 async def test_settings_from_the_fake_server_reach_it(fake_openai):
-    summarizer = make_summarizer(Settings(llm=fake_openai.llm_settings(model="via-settings")))
+    summarizer = make_summarizer(Settings(llm=fake_openai.llm_settings(model="via-settings", cache_enabled=False)))
     out = await summarizer.summarize_window(None, [], 0, 0)
     assert out.model == "via-settings"
     assert fake_openai.chat_requests[0].model == "via-settings"

@@ -1,0 +1,40 @@
+"""Operator endpoints: generations and replay progress (X-Admin-Key)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import psycopg
+from fastapi import APIRouter, Depends, Header, HTTPException, status
+
+from api.deps import SettingsDep
+from memory_agent import replay as replays
+from memory_agent.settings import Settings
+from projections import generations as gens
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+
+def require_admin(settings: SettingsDep, x_admin_key: Annotated[str | None, Header()] = None) -> Settings:
+    if not x_admin_key or x_admin_key not in settings.api.admin_keys:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail="missing or unknown X-Admin-Key header")
+    return settings
+
+
+AdminDep = Annotated[Settings, Depends(require_admin)]
+
+
+def _list(settings: Settings) -> list[dict]:
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+        rows = gens.list_generations(conn, settings.kafka.topic_prefix)
+        return [{**vars(g), "llm_cache": gens.cache_usage(conn, settings.kafka.topic_prefix, g.name)} for g in rows]
+
+
+@router.get("/generations")
+async def list_generations(settings: AdminDep) -> list[dict]:
+    """Every generation with its status, config, LLM cache use and progress against the log."""
+    listed = await asyncio.to_thread(_list, settings)
+    for generation in listed:
+        generation["progress"] = (await replays.progress(settings, generation["name"])).as_dict()
+    return listed

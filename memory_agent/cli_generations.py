@@ -1,0 +1,155 @@
+"""`memory-agent replay ...` and `memory-agent generations ...`: rebuild, compare, switch, drop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import click
+import psycopg
+from tqdm import tqdm
+
+from memory_agent import replay as replays
+from memory_agent.settings import get_settings
+from projections import generations as gens
+from projections.diff import diff_generations, render_text
+
+
+def _conn():
+    return psycopg.connect(get_settings().postgres.dsn, autocommit=True)
+
+
+@click.group()
+def replay() -> None:
+    """Rebuild all memory from the start of the log into a new generation."""
+
+
+@replay.command("start")
+@click.option("--generation", "name", required=True, help="Name of the new generation ([a-z0-9_]).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Setting for the new generation, e.g. llm.summary_prompt_version=summary-v2 (repeatable).")
+@click.option("--detach", is_flag=True, help="Start it and return; watch with `replay status`.")
+def start(name: str, sets: tuple[str, ...], detach: bool) -> None:
+    """Start a replay worker for NAME; show its progress until it has caught up with the log."""
+    settings = get_settings()
+    try:
+        log = asyncio.run(replays.start_replay(settings, name, replays.parse_overrides(sets)))
+    except (ValueError, gens.GenerationError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"replay worker for generation {name!r} started (log: {log}); the live generation keeps serving")
+    if not detach:
+        try:
+            _watch(settings, name)
+        except KeyboardInterrupt:
+            click.echo(f"\nstill running in the background: `memory-agent replay status {name}`")
+
+
+def _watch(settings, name: str) -> None:
+    bar = tqdm(total=1, unit="ev", desc=f"replay {name}", dynamic_ncols=True)
+    while True:
+        p = asyncio.run(replays.progress(settings, name))
+        bar.total = max(p.total, 1)
+        bar.n = p.processed
+        bar.set_postfix(derived=f"{p.derived_projected}/{p.derived_total}")
+        bar.refresh()
+        if p.caught_up and p.total > 0:
+            bar.close()
+            click.echo(f"generation {name!r} has caught up with the log: `memory-agent generations activate {name}`")
+            return
+        time.sleep(1.0)
+
+
+@replay.command("status")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def status(name: str | None, as_json: bool) -> None:
+    """Progress of one generation (or all): events processed / total, derived events, caught up?"""
+    settings = get_settings()
+    with _conn() as conn:
+        names = [name] if name else [g.name for g in gens.list_generations(conn, settings.kafka.topic_prefix)]
+        usage = {n: gens.cache_usage(conn, settings.kafka.topic_prefix, n) for n in names}
+    report = {n: {**asyncio.run(replays.progress(settings, n)).as_dict(), "llm_cache": usage[n]} for n in names}
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    for n, p in report.items():
+        click.echo(
+            f"{n}: {p['processed']}/{p['total']} events, derived {p['derived_projected']}/{p['derived_total']},"
+            f" caught up: {p['caught_up']}, llm cache: {p['llm_cache'] or 'unused'}"
+        )
+
+
+@replay.command("cancel")
+@click.argument("name")
+def cancel(name: str) -> None:
+    """Stop NAME's replay worker and mark it cancelled (`generations drop` removes it)."""
+    settings = get_settings()
+    stopped = replays.stop_worker(settings, name)
+    with _conn() as conn:
+        gens.set_status(conn, settings.kafka.topic_prefix, name, "cancelled")
+    click.echo(f"{name}: {'worker stopped, ' if stopped else ''}cancelled")
+
+
+@click.group()
+def generations() -> None:
+    """Inspect, compare, switch and drop generations of the read model."""
+
+
+@generations.command("list")
+def list_cmd() -> None:
+    settings = get_settings()
+    with _conn() as conn:
+        for g in gens.list_generations(conn, settings.kafka.topic_prefix):
+            mark = "*" if g.is_active else " "
+            click.echo(f"{mark} {g.name:20} {g.status:10} created {g.created_at:%Y-%m-%d %H:%M} {json.dumps(g.config)}")
+
+
+@generations.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True)
+def diff(a: str, b: str, as_json: bool) -> None:
+    """Per conversation, what differs between generations A and B."""
+    with _conn() as conn:
+        result = diff_generations(conn, a, b)
+    click.echo(json.dumps(result, indent=2, default=str) if as_json else render_text(result))
+
+
+@generations.command("activate")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Switch even if NAME has not caught up with the log.")
+def activate(name: str, force: bool) -> None:
+    """Switch reads to NAME atomically (activating the previous one again is the rollback)."""
+    settings = get_settings()
+    p = asyncio.run(replays.progress(settings, name))
+    if not p.caught_up and not force:
+        raise click.ClickException(
+            f"{name} has processed {p.processed}/{p.total} events and {p.derived_projected}/{p.derived_total} "
+            "derived events; wait for it (or --force)"
+        )
+    with _conn() as conn:
+        try:
+            previous = gens.activate(conn, settings.kafka.topic_prefix, name)
+        except gens.GenerationError as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"reads now come from {name}" + (f" (rollback: `memory-agent generations activate {previous}`)"
+                                                   if previous and previous != name else ""))
+
+
+@generations.command("drop")
+@click.argument("name")
+def drop(name: str) -> None:
+    """Stop NAME's worker, delete its topics and its schema. Refuses the active generation."""
+    settings = get_settings()
+    with _conn() as conn:
+        try:
+            if gens.get_generation(conn, settings.kafka.topic_prefix, name).is_active:
+                raise gens.GenerationError(f"{name!r} serves reads; activate another generation first")
+        except gens.GenerationError as exc:
+            raise click.ClickException(str(exc)) from None
+    replays.stop_worker(settings, name)
+    topics = asyncio.run(replays.drop_generation_topics(settings, name))
+    with _conn() as conn:
+        gens.drop(conn, settings.kafka.topic_prefix, name)
+    click.echo(f"dropped {name}: schema gen_{name}, {len(topics)} topic(s)")

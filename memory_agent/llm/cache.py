@@ -1,0 +1,136 @@
+"""LLM results cached in PostgreSQL by (model, prompt version, input hash), shared by generations."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from memory_agent.llm.port import ChatMessage, JsonOutput, SummaryOutput
+
+log = logging.getLogger(__name__)
+
+
+def cache_key(kind: str, model: str, prompt_version: str, inputs: Any) -> str:
+    """sha256 over a canonical JSON of everything the answer depends on."""
+    canonical = orjson.dumps(
+        {"kind": kind, "model": model, "prompt_version": prompt_version, "inputs": inputs},
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(canonical).hexdigest()
+
+
+class LlmCache:
+    """Lookups and stores in public.llm_cache; hits and calls counted per generation."""
+
+    def __init__(self, dsn: str, topic_prefix: str, generation: str) -> None:
+        self.dsn, self.topic_prefix, self.generation = dsn, topic_prefix, generation
+        self._pool: AsyncConnectionPool | None = None
+
+    async def _connection(self):
+        if self._pool is None:
+            self._pool = AsyncConnectionPool(self.dsn, min_size=0, max_size=4, open=False)
+            await self._pool.open()
+        return self._pool.connection()
+
+    async def get(self, key: str, kind: str) -> Any | None:
+        async with await self._connection() as conn:
+            row = await (await conn.execute("SELECT output FROM public.llm_cache WHERE cache_key = %s", (key,))).fetchone()
+            if row is not None:
+                await self._count(conn, kind, hits=1)
+        return row[0] if row else None
+
+    async def put(self, key: str, kind: str, model: str, prompt_version: str, output: Any) -> None:
+        async with await self._connection() as conn:
+            await conn.execute(
+                "INSERT INTO public.llm_cache (cache_key, kind, model, prompt_version, output)"
+                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (cache_key) DO NOTHING",
+                (key, kind, model, prompt_version, Jsonb(output)),
+            )
+            await self._count(conn, kind, calls=1)
+
+    async def _count(self, conn, kind: str, hits: int = 0, calls: int = 0) -> None:
+        await conn.execute(
+            "INSERT INTO public.llm_cache_usage (topic_prefix, generation, kind, hits, calls) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (topic_prefix, generation, kind) DO UPDATE SET"
+            " hits = llm_cache_usage.hits + EXCLUDED.hits, calls = llm_cache_usage.calls + EXCLUDED.calls",
+            (self.topic_prefix, self.generation, kind, hits, calls),
+        )
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+
+class CachedSummarizer:
+    """A Summarizer that asks the cache first; same model, prompt and inputs -> same summary."""
+
+    def __init__(self, inner, cache: LlmCache) -> None:
+        self.inner, self.cache = inner, cache
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def prompt_version(self) -> str:
+        return self.inner.prompt_version
+
+    async def summarize_window(
+        self, previous_summary: str | None, new_messages: list[ChatMessage], window_start_seq: int, window_end_seq: int
+    ) -> SummaryOutput:
+        inputs = {
+            "previous": previous_summary,
+            "messages": [[m.seq, m.role, m.content] for m in new_messages],
+            "window": [window_start_seq, window_end_seq],
+        }
+        key = cache_key("summary", self.model, self.prompt_version, inputs)
+        cached = await self.cache.get(key, "summary")
+        if cached is not None:
+            return SummaryOutput(text=cached["text"], model=cached["model"], prompt_version=cached["prompt_version"])
+        output = await self.inner.summarize_window(previous_summary, new_messages, window_start_seq, window_end_seq)
+        await self.cache.put(key, "summary", self.model, self.prompt_version, {
+            "text": output.text, "model": output.model, "prompt_version": output.prompt_version,
+        })
+        return output
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+        await self.cache.aclose()
+
+
+class CachedJsonCompleter:
+    """A JsonCompleter that asks the cache first (chunk + facts extraction, gates, topic summaries)."""
+
+    def __init__(self, inner, cache: LlmCache) -> None:
+        self.inner, self.cache = inner, cache
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    def __getattr__(self, name: str) -> Any:  # other provider methods pass through uncached
+        return getattr(self.inner, name)
+
+    async def complete_json(
+        self, prompt_version: str, variables: Mapping[str, object], *, model: str | None = None
+    ) -> JsonOutput:
+        used_model = model or self.inner.model
+        key = cache_key("json", used_model, prompt_version, dict(variables))
+        cached = await self.cache.get(key, "json")
+        if cached is not None:
+            return JsonOutput(data=cached["data"], model=cached["model"], prompt_version=cached["prompt_version"])
+        output = await self.inner.complete_json(prompt_version, variables, model=model)
+        await self.cache.put(key, "json", used_model, prompt_version, {
+            "data": output.data, "model": output.model, "prompt_version": output.prompt_version,
+        })
+        return output
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+        await self.cache.aclose()

@@ -1,0 +1,189 @@
+"""Replay: build a new generation from the start of the log beside the live one, and watch it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from memory_agent.settings import Settings
+from projections import generations
+from projections.migrate import migrate
+from streams.topics import ensure_topics
+
+
+def generation_settings(settings: Settings, name: str, replay_until: datetime | None = None) -> Settings:
+    return settings.model_copy(update={"generation": name, "replay_until": replay_until})
+
+
+def env_for(settings: Settings, overrides: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ) | overrides
+    env["MEMORY_GENERATION"] = settings.generation
+    if settings.replay_until is not None:
+        env["MEMORY_REPLAY_UNTIL"] = settings.replay_until.isoformat()
+    return env
+
+
+def parse_overrides(pairs: tuple[str, ...]) -> dict[str, str]:
+    """`llm.summary_prompt_version=summary-v2` -> MEMORY_LLM__SUMMARY_PROMPT_VERSION=summary-v2."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set wants key=value, got {pair!r}")
+        env["MEMORY_" + key.replace(".", "__").upper()] = value
+    return env
+
+
+def pid_file(settings: Settings, name: str) -> Path:
+    return settings.state_dir / "replays" / f"{settings.kafka.topic_prefix}.{name}.pid"
+
+
+async def start_replay(settings: Settings, name: str, overrides: dict[str, str]) -> Path:
+    """Migrate the new schema, create its topics, record it, and start its worker (detached)."""
+    replay = generation_settings(Settings(**_with_env(overrides)), name, replay_until=datetime.now(UTC))
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+        existing = {g.name for g in generations.list_generations(conn, settings.kafka.topic_prefix)}
+    if name in existing:
+        raise generations.GenerationError(f"generation {name!r} exists; drop it first or pick another name")
+    await asyncio.to_thread(migrate, replay)
+    await ensure_topics(replay)
+    config = {
+        "summary_prompt_version": replay.llm.summary_prompt_version,
+        "chunk_facts_prompt_version": replay.llm.chunk_facts_prompt_version,
+        "llm_provider": replay.llm.provider,
+        "llm_model": replay.llm.model,
+        "embedding_model": replay.embedding.model,
+        "overrides": overrides,
+    }
+    with psycopg.connect(settings.postgres.dsn) as conn:
+        generations.record_replay(conn, settings.kafka.topic_prefix, name, config, replay.replay_until)
+    log_dir = settings.state_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = pid_file(settings, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with (log_dir / f"replay-{name}.log").open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "memory_agent.cli", "worker"],
+            env=env_for(replay, overrides), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    path.write_text(str(process.pid))
+    return log_dir / f"replay-{name}.log"
+
+
+def _with_env(overrides: dict[str, str]) -> dict:
+    """Settings as the environment plus the overrides would build them."""
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    try:
+        return Settings().model_dump()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def stop_worker(settings: Settings, name: str) -> bool:
+    path = pid_file(settings, name)
+    if not path.exists():
+        return False
+    pid = int(path.read_text())
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    path.unlink()
+    return True
+
+
+@dataclass(frozen=True)
+class Progress:
+    generation: str
+    total: int  # events in the conversation log
+    projected: int  # of them applied by the generation's messages projector
+    folded: int  # of them committed by the generation's stream agents
+    derived_total: int  # events in the generation's memory topic
+    derived_projected: int
+
+    @property
+    def processed(self) -> int:
+        return min(self.projected, self.folded)
+
+    @property
+    def caught_up(self) -> bool:
+        return self.processed >= self.total and self.derived_projected >= self.derived_total
+
+    def as_dict(self) -> dict:
+        return {**vars(self), "processed": self.processed, "caught_up": self.caught_up}
+
+
+async def progress(settings: Settings, name: str) -> Progress:
+    """Where a generation stands against the end of the log (Kafka end offsets vs. its positions)."""
+    kafka = settings.kafka
+    source, derived = kafka.conversation_topic, kafka.memory_topic(name)
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap_servers)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap_servers)
+    await consumer.start()
+    await admin.start()
+    try:
+        ends = {}
+        for topic in (source, derived):
+            partitions = consumer.partitions_for_topic(topic) or set()
+            if not partitions:
+                await consumer._client.force_metadata_update()  # noqa: SLF001 - fresh topic
+                partitions = consumer.partitions_for_topic(topic) or set()
+            ends.update(await consumer.end_offsets([TopicPartition(topic, p) for p in partitions]))
+        committed = await admin.list_consumer_group_offsets(f"{kafka.topic_prefix}.{name}.streams")
+    finally:
+        await consumer.stop()
+        await admin.close()
+    stored = await asyncio.to_thread(_projector_offsets, settings, name)
+    return Progress(
+        generation=name,
+        total=sum(o for tp, o in ends.items() if tp.topic == source),
+        projected=sum(min(o, ends.get(tp, 0)) for tp, o in stored.get("messages", {}).items() if tp.topic == source),
+        folded=sum(m.offset for tp, m in committed.items() if tp.topic == source and m.offset >= 0),
+        derived_total=sum(o for tp, o in ends.items() if tp.topic == derived),
+        derived_projected=sum(o for tp, o in stored.get("memory", {}).items() if tp.topic == derived),
+    )
+
+
+def _projector_offsets(settings: Settings, name: str) -> dict[str, dict[TopicPartition, int]]:
+    out: dict[str, dict[TopicPartition, int]] = {}
+    with psycopg.connect(settings.postgres.dsn) as conn:
+        try:
+            rows = conn.execute(
+                psycopg.sql.SQL("SELECT projector, topic, partition, next_offset FROM {}.projector_offsets").format(
+                    psycopg.sql.Identifier(f"gen_{name}")
+                )
+            ).fetchall()
+        except psycopg.errors.UndefinedTable:
+            return out
+    for projector, topic, partition, offset in rows:
+        out.setdefault(projector, {})[TopicPartition(topic, partition)] = offset
+    return out
+
+
+async def drop_generation_topics(settings: Settings, name: str) -> list[str]:
+    """The generation's derived topic and its agents' changelog/internal topics."""
+    prefixes = (settings.kafka.memory_topic(name), f"{settings.kafka.topic_prefix}.{name}.streams-")
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        doomed = [t for t in await admin.list_topics() if t.startswith(prefixes)]
+        if doomed:
+            await admin.delete_topics(doomed)
+        return doomed
+    finally:
+        await admin.close()

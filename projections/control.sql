@@ -1,0 +1,35 @@
+-- Shared by every generation of a deployment (in the public schema): which generations
+-- exist and which one serves reads, and the LLM result cache that makes replays cheap.
+
+CREATE TABLE IF NOT EXISTS public.memory_generations (
+    topic_prefix  text        NOT NULL,
+    name          text        NOT NULL,
+    status        text        NOT NULL DEFAULT 'building'
+                              CHECK (status IN ('building', 'active', 'retired', 'cancelled')),
+    is_active     boolean     NOT NULL DEFAULT false,
+    config        jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    replay_until  timestamptz,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    activated_at  timestamptz,
+    PRIMARY KEY (topic_prefix, name)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS memory_generations_one_active
+    ON public.memory_generations (topic_prefix) WHERE is_active;
+
+CREATE TABLE IF NOT EXISTS public.llm_cache (
+    cache_key      text        PRIMARY KEY,
+    kind           text        NOT NULL,
+    model          text        NOT NULL,
+    prompt_version text        NOT NULL,
+    output         jsonb       NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE IF NOT EXISTS public.llm_cache_usage (
+    topic_prefix text   NOT NULL,
+    generation   text   NOT NULL,
+    kind         text   NOT NULL,
+    hits         bigint NOT NULL DEFAULT 0,
+    calls        bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (topic_prefix, generation, kind)
+);

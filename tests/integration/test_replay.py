@@ -1,0 +1,164 @@
+"""Replay into a new generation beside the live one: prompt change, switch, rollback, cache, diff."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+
+import httpx
+import pytest
+
+from memory_agent import replay as replays
+from memory_agent.client import MemoryClient
+from tests.integration.conftest import running_api, settings_env, wait_until, worker_process
+from tests.support.fake_openai import FakeOpenAI
+
+WINDOW_ONLY = {"MEMORY_SYSTEMS": '["window"]'}
+
+
+async def cli(settings, fake: FakeOpenAI, *args: str) -> str:
+    """Run `memory-agent ...` as a user would, against this test's deployment."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memory_agent.cli", *args,
+        env=settings_env(settings) | fake.env() | WINDOW_ONLY,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, f"memory-agent {' '.join(args)} failed:\n{out.decode()}"
+    return out.decode()
+
+
+async def talk(settings, conversations: int, rounds: int) -> None:
+    async with MemoryClient(settings) as client:
+        for c in range(conversations):
+            for seq in range(2 * rounds):
+                await client.append_message(
+                    tenant_id="tenant-a", conversation_id=f"conv-{c}", user_id="alice", seq=seq,
+                    role="user" if seq % 2 == 0 else "assistant",
+                    content=f"Conversation {c}, message {seq}: we settle point {seq} of the plan.",
+                    event_id=f"conv-{c}-{seq}",
+                )
+
+
+async def caught_up(settings, name: str) -> None:
+    async def check() -> bool:
+        p = await replays.progress(settings, name)
+        return p.caught_up and p.total > 0
+
+    await wait_until(check, 120, f"generation {name} to catch up")
+
+
+async def summary_of(http: httpx.AsyncClient, conversation: str) -> dict | None:
+    response = await http.get(f"/v1/conversations/{conversation}/context")
+    assert response.status_code == 200, response.text
+    return response.json()["summary"]
+
+
+@contextlib.asynccontextmanager
+async def live_deployment(settings, fake: FakeOpenAI):
+    async with worker_process(settings, extra_env=fake.env() | WINDOW_ONLY) as live, running_api(settings) as base:
+        async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=10) as http:
+            try:
+                yield live, http
+            finally:
+                for name in ("v2", "r1", "r2"):
+                    replays.stop_worker(settings.model_copy(update={"state_dir": _state_dir(settings)}), name)
+
+
+def _state_dir(settings):
+    from pathlib import Path
+
+    return Path(settings_env(settings)["MEMORY_STATE_DIR"])
+
+
+async def live_summaries_done(settings, http, conversations: int) -> None:
+    async def check() -> bool:
+        for c in range(conversations):
+            response = await http.get(f"/v1/conversations/conv-{c}/context")
+            if response.status_code != 200 or response.json()["mode"] != "caught_up":
+                return False
+        return True
+
+    await wait_until(check, 90, "live summaries")
+
+
+@pytest.mark.asyncio
+async def test_prompt_change_replay_switch_and_rollback(settings):
+    with FakeOpenAI(latency_s=0.05) as fake:
+        async with live_deployment(settings, fake) as (_, http):
+            await talk(settings, conversations=2, rounds=6)
+            await live_summaries_done(settings, http, 2)
+            live = await summary_of(http, "conv-0")
+            assert live["prompt_version"] == "summary-v1"
+
+            await cli(settings, fake, "replay", "start", "--generation", "v2",
+                      "--set", "llm.summary_prompt_version=summary-v2", "--detach")
+            await caught_up(settings, "v2")
+            # The live generation keeps serving reads until the switch.
+            assert (await summary_of(http, "conv-0"))["prompt_version"] == "summary-v1"
+            assert any("Open questions" in r.system_content for r in fake.chat_requests)
+
+            out = await cli(settings, fake, "generations", "activate", "v2")
+            assert "rollback" in out
+            await asyncio.sleep(1.2)  # the API re-reads the active generation every second
+            switched = await summary_of(http, "conv-0")
+            assert switched["prompt_version"] == "summary-v2"
+            assert (await http.get("/readyz")).json()["generation"] == "v2"
+
+            await cli(settings, fake, "generations", "activate", settings.generation)
+            await asyncio.sleep(1.2)
+            assert (await summary_of(http, "conv-0"))["prompt_version"] == "summary-v1"
+
+            status = json.loads(await cli(settings, fake, "replay", "status", "v2", "--json"))
+            assert status["v2"]["caught_up"] is True
+            assert status["v2"]["llm_cache"]["summary"]["calls"] > 0
+            diff = json.loads(await cli(settings, fake, "generations", "diff", settings.generation, "v2", "--json"))
+            assert diff["summaries"]  # new prompt, new summaries
+
+
+@pytest.mark.asyncio
+async def test_replaying_twice_without_changes_costs_no_llm_calls_and_diffs_empty(settings):
+    with FakeOpenAI(latency_s=0.05) as fake:
+        async with live_deployment(settings, fake) as (_, http):
+            await talk(settings, conversations=3, rounds=8)
+            await live_summaries_done(settings, http, 3)
+
+            await cli(settings, fake, "replay", "start", "--generation", "r1", "--detach")
+            await caught_up(settings, "r1")
+            await _summaries_settled(settings, "r1")
+            calls_after_first = len(fake.chat_requests)
+
+            await cli(settings, fake, "replay", "start", "--generation", "r2", "--detach")
+            await caught_up(settings, "r2")
+            await _summaries_settled(settings, "r2")
+
+            assert len(fake.chat_requests) == calls_after_first, "the second replay called the LLM"
+            status = json.loads(await cli(settings, fake, "replay", "status", "r2", "--json"))
+            assert status["r2"]["llm_cache"]["summary"] == {"hits": status["r2"]["llm_cache"]["summary"]["hits"],
+                                                            "calls": 0}
+            assert status["r2"]["llm_cache"]["summary"]["hits"] >= 3 * 3
+            diff = json.loads(await cli(settings, fake, "generations", "diff", "r1", "r2", "--json"))
+            assert diff["empty"] is True, diff
+            text = await cli(settings, fake, "generations", "diff", "r1", "r2")
+            assert "no differences" in text
+
+            await cli(settings, fake, "replay", "cancel", "r2")
+            await cli(settings, fake, "generations", "drop", "r2")
+            listed = await cli(settings, fake, "generations", "list")
+            assert "r2" not in listed and "r1" in listed
+
+
+async def _summaries_settled(settings, name: str) -> None:
+    """Every requested summary of the generation is completed (none processing or failed)."""
+    import psycopg
+
+    async def check() -> bool:
+        async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
+            row = await (await conn.execute(
+                f"SELECT count(*) FILTER (WHERE status <> 'completed'), count(*) FROM gen_{name}.memory"
+            )).fetchone()
+        return row[0] == 0 and row[1] > 0
+
+    await wait_until(check, 90, f"summaries of {name}")
