@@ -55,6 +55,21 @@ INSERT INTO topic_conversations (tenant_id, conversation_id, last_seq) VALUES (%
 ON CONFLICT (tenant_id, conversation_id) DO UPDATE
    SET last_seq = GREATEST(topic_conversations.last_seq, EXCLUDED.last_seq), updated_at = now()
 """
+# A re-sent assignment without text (the fold keeps none): role, text and time from the log.
+_ASSIGNED_FROM_LOG = f"""
+WITH snapshot AS ({_UPSERT_SNAPSHOT}), message AS (
+    INSERT INTO topic_messages (tenant_id, conversation_id, seq, topic_id, role, content, occurred_at, similarity,
+                                matched, event_id)
+    SELECT m.tenant_id, m.conversation_id, m.seq, %(topic)s, m.role, m.content, m.occurred_at, NULL, true,
+           %(event_id)s
+      FROM messages m
+     WHERE m.tenant_id = %(tenant)s AND m.conversation_id = %(conversation)s AND m.seq = %(seq)s
+       AND NOT EXISTS (SELECT 1 FROM topics WHERE {_TOPIC} AND summary_upto_seq >= %(seq)s)
+    ON CONFLICT DO NOTHING)
+INSERT INTO topic_conversations (tenant_id, conversation_id, last_seq) VALUES (%(tenant)s, %(conversation)s, %(seq)s)
+ON CONFLICT (tenant_id, conversation_id) DO UPDATE
+   SET last_seq = GREATEST(topic_conversations.last_seq, EXCLUDED.last_seq), updated_at = now()
+"""
 _PLACED = """
 INSERT INTO topic_conversations (tenant_id, conversation_id, last_seq) VALUES (%(tenant)s, %(conversation)s, %(seq)s)
 ON CONFLICT (tenant_id, conversation_id) DO UPDATE
@@ -123,7 +138,9 @@ async def _assigned(conn, event: Event, q: dict) -> None:
           "message_count": t.message_count, "created_at": t.created_at, "last_active_at": t.last_active_at,
           "role": p.role, "content": p.content, "occurred_at": p.occurred_at, "similarity": p.similarity,
           "matched": p.matched}
-    await conn.execute(_ASSIGNED, q)
+    # Without the text (a re-sent assignment) and not in the log yet: the compaction that
+    # archives the message takes it from the log then (see _compacted).
+    await conn.execute(_ASSIGNED_FROM_LOG if p.content_from_log else _ASSIGNED, q)
 
 
 async def _unassigned(conn, event: Event, q: dict) -> None:

@@ -83,6 +83,9 @@ class TopicMessageAssigned(Payload):
     # placed without an embedding (`matched` False).
     similarity: StrictFloat | None = None
     matched: StrictBool = True
+    # Re-sent after a crash by a fold that keeps no message text: `content` is empty and the
+    # projector takes role, text and time from the projected log instead.
+    content_from_log: StrictBool = False
     topic: TopicSnapshot
 
 

@@ -15,6 +15,7 @@ from streams.topics_memory.decay import TopicConfig
 from streams.topics_memory.emit import Cause, assigned, to_event
 from streams.topics_memory.fold import step
 from streams.topics_memory.inbox import InboxConfig, Waiting
+from streams.topics_memory.state import TopicsState
 from streams.topics_memory.protocol import (
     AssistantMessage,
     CompactionDone,
@@ -118,20 +119,31 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
             continue
         clock = max(state.clock, item.timestamp)  # monotone, even if producers' clocks disagree
         topics, commands = step(state.topics, _observed(item), clock, config.fold, wall=wall)
-        state = replace(state, topics=topics, clock=clock)
+        state = replace(state, topics=_without_text(topics, item.seq), clock=clock)
         out += [to_event(c, cause, topics, clock, message=item, **emit) for c in commands]
     return state, out
+
+
+def _without_text(topics: TopicsState, seq: int) -> TopicsState:
+    """The placed message keeps seq, role and time in the fold's state, not its text: the
+    events carry the text, the stages read it from the projected log, and the changelog row
+    stays small (20 topics x 12 messages of up to 32k characters would not fit a Kafka record)."""
+    for topic in topics.topics:
+        if topic.messages and topic.messages[-1].seq == seq and topic.messages[-1].content:
+            messages = topic.messages[:-1] + (replace(topic.messages[-1], content=""),)
+            return topics.with_topic(replace(topic, messages=messages))
+    return topics
 
 
 def _reassert(state: AgentState, e: Envelope) -> list[Envelope]:
     """A redelivered message still in the working set: say again where it went. The state may
     have been saved before the events that placed it were sent (crash between the two); the
-    projector ignores what it already has."""
+    projector ignores what it already has, and takes the text from the projected log."""
     for topic in state.topics.topics:
         for message in topic.messages:
             if message.seq == e.seq:
-                return [assigned(_cause(e), topic, message.seq, message.role, message.content,
-                                 message.timestamp, None, True)]
+                return [assigned(_cause(e), topic, message.seq, message.role, "", message.timestamp, None, True,
+                                 content_from_log=True)]
     return []
 
 

@@ -25,9 +25,21 @@ class AgentState:
     clock: float = 0.0  # newest message event time seen: decay and eviction run on it
 
 
+_PACKED: dict[int, tuple[Any, str]] = {}
+
+
 def pack_vector(values: Any) -> str:
-    """384 floats as JSON are ~8 KB; as base64 float32 2 KB. Matching needs no more precision."""
-    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+    """384 floats as JSON are ~8 KB; as base64 float32 2 KB. Matching needs no more precision.
+    Remembered per tuple object: most topics' centroids are unchanged from one event to the next."""
+    hit = _PACKED.get(id(values))
+    if hit is not None and hit[0] is values:
+        return hit[1]
+    packed = base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+    if isinstance(values, tuple):
+        if len(_PACKED) >= 50_000:
+            _PACKED.clear()
+        _PACKED[id(values)] = (values, packed)  # holding the tuple keeps its id from being reused
+    return packed
 
 
 def unpack_vector(text: str) -> tuple[float, ...]:
@@ -36,8 +48,8 @@ def unpack_vector(text: str) -> tuple[float, ...]:
 
 def dumps(state: AgentState) -> bytes:
     topics = state.topics.to_dict()
-    for topic in topics["topics"]:
-        topic["centroid"] = pack_vector(topic["centroid"])
+    for topic, data in zip(state.topics.topics, topics["topics"]):
+        data["centroid"] = pack_vector(topic.centroid)
     inbox = state.inbox.to_dict()
     for item in inbox["queue"]:
         if item["embedding"] is not None:

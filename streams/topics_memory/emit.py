@@ -49,10 +49,10 @@ def snapshot(topic: Topic) -> te.TopicSnapshot:
 
 
 def assigned(cause: Cause, topic: Topic, seq: int, role: str, content: str, timestamp: float,
-             similarity: float | None, matched: bool) -> Envelope:
+             similarity: float | None, matched: bool, *, content_from_log: bool = False) -> Envelope:
     payload = te.TopicMessageAssigned(
         topic_id=topic.topic_id, seq=seq, role=role, content=content, occurred_at=when(timestamp),
-        similarity=similarity, matched=matched, topic=snapshot(topic),
+        similarity=similarity, matched=matched, content_from_log=content_from_log, topic=snapshot(topic),
     )
     return new_event(te.TOPIC_MESSAGE_ASSIGNED, payload, **cause.common())
 

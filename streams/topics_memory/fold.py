@@ -47,11 +47,27 @@ def unit_vector(values: Sequence[float]) -> np.ndarray:
     return vector / norm
 
 
+_ARRAYS: dict[int, tuple[tuple[float, ...], np.ndarray]] = {}
+
+
+def _as_array(centroid: tuple[float, ...]) -> np.ndarray:
+    """np.asarray(centroid), remembered per tuple object: an unchanged topic keeps its tuple
+    from event to event, and converting 20 x 384 floats for every message is the fold's main cost."""
+    hit = _ARRAYS.get(id(centroid))
+    if hit is not None and hit[0] is centroid:
+        return hit[1]
+    if len(_ARRAYS) >= 50_000:
+        _ARRAYS.clear()
+    array = np.asarray(centroid, dtype=np.float64)
+    _ARRAYS[id(centroid)] = (centroid, array)  # holding the tuple keeps its id from being reused
+    return array
+
+
 def best_match(state: TopicsState, unit: np.ndarray) -> tuple[Topic | None, float]:
     """The working-set topic with the highest cosine similarity (the earliest on ties)."""
     best, best_similarity = None, -math.inf
     for topic in state.topics:
-        centroid = np.asarray(topic.centroid, dtype=np.float64)
+        centroid = _as_array(topic.centroid)
         if centroid.shape != unit.shape:
             raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {centroid.size}")
         similarity = min(1.0, max(-1.0, float(centroid @ unit)))
@@ -87,7 +103,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     if best is not None and similarity > config.similarity_threshold:  # seed: "> threshold"
         # Running mean of the members' unit embeddings; matching uses its direction.
         count = best.embedding_count + 1
-        mean = (np.asarray(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
+        mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
         norm = float(np.linalg.norm(mean))
         topic = replace(best, centroid=tuple(float(x) for x in mean / norm), embedding_count=count, mean_norm=norm,
                         messages=best.messages + (entry,), message_count=best.message_count + 1,

@@ -11,6 +11,7 @@ class InboxConfig:
     embedding_timeout_seconds: float = 60.0  # then the embedding is asked for again
     embedding_max_attempts: int = 3  # then the message is placed without one
     max_waiting: int = 200  # per conversation; beyond it the oldest wait is given up
+    max_waiting_chars: int = 200_000  # the same for the text held (the state is one Kafka record)
 
 
 @dataclass(frozen=True)
@@ -90,14 +91,12 @@ def admit(inbox: Inbox, item: Waiting, wall: float, config: InboxConfig) -> Step
         item, request = _request(item, wall)
         commands = (request,)
     inbox = Inbox(inbox.queue + (item,))
-    # Bounded: past max_waiting, the oldest message still waiting is placed without embedding.
-    while len(inbox.queue) > config.max_waiting:
-        stuck = next((w for w in inbox.queue if not w.ready), None)
-        if stuck is None:
-            break
-        inbox = inbox._with(replace(stuck, gave_up=f"{len(inbox.queue)} messages waiting behind it"))
-        if inbox.queue[0].ready:
-            break  # release() will drain the queue now
+    # Bounded: past the limits, the head (the oldest message still waiting) is placed without
+    # its embedding; release() then drains what was waiting behind it.
+    chars = sum(len(w.content) for w in inbox.queue)
+    if (len(inbox.queue) > config.max_waiting or chars > config.max_waiting_chars) and not inbox.queue[0].ready:
+        head = inbox.queue[0]
+        inbox = inbox._with(replace(head, gave_up=f"{len(inbox.queue)} messages ({chars} characters) waiting"))
     return inbox, commands
 
 

@@ -209,6 +209,8 @@ def agent_event_stream(conversation_id: str) -> list:
         for role in ("user", "assistant"):
             feed(MESSAGE_APPENDED, MessageAppended(role=role, content=f"subject {subject} {role} {seq}"), seq)
             seq += 1
+    # Seq 15 delivered again (a restart): the fold re-sends its assignment, without the text.
+    feed(MESSAGE_APPENDED, MessageAppended(role="assistant", content="subject 0 assistant 15"), 15)
     return log
 
 
@@ -218,7 +220,7 @@ async def table_snapshot(settings) -> dict:
     tables = {
         "topics": "SELECT topic_id, title, summary, summary_upto_seq, access_count, message_count, active,"
                   " restored_at_seq, evicted_reason, compactions FROM topics ORDER BY topic_id",
-        "messages": "SELECT topic_id, seq, role FROM topic_messages ORDER BY seq",
+        "messages": "SELECT topic_id, seq, content FROM topic_messages ORDER BY seq",
         "archives": "SELECT topic_id, archive, message_count, first_seq, last_seq FROM topic_archives ORDER BY 1",
         "conversation": "SELECT active_topic_id, activated_seq, last_seq FROM topic_conversations",
     }
@@ -240,17 +242,20 @@ async def test_projector_redelivery_changes_nothing_and_a_lost_assignment_is_arc
     log = agent_event_stream("replayed")
     # Seq 1 was placed, but its assignment event was lost (crash between state and send):
     # the projector takes it from the projected log when it is archived.
-    lost = next(e for e in log if e.type == te.TOPIC_MESSAGE_ASSIGNED and e.seq == 1)
+    # Seq 15's first assignment was lost too; only its re-sent copy (no text) arrives.
+    lost = [next(e for e in log if e.type == te.TOPIC_MESSAGE_ASSIGNED and e.seq == seq) for seq in (1, 15)]
+    assert log[-1].type == te.TOPIC_MESSAGE_ASSIGNED and log[-1].seq == 15 and log[-1] is not lost[1]
     records = [ConsumerRecord("memory", 0, offset, 0, 0, e.key, encode(e), None, 0, 0, [])
-               for offset, e in enumerate(e for e in log if e is not lost)]
+               for offset, e in enumerate(e for e in log if e not in lost)]
     projector = TopicsProjector(settings)
     async with await psycopg.AsyncConnection.connect(
         settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
     ) as conn:
-        await conn.execute(
-            "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content, occurred_at,"
-            " source_partition, source_offset) VALUES ('tenant-a', 'replayed', 1, 'e1', 'alice', 'assistant',"
-            " 'subject 0 assistant 1', now(), 0, 0)")
+        for seq in (1, 15):
+            await conn.execute(
+                "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content, occurred_at,"
+                " source_partition, source_offset) VALUES ('tenant-a', 'replayed', %s, %s, 'alice', 'assistant',"
+                " %s, now(), 0, 0)", (seq, f"e{seq}", f"subject 0 assistant {seq}"))
         async with conn.transaction():
             assert await projector.apply(conn, records) == []
         first = await table_snapshot(settings)
@@ -270,6 +275,7 @@ async def test_projector_redelivery_changes_nothing_and_a_lost_assignment_is_arc
     assert archive_topic == "replayed:topic-1" and bytes(archive[:2]) == b"\x1f\x8b"
     assert [m["seq"] for m in json.loads(gzip.decompress(archive))] == [0, 1, 2, 3, 4, 5, 8, 9]
     assert (count, first_seq, last_seq) == (8, 0, 9)
+    assert first["messages"][-1] == ("replayed:topic-1", 15, "subject 0 assistant 15")  # from the log
     assert [(t, s) for t, s, _ in first["messages"]] == [
         ("replayed:topic-2", 6), ("replayed:topic-2", 7), ("replayed:topic-1", 10), ("replayed:topic-1", 11),
         ("replayed:topic-3", 12), ("replayed:topic-3", 13), ("replayed:topic-1", 14), ("replayed:topic-1", 15)]

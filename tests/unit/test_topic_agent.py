@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -157,6 +158,7 @@ def test_a_redelivered_message_reasserts_where_it_went():
     d.turn(0, axis(0))
     again = d.say(1, "assistant", "answer 1")
     assert kinds(again) == [te.TOPIC_MESSAGE_ASSIGNED] and again[0][1].seq == 1
+    assert again[0][1].content_from_log is True and again[0][1].content == ""  # the fold keeps no text
     assert d.say(5, "user", "new") and d.say(5, "user", "new") == []  # waiting: nothing to say yet
 
 
@@ -253,3 +255,21 @@ def test_the_decoded_state_cache_is_only_used_for_the_very_bytes_it_came_from():
     assert cache.get(b"t/other", None, "other").topics.conversation_id == "other"
     cache.put(b"t/x", raw, first)  # capacity 1: the older entry leaves
     assert cache.get(b"t/c", raw, "c") is not first
+
+
+def test_the_fold_state_keeps_no_message_text_but_the_events_do():
+    d = Driver()
+    d.turn(0, axis(0), "How do I make carbonara?")
+    (topic,) = d.state.topics.topics
+    assert topic.title == "How do I make carbonara?" and [m.content for m in topic.messages] == ["", ""]
+    texts = [decode(encode(e)).payload.content for e in d.out if e.type == te.TOPIC_MESSAGE_ASSIGNED]
+    assert texts == ["How do I make carbonara?", "answer 1"]
+
+
+def test_the_text_waiting_for_an_embedding_is_bounded_too():
+    d = Driver()
+    d.cfg = replace(d.cfg, inbox=replace(d.cfg.inbox, max_waiting_chars=100))
+    d.turn(0, axis(0))
+    d.say(2, "user", "x" * 60)
+    emitted = d.say(3, "assistant", "y" * 60)  # 120 characters waiting: seq 2 is given up
+    assert [(p.seq, p.matched) for _, p in emitted] == [(2, False), (3, True)]
