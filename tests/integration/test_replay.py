@@ -162,3 +162,79 @@ async def _summaries_settled(settings, name: str) -> None:
         return row[0] == 0 and row[1] > 0
 
     await wait_until(check, 90, f"summaries of {name}")
+
+
+FACTS_ONLY = {
+    "MEMORY_SYSTEMS": '["facts"]',
+    "MEMORY_FACTS__SUMMARIZATION_THRESHOLD": "6",
+    "MEMORY_FACTS__BATCH_SIZE": "4",
+}
+SESSION = [
+    "I live in Lisbon with my family.", "Lisbon is lovely; how long have you lived there?",
+    "My daughter is called Ana and she is seven.", "Ana is a lovely name.",
+    "I work as a carpenter in a small workshop.", "Carpentry takes real skill.",
+    "I prefer tea to coffee in the morning.", "Noted: tea in the morning.",
+]
+
+
+async def facts_of(http: httpx.AsyncClient) -> dict[str, str]:
+    response = await http.get("/v1/facts", params={"subject_id": "grandpa"}, headers={"X-User-Id": "alice"})
+    assert response.status_code == 200, response.text
+    return {f["content"]: f["fact_id"] for f in response.json()["facts"]}
+
+
+@pytest.mark.asyncio
+async def test_a_fact_deleted_before_the_replay_stays_deleted_after_it(settings):
+    """Offline extractor and embedder (no LLM): the owner's deletion is in the log, so it
+    applies to the fact the replay extracts again."""
+    async with worker_process(settings, extra_env=FACTS_ONLY) as live, running_api(settings) as base:
+        async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=30) as http:
+            async with MemoryClient(settings) as client:
+                for seq, text in enumerate(SESSION + ["Thanks, that is all.", "You are welcome."]):
+                    await client.append_message(
+                        tenant_id="tenant-a", conversation_id="life", user_id="alice", subject_id="grandpa",
+                        seq=seq, role="user" if seq % 2 == 0 else "assistant", content=text,
+                    )
+
+            async def extracted() -> bool:
+                return any("Lisbon" in content for content in await facts_of(http))
+
+            await wait_until(extracted, 120, f"facts from the live worker (log {live.log_path})")
+            before = await facts_of(http)
+            lisbon = next(fact_id for content, fact_id in before.items() if "Lisbon" in content)
+            deleted = await http.delete(f"/v1/facts/{lisbon}", headers={"X-User-Id": "alice"},
+                                        params={"wait": "true", "wait_ms": 20000})
+            assert deleted.status_code == 202, deleted.text
+            assert "Lisbon" not in " ".join(await facts_of(http))
+
+            env = settings_env(settings) | FACTS_ONLY
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", "f2", "--detach",
+                env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            )
+            out, _ = await process.communicate()
+            assert process.returncode == 0, out.decode()
+            try:
+                await caught_up(settings, "f2")
+
+                async def replayed() -> bool:
+                    import psycopg
+
+                    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
+                        row = await (await conn.execute("SELECT count(*) FROM gen_f2.facts")).fetchone()
+                    return row[0] >= len(before)
+
+                await wait_until(replayed, 120, "the replay's facts")
+                activate = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "memory_agent.cli", "generations", "activate", "f2", env=env,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                )
+                out, _ = await activate.communicate()
+                assert activate.returncode == 0, out.decode()
+                await asyncio.sleep(1.2)
+                after = await facts_of(http)
+                assert (await http.get("/readyz")).json()["generation"] == "f2"
+                assert "Lisbon" not in " ".join(after)
+                assert set(after) == set(before) - {c for c in before if "Lisbon" in c}
+            finally:
+                replays.stop_worker(settings.model_copy(update={"state_dir": _state_dir(settings)}), "f2")
