@@ -116,7 +116,8 @@ async def agent_costs(chat, vectors, threshold: float, compare: bool) -> None:
                 pending.insert(0, encoded(te.TOPIC_COMPACTED, done, envelope.seq))
     purity = sum(Counter(o).most_common(1)[0][1] for o in owners.values()) / sum(len(o) for o in owners.values())
     print(f"| agent shell per event (decode, cached state, inbox, fold, state store), threshold {threshold} "
-          f"| {agent_s / len(events) * 1e6:.0f} CPU-µs ({len(events)} events, state {len(raw) / 1000:.1f} KB at the end) |")
+          f"| {agent_s / len(events) * 1e6:.0f} CPU-µs ({len(events)} events, "
+          f"state {len(raw) / 1000:.1f} KB at the end) |")
     if archived:
         print(f"| compaction (offline summary + gzip archive merge), threshold {threshold} "
               f"| {compaction_s / archived * 1000:.2f} CPU-ms per archived message "
@@ -242,7 +243,7 @@ async def live(args, chat) -> None:
         print(f"- {row[0]} topics ({row[1]} evicted), {row[2]} compactions, archives {row[3]:.1%} smaller than JSON")
         print(f"- idle worker, one user message at a time: appended -> placed in a topic (projected) "
               f"p50 {statistics.median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms "
-              f"({len(latencies)} messages)")
+              f"({len(latencies)} messages; in order, ms: {', '.join(f'{x * 1000:.0f}' for x in latencies)})")
     finally:
         if process is not None and process.returncode is None:
             process.terminate()

@@ -43,13 +43,12 @@ from streams.topics_memory.protocol import (
 from streams.topics_memory.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
 
 __all__ = [
-    "DEFAULT_CONFIG", "ArchiveRestoreRequested", "AssistantMessage", "Command", "CompactionDone",
-    "CompactionFailed", "CompactionRequested", "CompressionStats", "MessageAssigned", "MessageUnassigned",
+    "ArchiveRestoreRequested", "AssistantMessage", "Command", "CompactionDone", "CompactionFailed",
+    "CompactionRequested", "CompressionStats", "DEFAULT_CONFIG", "MessageAssigned", "MessageUnassigned",
     "Observed", "PendingCompaction", "Tick", "Topic", "TopicActivated", "TopicConfig", "TopicCreated",
-    "TopicEvicted", "TopicMessage", "TopicsState", "UnmatchedUserMessage", "UserMessage", "best_match", "compress_messages",
-    "compress_bytes", "compression_ratio", "compression_stats", "consolidation_stage", "decay_factor",
-    "decompress_bytes", "decompress_messages",
-    "full_history", "half_life_seconds", "make_topic_id", "memory_type", "merge_archive_bytes", "merge_archives",
-    "priority",
-    "step", "survival_seconds", "topic_priority", "topic_stats", "unit_vector",
+    "TopicEvicted", "TopicMessage", "TopicsState", "UnmatchedUserMessage", "UserMessage", "best_match",
+    "compress_bytes", "compress_messages", "compression_ratio", "compression_stats", "consolidation_stage",
+    "decay_factor", "decompress_bytes", "decompress_messages", "full_history", "half_life_seconds",
+    "make_topic_id", "memory_type", "merge_archive_bytes", "merge_archives", "priority", "step",
+    "survival_seconds", "topic_priority", "topic_stats", "unit_vector",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -28,6 +29,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     summarizer = make_topic_summarizer(settings)
     config = AgentConfig.from_settings(settings, model=summarizer.model, prompt_version=summarizer.prompt_version)
     stages: dict[str, object] = {}
+    stage_lock = asyncio.Lock()
     decoded = codec.DecodedCache(capacity=4096)
     # The local ONNX model already uses every core per call: one caller, batched, is fastest.
     embed_concurrency = 1 if settings.embedding.provider == "local" else settings.embedding.concurrency
@@ -76,8 +78,9 @@ def register(app: faust.App, ctx: StreamContext) -> None:
             event = wanted(value, {te.TOPIC_COMPACTION_REQUESTED})
             if event is None:
                 continue
-            if "compact" not in stages:
-                stages["compact"] = CompactionStage(summarizer, await ctx.pool())
+            async with stage_lock:  # eight actors start at once: build the stage (and pool) once
+                if "compact" not in stages:
+                    stages["compact"] = CompactionStage(summarizer, await ctx.pool())
             result = await stages["compact"].handle(event)
             if result is not None:
                 await ctx.memory_events.send(key=key, value=encode(result))

@@ -31,7 +31,7 @@ from streams.topics_memory.summarize import (
     make_topic_summarizer,
 )
 from tests.integration.test_topics import CONVERSATION, WORKER_ENV
-from tests.support.fake_openai import FakeOpenAI, fake_openai  # noqa: F401
+from tests.support.fake_openai import fake_openai  # noqa: F401 (the fixture)
 
 
 def request(seq: int, content: str, attempt: int = 1):
