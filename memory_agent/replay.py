@@ -53,8 +53,11 @@ async def start_replay(settings: Settings, name: str, overrides: dict[str, str])
     replay = generation_settings(Settings(**_with_env(overrides)), name, replay_until=datetime.now(UTC))
     with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
         existing = {g.name for g in generations.list_generations(conn, settings.kafka.topic_prefix)}
-    if name in existing:
-        raise generations.GenerationError(f"generation {name!r} exists; drop it first or pick another name")
+        schema_taken = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", (f"gen_{name}",)).fetchone()[0]
+    if name in existing or schema_taken:
+        raise generations.GenerationError(
+            f"generation {name!r} (schema gen_{name}) exists; drop it first or pick another name"
+        )
     await asyncio.to_thread(migrate, replay)
     await ensure_topics(replay)
     config = {

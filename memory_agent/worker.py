@@ -11,7 +11,7 @@ from projections import facts, topics
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
-from streams.topics import ensure_topics
+from streams.topics import changelog_specs, ensure_topics, topic_specs
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     # faust runs on the thread's current loop; create the topics on that same loop first.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    loop.run_until_complete(ensure_topics(settings))
     app = make_app(settings)
+    loop.run_until_complete(ensure_topics(settings, topic_specs(settings) + changelog_specs(app)))
 
     @app.task
     async def project() -> None:

@@ -35,6 +35,15 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
+def changelog_specs(app) -> list[TopicSpec]:
+    """The faust app's table changelogs, created up front: faust creating them itself races
+    its own metadata refresh and can crash an agent with PartitionsMismatch(0 partitions)."""
+    return [
+        TopicSpec(table.changelog_topic.get_topic_name(), table.partitions, {"cleanup.policy": "compact"})
+        for table in app.tables.values()
+    ]
+
+
 async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], timeout_s: float = 30.0) -> None:
     """New partitions need an elected leader before producers can use them without retries."""
     deadline = asyncio.get_running_loop().time() + timeout_s

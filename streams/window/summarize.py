@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -29,6 +30,9 @@ class SummaryStage:
         self.summarizer = summarizer
         self.pool = pool
         self.inputs_wait_s = inputs_wait_s
+        # Summaries this stage just made: a chained request (replay) finds its base here
+        # instead of waiting for the memory projector to write it.
+        self._recent: OrderedDict[tuple[str, str, int], str] = OrderedDict()
 
     async def handle(self, event: Event) -> Envelope | None:
         """The result event for a request, or None when the request is already settled."""
@@ -62,6 +66,7 @@ class SummaryStage:
             "Summarized messages %s-%s for %s in %dms",
             request.start_seq, request.end_seq, cause.conversation_id, elapsed * 1000,
         )
+        self._remember((cause.tenant_id, cause.conversation_id, request.memory_id), output.text)
         payload = SummaryCompleted(
             memory_id=request.memory_id, start_seq=request.start_seq, end_seq=request.end_seq,
             base_memory_id=request.base_memory_id, attempt=request.attempt, text=output.text,
@@ -69,6 +74,11 @@ class SummaryStage:
             source_event_ids=[event_id for _, event_id, _, _ in messages],
         )
         return new_event(SUMMARY_COMPLETED, payload, **_same_conversation(cause))
+
+    def _remember(self, key: tuple[str, str, int], text: str, keep: int = 20_000) -> None:
+        self._recent[key] = text
+        while len(self._recent) > keep:
+            self._recent.popitem(last=False)
 
     def _failed(self, cause: Envelope, request: SummaryRequested, error: str) -> Envelope:
         payload = SummaryFailed(
@@ -95,8 +105,8 @@ class SummaryStage:
         deadline = time.monotonic() + self.inputs_wait_s
         while True:
             async with self.pool.connection() as conn:
-                previous = None
-                if request.base_memory_id is not None:
+                previous = self._recent.get((cause.tenant_id, cause.conversation_id, request.base_memory_id or 0))
+                if request.base_memory_id is not None and previous is None:
                     cur = await conn.execute(
                         "SELECT status, memory_text FROM memory WHERE tenant_id = %s AND conversation_id = %s"
                         " AND memory_id = %s",

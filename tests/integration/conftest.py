@@ -48,7 +48,16 @@ async def settings(stack) -> AsyncIterator[Settings]:
 async def drop_everything(settings: Settings) -> None:
     with contextlib.suppress(Exception):
         async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+            # This generation and the replays a test built beside it (named after it).
+            cur = await conn.execute(
+                "SELECT nspname FROM pg_namespace WHERE nspname = %s OR nspname LIKE %s",
+                (settings.pg_schema, settings.pg_schema + "\\_%"),
+            )
+            for (schema,) in await cur.fetchall():
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            await conn.execute(
+                "DELETE FROM public.memory_generations WHERE topic_prefix = %s", (settings.kafka.topic_prefix,)
+            )
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
     await admin.start()
     try:

@@ -37,7 +37,8 @@ async def talk(settings, conversations: int, rounds: int) -> None:
                 await client.append_message(
                     tenant_id="tenant-a", conversation_id=f"conv-{c}", user_id="alice", seq=seq,
                     role="user" if seq % 2 == 0 else "assistant",
-                    content=f"Conversation {c}, message {seq}: we settle point {seq} of the plan.",
+                    # Unique per test: the LLM cache is shared by every deployment on this database.
+                    content=f"Conversation {c} of {settings.kafka.topic_prefix}, message {seq}: we settle point {seq}.",
                     event_id=f"conv-{c}-{seq}",
                 )
 
@@ -56,6 +57,11 @@ async def summary_of(http: httpx.AsyncClient, conversation: str) -> dict | None:
     return response.json()["summary"]
 
 
+def named(settings, suffix: str) -> str:
+    """Generation names are schema names, shared by every deployment on the database."""
+    return f"{settings.generation}_{suffix}"
+
+
 @contextlib.asynccontextmanager
 async def live_deployment(settings, fake: FakeOpenAI):
     async with worker_process(settings, extra_env=fake.env() | WINDOW_ONLY) as live, running_api(settings) as base:
@@ -63,8 +69,9 @@ async def live_deployment(settings, fake: FakeOpenAI):
             try:
                 yield live, http
             finally:
-                for name in ("v2", "r1", "r2"):
-                    replays.stop_worker(settings.model_copy(update={"state_dir": _state_dir(settings)}), name)
+                for suffix in ("v2", "r1", "r2"):
+                    replays.stop_worker(settings.model_copy(update={"state_dir": _state_dir(settings)}),
+                                        named(settings, suffix))
 
 
 def _state_dir(settings):
@@ -86,6 +93,7 @@ async def live_summaries_done(settings, http, conversations: int) -> None:
 
 @pytest.mark.asyncio
 async def test_prompt_change_replay_switch_and_rollback(settings):
+    v2 = named(settings, "v2")
     with FakeOpenAI(latency_s=0.05) as fake:
         async with live_deployment(settings, fake) as (_, http):
             await talk(settings, conversations=2, rounds=6)
@@ -93,61 +101,63 @@ async def test_prompt_change_replay_switch_and_rollback(settings):
             live = await summary_of(http, "conv-0")
             assert live["prompt_version"] == "summary-v1"
 
-            await cli(settings, fake, "replay", "start", "--generation", "v2",
+            await cli(settings, fake, "replay", "start", "--generation", v2,
                       "--set", "llm.summary_prompt_version=summary-v2", "--detach")
-            await caught_up(settings, "v2")
+            await caught_up(settings, v2)
+            await _summaries_settled(settings, v2)
             # The live generation keeps serving reads until the switch.
             assert (await summary_of(http, "conv-0"))["prompt_version"] == "summary-v1"
-            assert any("Open questions" in r.system_content for r in fake.chat_requests)
+            assert any("Open questions" in r.system_content for r in fake.chat_requests), [r.system_content[-200:] for r in fake.chat_requests][-3:]
 
-            out = await cli(settings, fake, "generations", "activate", "v2")
+            out = await cli(settings, fake, "generations", "activate", v2)
             assert "rollback" in out
             await asyncio.sleep(1.2)  # the API re-reads the active generation every second
             switched = await summary_of(http, "conv-0")
             assert switched["prompt_version"] == "summary-v2"
-            assert (await http.get("/readyz")).json()["generation"] == "v2"
+            assert (await http.get("/readyz")).json()["generation"] == v2
 
             await cli(settings, fake, "generations", "activate", settings.generation)
             await asyncio.sleep(1.2)
             assert (await summary_of(http, "conv-0"))["prompt_version"] == "summary-v1"
 
-            status = json.loads(await cli(settings, fake, "replay", "status", "v2", "--json"))
-            assert status["v2"]["caught_up"] is True
-            assert status["v2"]["llm_cache"]["summary"]["calls"] > 0
-            diff = json.loads(await cli(settings, fake, "generations", "diff", settings.generation, "v2", "--json"))
+            status = json.loads(await cli(settings, fake, "replay", "status", v2, "--json"))
+            assert status[v2]["caught_up"] is True
+            assert status[v2]["llm_cache"]["summary"]["calls"] > 0
+            diff = json.loads(await cli(settings, fake, "generations", "diff", settings.generation, v2, "--json"))
             assert diff["summaries"]  # new prompt, new summaries
 
 
 @pytest.mark.asyncio
 async def test_replaying_twice_without_changes_costs_no_llm_calls_and_diffs_empty(settings):
+    r1, r2 = named(settings, "r1"), named(settings, "r2")
     with FakeOpenAI(latency_s=0.05) as fake:
         async with live_deployment(settings, fake) as (_, http):
             await talk(settings, conversations=3, rounds=8)
             await live_summaries_done(settings, http, 3)
 
-            await cli(settings, fake, "replay", "start", "--generation", "r1", "--detach")
-            await caught_up(settings, "r1")
-            await _summaries_settled(settings, "r1")
+            await cli(settings, fake, "replay", "start", "--generation", r1, "--detach")
+            await caught_up(settings, r1)
+            await _summaries_settled(settings, r1)
             calls_after_first = len(fake.chat_requests)
 
-            await cli(settings, fake, "replay", "start", "--generation", "r2", "--detach")
-            await caught_up(settings, "r2")
-            await _summaries_settled(settings, "r2")
+            await cli(settings, fake, "replay", "start", "--generation", r2, "--detach")
+            await caught_up(settings, r2)
+            await _summaries_settled(settings, r2)
 
             assert len(fake.chat_requests) == calls_after_first, "the second replay called the LLM"
-            status = json.loads(await cli(settings, fake, "replay", "status", "r2", "--json"))
-            assert status["r2"]["llm_cache"]["summary"] == {"hits": status["r2"]["llm_cache"]["summary"]["hits"],
+            status = json.loads(await cli(settings, fake, "replay", "status", r2, "--json"))
+            assert status[r2]["llm_cache"]["summary"] == {"hits": status[r2]["llm_cache"]["summary"]["hits"],
                                                             "calls": 0}
-            assert status["r2"]["llm_cache"]["summary"]["hits"] >= 3 * 3
-            diff = json.loads(await cli(settings, fake, "generations", "diff", "r1", "r2", "--json"))
+            assert status[r2]["llm_cache"]["summary"]["hits"] >= 3 * 3
+            diff = json.loads(await cli(settings, fake, "generations", "diff", r1, r2, "--json"))
             assert diff["empty"] is True, diff
-            text = await cli(settings, fake, "generations", "diff", "r1", "r2")
+            text = await cli(settings, fake, "generations", "diff", r1, r2)
             assert "no differences" in text
 
-            await cli(settings, fake, "replay", "cancel", "r2")
-            await cli(settings, fake, "generations", "drop", "r2")
+            await cli(settings, fake, "replay", "cancel", r2)
+            await cli(settings, fake, "generations", "drop", r2)
             listed = await cli(settings, fake, "generations", "list")
-            assert "r2" not in listed and "r1" in listed
+            assert r2 not in listed and r1 in listed
 
 
 async def _summaries_settled(settings, name: str) -> None:
@@ -187,6 +197,7 @@ async def facts_of(http: httpx.AsyncClient) -> dict[str, str]:
 async def test_a_fact_deleted_before_the_replay_stays_deleted_after_it(settings):
     """Offline extractor and embedder (no LLM): the owner's deletion is in the log, so it
     applies to the fact the replay extracts again."""
+    f2 = named(settings, "f2")
     async with worker_process(settings, extra_env=FACTS_ONLY) as live, running_api(settings) as base:
         async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=30) as http:
             async with MemoryClient(settings) as client:
@@ -209,32 +220,32 @@ async def test_a_fact_deleted_before_the_replay_stays_deleted_after_it(settings)
 
             env = settings_env(settings) | FACTS_ONLY
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", "f2", "--detach",
+                sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", f2, "--detach",
                 env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             )
             out, _ = await process.communicate()
             assert process.returncode == 0, out.decode()
             try:
-                await caught_up(settings, "f2")
+                await caught_up(settings, f2)
 
                 async def replayed() -> bool:
                     import psycopg
 
                     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
-                        row = await (await conn.execute("SELECT count(*) FROM gen_f2.facts")).fetchone()
+                        row = await (await conn.execute(f"SELECT count(*) FROM gen_{f2}.facts")).fetchone()
                     return row[0] >= len(before)
 
                 await wait_until(replayed, 120, "the replay's facts")
                 activate = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "memory_agent.cli", "generations", "activate", "f2", env=env,
+                    sys.executable, "-m", "memory_agent.cli", "generations", "activate", f2, env=env,
                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                 )
                 out, _ = await activate.communicate()
                 assert activate.returncode == 0, out.decode()
                 await asyncio.sleep(1.2)
                 after = await facts_of(http)
-                assert (await http.get("/readyz")).json()["generation"] == "f2"
+                assert (await http.get("/readyz")).json()["generation"] == f2
                 assert "Lisbon" not in " ".join(after)
                 assert set(after) == set(before) - {c for c in before if "Lisbon" in c}
             finally:
-                replays.stop_worker(settings.model_copy(update={"state_dir": _state_dir(settings)}), "f2")
+                replays.stop_worker(settings.model_copy(update={"state_dir": _state_dir(settings)}), f2)

@@ -74,7 +74,9 @@ def summary_and_gap(context: dict) -> tuple[str, int | None, list[int]]:
 @contextlib.asynccontextmanager
 async def chat_session(settings, fake: FakeOpenAI, **worker_env):
     # Only the window system's agents: other systems' LLM calls would take the test's permits.
-    env = fake.env() | {"MEMORY_SYSTEMS": '["window"]'} | worker_env
+    # The LLM result cache is shared by every deployment on this PostgreSQL: off here, so each
+    # summary really reaches the (held) server.
+    env = fake.env() | {"MEMORY_SYSTEMS": '["window"]', "MEMORY_LLM__CACHE_ENABLED": "false"} | worker_env
     async with worker_process(settings, extra_env=env) as worker, running_api(settings) as base:
         async with MemoryClient(settings) as client, httpx.AsyncClient(
             base_url=base, headers={"X-API-Key": "key-a"}, timeout=10
@@ -143,7 +145,7 @@ async def test_worker_killed_mid_summary_recovers_without_double_summaries(setti
             for seq in range(6):
                 await chat.say(seq)
             await expect_rows(settings, [(1, 0, 5, None, "processing")], "first request")
-            await wait_until(_has_chat_request(fake), 30, "the LLM call to be in flight")
+            await wait_until(_has_chat_request(fake), 90, f"the LLM call to be in flight (log {worker.log_path})")
             worker.kill()  # SIGKILL while the LLM call is in flight
             await worker.wait()
         fake.release(100)  # the dead worker's call is answered into a closed socket

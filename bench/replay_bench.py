@@ -1,0 +1,99 @@
+"""Replay benchmark: rebuild a generation from N logged messages, cold LLM cache then warm.
+
+    python -m bench.replay_bench --messages 100000 --conversations 1000 --llm-latency 0.3
+
+Writes N messages to a fresh deployment's log, then runs `memory-agent replay start`
+twice with the same settings: the first replay pays for every summary at the fixed LLM
+latency (cold cache), the second finds them all in the cache (warm). Reported: events/s
+until the generation has caught up with the log and settled its summaries, and the cache
+hits/calls. Only the window system's agents run (MEMORY_SYSTEMS=["window"]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+import psycopg
+
+from bench.common import bench_settings, child_env, drop, prepare, report
+from bench.backbone_bench import produce
+from memory_agent import replay as replays
+from memory_agent.client import MemoryClient
+from projections import generations as gens
+from tests.support.fake_openai import FakeOpenAI
+
+SYSTEMS = {"MEMORY_SYSTEMS": '["window"]'}
+
+
+async def replay_once(settings, name: str, env: dict) -> dict:
+    clock = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", name, "--detach",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await process.communicate()
+    if process.returncode:
+        raise RuntimeError(out.decode())
+    while True:
+        p = await replays.progress(settings, name)
+        if p.caught_up and p.total and await _settled(settings, name):
+            break
+        await asyncio.sleep(1.0)
+    elapsed = time.perf_counter() - clock
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+        usage = gens.cache_usage(conn, settings.kafka.topic_prefix, name)
+        summaries = conn.execute(f"SELECT count(*) FROM gen_{name}.memory").fetchone()[0]
+    replays.stop_worker(settings, name)
+    return {
+        "events": p.total, "seconds": round(elapsed, 1), "events_per_s": round(p.total / elapsed),
+        "summaries": summaries, "llm_cache": usage.get("summary", {}),
+    }
+
+
+async def _settled(settings, name: str) -> bool:
+    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
+        row = await (await conn.execute(
+            f"SELECT count(*) FILTER (WHERE status = 'processing'), count(*) FROM gen_{name}.memory"
+        )).fetchone()
+    return row[0] == 0 and row[1] > 0
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--conversations", type=int, default=1000)
+    parser.add_argument("--llm-latency", type=float, default=0.3)
+    parser.add_argument("--concurrency", type=int, default=64)
+    args = parser.parse_args()
+    settings = bench_settings("replay")
+    await prepare(settings)
+    try:
+        async with MemoryClient(settings, linger_ms=20) as client:
+            await produce(client, args.messages, args.conversations, seq_base={})
+        with FakeOpenAI(latency_s=args.llm_latency) as fake:
+            env = child_env(settings, fake.env() | SYSTEMS | {"MEMORY_LLM__CONCURRENCY": str(args.concurrency)})
+            cold = await replay_once(settings, "cold", env)
+            calls_after_cold = len(fake.chat_requests)
+            warm = await replay_once(settings, "warm", env)
+            warm["llm_requests_seen_by_server"] = len(fake.chat_requests) - calls_after_cold
+        report("replay benchmark", {
+            "messages": args.messages, "conversations": args.conversations, "llm_latency_s": args.llm_latency,
+            "llm_concurrency": args.concurrency, "cold_cache": cold, "warm_cache": warm,
+        })
+    finally:
+        for name in ("cold", "warm"):
+            replays.stop_worker(settings, name)
+            await replays.drop_generation_topics(settings, name)
+        with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+            for name in ("cold", "warm"):
+                conn.execute(f"DROP SCHEMA IF EXISTS gen_{name} CASCADE")
+                conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s AND name = %s",
+                             (settings.kafka.topic_prefix, name))
+        await drop(settings)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
