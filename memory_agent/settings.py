@@ -172,6 +172,9 @@ class RetrievalSettings(BaseModel):
     context_message_chars: int = Field(default=200, ge=0)
     query_chars: int = Field(default=500, ge=1)
     keyword_max_terms: int = Field(default=32, ge=1)
+    # Words found in more than this share of a table's rows are not searched by keyword
+    # (a stop list learnt from ANALYZE's statistics: they match too much to rank quickly).
+    keyword_max_doc_fraction: float = Field(default=0.05, gt=0, le=1)
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score (see docs).
     keyword_weight: float = Field(default=0.3, ge=0)
     # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.

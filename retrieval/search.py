@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Sequence
+from typing import Collection, Literal, Sequence
 
 import numpy as np
 import psycopg
 from psycopg.rows import class_row
 
 Kind = Literal["fact", "chunk"]
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-# websearch_to_tsquery reads these as operators, not words.
-_OPERATORS = frozenset({"or", "and", "not"})
 
 
 @dataclass(frozen=True)
@@ -49,17 +45,14 @@ class SearchRow:
     range_end: int | None = None  # exclusive
 
 
-def keyword_query(text: str, max_terms: int = 32) -> str | None:
-    """Words of `text` joined with " or " for websearch_to_tsquery: any word may match and
-    ts_rank rewards matching more of them (its default AND would demand every word of a
-    whole conversation turn). Operators and punctuation never reach the parser."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
-        if word not in _OPERATORS and word not in seen:
-            seen[word] = None
-            if len(seen) >= max_terms:
-                break
-    return " or ".join(seen) if seen else None
+def tsquery_text(lexemes: Sequence[str], common: Collection[str] = (), max_terms: int = 32) -> str | None:
+    """The query's lexemes joined with | (any may match; ts_rank rewards matching more of them;
+    an AND of a whole message would match nothing), minus those in `common`: a lexeme found in
+    a large share of the table matches too many rows to rank quickly and says little about
+    relevance (a stop list learnt from the data). Quoted for tsquery input; None if empty."""
+    kept = [lexeme for lexeme in dict.fromkeys(lexemes) if lexeme and lexeme not in common][:max_terms]
+    quoted = ("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in kept)
+    return " | ".join(quoted) or None
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -67,13 +60,40 @@ def vector_literal(vector: np.ndarray) -> str:
     return "[" + ",".join(f"{x:.7g}" for x in np.asarray(vector, dtype=np.float32).ravel()) + "]"
 
 
-async def configure(conn: psycopg.AsyncConnection, ef_search: int) -> None:
-    """Transaction-local HNSW breadth; iterative scans keep going when the scope filter
-    rejects index hits, so a filtered kNN still returns k rows (pgvector >= 0.8)."""
-    await conn.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-        (str(ef_search),),
-    )
+@dataclass(frozen=True)
+class Keywords:
+    """Per table, the tsquery text to search with (None: no keyword search)."""
+
+    fact: str | None = None
+    chunk: str | None = None
+
+
+_PREPARE = (
+    "SELECT set_config('hnsw.ef_search', %(ef)s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+    " ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %(text)s)) u ORDER BY u.positions[1], u.lexeme),"
+    " ARRAY(SELECT s.tablename || ':' || c.e FROM pg_stats s,"
+    "   unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS c(e, f)"
+    "   WHERE s.schemaname = current_schema() AND s.attname = 'content_tsv'"
+    "   AND s.tablename IN ('facts', 'conversation_chunks') AND c.e IS NOT NULL AND c.f > %(df)s)"
+)
+
+
+async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: str | None,
+                  max_doc_fraction: float = 1.0, max_terms: int = 32) -> Keywords:
+    """One round trip: the transaction-local HNSW breadth (an iterative scan keeps going while
+    the scope filter rejects index hits, so a filtered kNN still returns k rows: pgvector 0.8),
+    the keyword text's English lexemes, and each table's lexemes found in more than
+    `max_doc_fraction` of its rows (ANALYZE's most_common_elems: none before the first ANALYZE)."""
+    cur = await conn.execute(_PREPARE, {"ef": str(ef_search), "text": keyword_text or "", "df": max_doc_fraction})
+    _, _, lexemes, common = await cur.fetchone()
+    if not keyword_text:
+        return Keywords()
+    by_table: dict[str, set[str]] = {"facts": set(), "conversation_chunks": set()}
+    for entry in common:
+        table, _, lexeme = entry.partition(":")
+        by_table[table].add(lexeme)
+    return Keywords(tsquery_text(lexemes, by_table["facts"], max_terms),
+                    tsquery_text(lexemes, by_table["conversation_chunks"], max_terms))
 
 
 _FACT_COLUMNS = (
@@ -109,7 +129,7 @@ def search_sql(kind: Kind, subject_id: str | None, *, vector: bool, keyword: boo
         ("facts", "fact_id", _FACT_COLUMNS) if kind == "fact" else ("conversation_chunks", "chunk_id", _CHUNK_COLUMNS)
     )
     scope = _fact_scope(subject_id) if kind == "fact" else _chunk_scope(subject_id)
-    tsquery = "websearch_to_tsquery('english', %(keywords)s)"
+    tsquery = "%(keywords)s::tsquery"
     vec = (
         f"SELECT t.{key} AS id FROM {table} t WHERE {scope}"
         f" ORDER BY t.embedding <=> %(vector)s::vector LIMIT %(k)s"
@@ -146,8 +166,8 @@ async def search(
     use_vector: bool = True,
     use_keyword: bool = True,
 ) -> list[SearchRow]:
-    """Candidates of one table, unordered (the caller ranks them). `keywords` is a
-    websearch_to_tsquery string (see keyword_query); None turns the keyword search off."""
+    """Candidates of one table, unordered (the caller ranks them). `keywords` is tsquery text
+    (see tsquery_text); None turns the keyword search off."""
     literal = vector if isinstance(vector, str) else vector_literal(vector)
     sql = search_sql(kind, scope.subject_id, vector=use_vector, keyword=use_keyword and keywords is not None)
     params = {
@@ -163,7 +183,7 @@ async def search_all(
     conn: psycopg.AsyncConnection,
     scope: Scope,
     vector: np.ndarray,
-    keywords: str | None,
+    keywords: Keywords,
     k: int,
     *,
     kinds: Sequence[Kind] = ("fact", "chunk"),
@@ -173,7 +193,8 @@ async def search_all(
     literal = vector_literal(vector)
     rows: list[SearchRow] = []
     for kind in kinds:
-        rows += await search(conn, kind, scope, literal, keywords, k, use_vector=use_vector, use_keyword=use_keyword)
+        rows += await search(conn, kind, scope, literal, getattr(keywords, kind), k,
+                             use_vector=use_vector, use_keyword=use_keyword)
     return rows
 
 

@@ -13,7 +13,7 @@ from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings
 from retrieval.packing import Packed, pack
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates
-from retrieval.search import Scope, SearchRow, configure, keyword_query, record_surfaced, search_all
+from retrieval.search import Scope, SearchRow, prepare, record_surfaced, search_all
 from retrieval.tokens import count_tokens
 
 Method = Literal["hybrid", "vector", "keyword"]
@@ -27,6 +27,7 @@ class RetrievalConfig:
     context_message_chars: int = 200
     query_chars: int = 500
     keyword_max_terms: int = 32
+    keyword_max_doc_fraction: float = 0.05
     keyword_weight: float = 0.3
     ef_search: int = 64
     method: Method = "hybrid"
@@ -36,7 +37,8 @@ class RetrievalConfig:
         scoring = ScoringConfig(threshold=s.threshold, importance_scale=s.importance_scale,
                                 fresh_days=s.fresh_days, stale_days=s.stale_days, stale_weight=s.stale_weight)
         return cls(scoring, s.candidate_k, s.last_messages, s.context_message_chars, s.query_chars,
-                   s.keyword_max_terms, s.keyword_weight, max(s.ef_search, s.candidate_k), method)
+                   s.keyword_max_terms, s.keyword_max_doc_fraction, s.keyword_weight,
+                   max(s.ef_search, s.candidate_k), method)
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,8 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
     """One query embedding of `text`, then per table one statement holding both index searches;
     the keyword search uses `keyword_text` (default: `text`)."""
     vector = await embedder.embed_query(text)
-    keywords = keyword_query(keyword_text if keyword_text is not None else text, config.keyword_max_terms)
-    await configure(conn, config.ef_search)
+    keywords = await prepare(conn, config.ef_search, keyword_text if keyword_text is not None else text,
+                             config.keyword_max_doc_fraction, config.keyword_max_terms)
     return await search_all(conn, scope, vector, keywords, config.candidate_k,
                             use_vector=config.method != "keyword", use_keyword=config.method != "vector")
 

@@ -10,7 +10,7 @@ import pytest
 
 from memory_agent.settings import RetrievalSettings
 from retrieval.scoring import DAY_S
-from retrieval.search import SearchRow, keyword_query, search_sql, vector_literal
+from retrieval.search import SearchRow, search_sql, tsquery_text, vector_literal
 from retrieval.service import RetrievalConfig, count_lines, query_text, rank_all, relevance
 from retrieval.tokens import count_tokens
 from tests.support import labelled_set
@@ -41,10 +41,11 @@ def test_query_text_without_a_message_uses_history_or_nothing(current, earlier, 
     assert query_text(current, earlier) == expected
 
 
-def test_keyword_query_ors_distinct_words_and_never_passes_operators():
-    assert keyword_query('WiFi "problem" -or OR not wifi, and router!') == "wifi or problem or router"
-    assert keyword_query("one two three four", max_terms=2) == "one or two"
-    assert keyword_query("?!  --") is None
+def test_tsquery_text_ors_distinct_lexemes_drops_common_ones_and_quotes():
+    assert tsquery_text(["wifi", "problem", "wifi", "router"], common={"problem"}) == "'wifi' | 'router'"
+    assert tsquery_text(["one", "two", "three"], max_terms=2) == "'one' | 'two'"
+    assert tsquery_text(["o'reilli", "a\\b"]) == "'o''reilli' | 'a\\\\b'"
+    assert tsquery_text([], ()) is None and tsquery_text(["the"], {"the"}) is None
 
 
 def test_relevance_per_method():
@@ -88,7 +89,7 @@ def test_fact_scope_never_admits_other_users_private_or_dead_facts():
     with_subject = search_sql("fact", "s1", vector=True, keyword=True)
     assert "t.visibility = 'shared'" in with_subject and "t.deleted_at IS NULL AND t.valid_to IS NULL" in with_subject
     without = search_sql("fact", None, vector=True, keyword=False)
-    assert "shared" not in without and "t.subject_id IS NULL" in without and "websearch" not in without
+    assert "shared" not in without and "t.subject_id IS NULL" in without and "tsquery" not in without
     assert "user_id = %(user)s" in search_sql("chunk", "s1", vector=False, keyword=True)
 
 
