@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -53,6 +53,10 @@ class LlmCache:
                 (key, kind, model, prompt_version, Jsonb(output)),
             )
             await self._count(conn, kind, calls=1)
+
+    async def forget(self, key: str) -> None:
+        async with await self._connection() as conn:
+            await conn.execute("DELETE FROM public.llm_cache WHERE cache_key = %s", (key,))
 
     async def _count(self, conn, kind: str, hits: int = 0, calls: int = 0) -> None:
         await conn.execute(
@@ -118,14 +122,26 @@ class CachedJsonCompleter:
         return getattr(self.inner, name)
 
     async def complete_json(
-        self, prompt_version: str, variables: Mapping[str, object], *, model: str | None = None
+        self,
+        prompt_version: str,
+        variables: Mapping[str, object],
+        *,
+        model: str | None = None,
+        validate: Callable[[dict], object] | None = None,
     ) -> JsonOutput:
+        """Only answers the caller's `validate` accepts are stored (or served) from the cache,
+        so a malformed answer is asked again on retry instead of being replayed forever."""
         used_model = model or self.inner.model
         key = cache_key("json", used_model, prompt_version, dict(variables))
         cached = await self.cache.get(key, "json")
         if cached is not None:
-            return JsonOutput(data=cached["data"], model=cached["model"], prompt_version=cached["prompt_version"])
-        output = await self.inner.complete_json(prompt_version, variables, model=model)
+            try:
+                if validate is not None:
+                    validate(cached["data"])
+                return JsonOutput(data=cached["data"], model=cached["model"], prompt_version=cached["prompt_version"])
+            except Exception:  # noqa: BLE001 - an entry the caller now rejects is dropped
+                await self.cache.forget(key)
+        output = await self.inner.complete_json(prompt_version, variables, model=model, validate=validate)
         await self.cache.put(key, "json", used_model, prompt_version, {
             "data": output.data, "model": output.model, "prompt_version": output.prompt_version,
         })

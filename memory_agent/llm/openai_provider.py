@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import openai
 from openai import AsyncOpenAI
@@ -104,12 +104,18 @@ class OpenAiLlm:
         variables: Mapping[str, object],
         *,
         model: str | None = None,
+        validate: Callable[[dict], object] | None = None,
     ) -> JsonOutput:
-        """Render a versioned prompt and parse the answer as one JSON object."""
+        """Render a versioned prompt and parse the answer as one JSON object.
+
+        `validate(data)` (the caller's parser) may raise to reject the answer."""
         messages = load_prompt(prompt_version).render(variables)
         model = model or self._model
         content = await self.complete_messages(messages, model=model, json_object=True)
-        return JsonOutput(data=parse_json_object(content), model=model, prompt_version=prompt_version)
+        data = parse_json_object(content)
+        if validate is not None:
+            validate(data)
+        return JsonOutput(data=data, model=model, prompt_version=prompt_version)
 
     async def complete_messages(
         self,

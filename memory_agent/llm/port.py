@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,4 +89,7 @@ class JsonCompleter(Protocol):
         variables: Mapping[str, object],
         *,
         model: str | None = None,
-    ) -> JsonOutput: ...
+        validate: Callable[[dict], object] | None = None,
+    ) -> JsonOutput:
+        """`validate(data)` may raise to reject the answer (it is then never cached)."""
+        ...

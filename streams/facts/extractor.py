@@ -66,7 +66,8 @@ class ChunkExtractor:
             result = extract_offline(messages)
             return Extraction(self._capped(result), gate, OFFLINE_EXTRACTOR, OFFLINE_EXTRACTOR)
         output = await self.completer.complete_json(
-            self.prompt_version, {"messages": format_messages(list(messages))}, model=self.model)
+            self.prompt_version, {"messages": format_messages(list(messages))}, model=self.model,
+            validate=parse_extraction)
         result = parse_extraction(output.data)
         return Extraction(self._capped(result), gate, output.model or self.model, output.prompt_version)
 
@@ -84,7 +85,8 @@ class ChunkExtractor:
             return GateVerdict(worth_remembering=worth, reason=reason, method="heuristic")
         try:
             output = await self.completer.complete_json(
-                self.gate_prompt, {"messages": format_messages(list(messages))}, model=self.gate_model)
+                self.gate_prompt, {"messages": format_messages(list(messages))}, model=self.gate_model,
+                validate=parse_gate)
             worth, reason = parse_gate(output.data)
         except (LlmError, MalformedExtraction) as exc:
             # The gate only saves money: when it fails, the extractor decides.

@@ -13,6 +13,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer
 
 from memory_agent.client import MemoryClient
+from projections.generations import activate
 from projections.migrate import migrate
 from schemas import facts_events as fe
 from schemas.codec import new_event
@@ -69,7 +70,8 @@ async def decide(http, method: str, path: str, user: str, body: dict | None = No
 @contextlib.asynccontextmanager
 async def generation(settings, fake: FakeOpenAI):
     """A worker and an API on `settings`' generation, with alice's and bob's sessions recorded."""
-    env = fake.env(llm=True, embeddings=True) | SMALL_CHUNKS
+    # No LLM result cache: the replay's model must really be asked (it words facts differently).
+    env = fake.env(llm=True, embeddings=True) | SMALL_CHUNKS | {"MEMORY_LLM__CACHE_ENABLED": "false"}
     api_settings = settings.model_copy(update={"embedding": fake.embedding_settings()})
     async with worker_process(settings, extra_env=env) as worker, running_api(api_settings) as base:
         async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=30) as http:
@@ -155,6 +157,8 @@ async def test_owners_manage_facts_others_see_only_what_is_shared_and_a_replay_k
             async with generation(replay, fake) as (worker, http):
                 await wait_for_chunks(replay, 2, worker.log_path)
                 await wait_until(lambda: decisions(replay, 5), 30, "the replay's decisions")
+                await asyncio.to_thread(_activate, replay)  # the API reads the active generation
+                await asyncio.sleep(1.2)
                 assert await listing(http, "alice") == {"Grandpa worked as a carpenter!": ("alice", "private", True),
                                                         EDITED: ("alice", "shared", True)}
                 assert await listing(http, "bob") == expected_bob
@@ -163,6 +167,11 @@ async def test_owners_manage_facts_others_see_only_what_is_shared_and_a_replay_k
         finally:
             async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
                 await conn.execute(f'DROP SCHEMA IF EXISTS "{replay.pg_schema}" CASCADE')
+
+
+def _activate(settings) -> None:
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+        activate(conn, settings.kafka.topic_prefix, settings.generation)
 
 
 async def decisions(settings, count: int) -> bool:

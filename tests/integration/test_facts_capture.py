@@ -20,6 +20,9 @@ SMALL_CHUNKS = {  # a chunk of the 4 oldest messages once more than 6 are unsumm
     "MEMORY_FACTS__SUMMARIZATION_THRESHOLD": "6",
     "MEMORY_FACTS__BATCH_SIZE": "4",
     "MEMORY_FACTS__FAILURE_BACKOFF_S": "1",
+    # The LLM result cache is shared by every deployment on the database: off, so the
+    # scripted model really answers (and counts) every call.
+    "MEMORY_LLM__CACHE_ENABLED": "false",
 }
 SESSIONS = {
     "s1": ["I live in Lisbon with my family.", "Lovely city.", "My daughter Ana plays the piano.", "Wonderful."],

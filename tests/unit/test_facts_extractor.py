@@ -22,11 +22,13 @@ class ScriptedLlm:
         self.answers = answers
         self.calls: list[tuple[str, str | None]] = []
 
-    async def complete_json(self, prompt_version, variables, *, model=None):
+    async def complete_json(self, prompt_version, variables, *, model=None, validate=None):
         self.calls.append((prompt_version, model))
         answer = self.answers[prompt_version.split("-v")[0].replace("-", "_")]
         if isinstance(answer, Exception):
             raise answer
+        if validate is not None:
+            validate(answer)
         return JsonOutput(answer, model or self.model, prompt_version)
 
 

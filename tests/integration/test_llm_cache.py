@@ -1,0 +1,49 @@
+"""The LLM result cache in PostgreSQL: same inputs answer from the cache; rejected answers never do."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_agent.llm.cache import CachedJsonCompleter, CachedSummarizer, LlmCache
+from memory_agent.llm.openai_provider import OpenAiLlm
+from memory_agent.llm.port import ChatMessage
+from tests.integration.conftest import scalar
+from tests.support.fake_openai import FakeOpenAI
+
+
+def needs_summary(data: dict) -> None:
+    if not data.get("summary"):
+        raise ValueError("no summary")
+
+
+@pytest.mark.asyncio
+async def test_summaries_and_json_answers_come_from_the_cache_the_second_time(settings):
+    cache = LlmCache(settings.postgres.dsn, settings.kafka.topic_prefix, settings.generation)
+    unique = settings.kafka.topic_prefix  # the cache is shared by every deployment on the database
+    with FakeOpenAI() as fake:
+        summarizer = CachedSummarizer(OpenAiLlm.from_settings(fake.llm_settings()), cache)
+        messages = [ChatMessage(0, "user", f"{unique}: we chose FastAPI"), ChatMessage(1, "assistant", "Good.")]
+        first = await summarizer.summarize_window(None, messages, 0, 1)
+        second = await summarizer.summarize_window(None, messages, 0, 1)
+        assert first == second and len(fake.chat_requests) == 1
+        await summarizer.summarize_window("other base", messages, 0, 1)  # other inputs: a new call
+        assert len(fake.chat_requests) == 2
+
+        completer = CachedJsonCompleter(OpenAiLlm.from_settings(fake.llm_settings()), cache)
+        variables = {"messages": f"[0] user: {unique} I live in Lisbon"}
+        fake.json_response = {"facts": []}  # no summary: the caller rejects it
+        with pytest.raises(ValueError):
+            await completer.complete_json("chunk-facts-v1", variables, validate=needs_summary)
+        fake.json_response = {"summary": "Lives in Lisbon", "facts": []}
+        good = await completer.complete_json("chunk-facts-v1", variables, validate=needs_summary)
+        again = await completer.complete_json("chunk-facts-v1", variables, validate=needs_summary)
+        assert good.data == again.data == {"summary": "Lives in Lisbon", "facts": []}
+        assert len(fake.chat_requests) == 4  # the rejected answer was asked again, the good one once
+    usage = await scalar(
+        settings,
+        "SELECT json_object_agg(kind, json_build_array(hits, calls)) FROM public.llm_cache_usage"
+        " WHERE topic_prefix = %s AND generation = %s",
+        (settings.kafka.topic_prefix, settings.generation),
+    )
+    assert usage == {"summary": [1, 2], "json": [1, 1]}
+    await cache.aclose()
