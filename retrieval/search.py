@@ -68,32 +68,49 @@ class Keywords:
     chunk: str | None = None
 
 
-_PREPARE = (
-    "SELECT set_config('hnsw.ef_search', %(ef)s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
-    " ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %(text)s)) u ORDER BY u.positions[1], u.lexeme),"
-    " ARRAY(SELECT s.tablename || ':' || c.e FROM pg_stats s,"
-    "   unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS c(e, f)"
-    "   WHERE s.schemaname = current_schema() AND s.attname = 'content_tsv'"
-    "   AND s.tablename IN ('facts', 'conversation_chunks') AND c.e IS NOT NULL AND c.f > %(df)s)"
+_COMMON = (
+    "SELECT s.tablename, c.e FROM pg_stats s,"
+    " unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS c(e, f)"
+    " WHERE s.schemaname = current_schema() AND s.attname = 'content_tsv'"
+    " AND s.tablename IN ('facts', 'conversation_chunks') AND c.e IS NOT NULL AND c.f > %s"
 )
 
 
+class CommonLexemes:
+    """Per table, the lexemes found in more than `max_doc_fraction` of its rows, from ANALYZE's
+    statistics (most_common_elems; none before the first ANALYZE), re-read every `ttl_s`.
+    One per app: the statistics query costs more than the rest of `prepare`."""
+
+    def __init__(self, max_doc_fraction: float, ttl_s: float = 60.0) -> None:
+        self.max_doc_fraction, self.ttl_s = max_doc_fraction, ttl_s
+        self._value: dict[str, frozenset[str]] | None = None
+        self._expires = 0.0
+
+    async def get(self, conn: psycopg.AsyncConnection, now: float) -> dict[str, frozenset[str]]:
+        """`now`: a monotonic clock reading."""
+        if self._value is None or now >= self._expires:
+            found: dict[str, set[str]] = {"facts": set(), "conversation_chunks": set()}
+            for table, lexeme in await (await conn.execute(_COMMON, (self.max_doc_fraction,))).fetchall():
+                found[table].add(lexeme)
+            self._value = {table: frozenset(lexemes) for table, lexemes in found.items()}
+            self._expires = now + self.ttl_s
+        return self._value
+
+
 async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: str | None,
-                  max_doc_fraction: float = 1.0, max_terms: int = 32) -> Keywords:
+                  common: dict[str, frozenset[str]] | None = None, max_terms: int = 32) -> Keywords:
     """One round trip: the transaction-local HNSW breadth (an iterative scan keeps going while
-    the scope filter rejects index hits, so a filtered kNN still returns k rows: pgvector 0.8),
-    the keyword text's English lexemes, and each table's lexemes found in more than
-    `max_doc_fraction` of its rows (ANALYZE's most_common_elems: none before the first ANALYZE)."""
-    cur = await conn.execute(_PREPARE, {"ef": str(ef_search), "text": keyword_text or "", "df": max_doc_fraction})
-    _, _, lexemes, common = await cur.fetchone()
-    if not keyword_text:
-        return Keywords()
-    by_table: dict[str, set[str]] = {"facts": set(), "conversation_chunks": set()}
-    for entry in common:
-        table, _, lexeme = entry.partition(":")
-        by_table[table].add(lexeme)
-    return Keywords(tsquery_text(lexemes, by_table["facts"], max_terms),
-                    tsquery_text(lexemes, by_table["conversation_chunks"], max_terms))
+    the scope filter rejects index hits, so a filtered kNN still returns k rows: pgvector 0.8)
+    and the keyword text's English lexemes, minus each table's `common` ones."""
+    cur = await conn.execute(
+        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        " ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %s)) u ORDER BY u.positions[1], u.lexeme)",
+        (str(ef_search), keyword_text or ""),
+    )
+    lexemes = (await cur.fetchone())[2]
+    common = common or {}
+    return Keywords(tsquery_text(lexemes, common.get("facts", ()), max_terms),
+                    tsquery_text(lexemes, common.get("conversation_chunks", ()), max_terms))
 
 
 _FACT_COLUMNS = (

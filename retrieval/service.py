@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, Mapping, Sequence
@@ -13,7 +14,7 @@ from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings
 from retrieval.packing import Packed, pack
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates
-from retrieval.search import Scope, SearchRow, prepare, record_surfaced, search_all
+from retrieval.search import CommonLexemes, Scope, SearchRow, prepare, record_surfaced, search_all
 from retrieval.tokens import count_tokens
 
 Method = Literal["hybrid", "vector", "keyword"]
@@ -121,18 +122,22 @@ def count_lines(text: str) -> int:
 
 
 async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, embedder: Embedder,
-                      config: RetrievalConfig, keyword_text: str | None = None) -> list[SearchRow]:
+                      config: RetrievalConfig, keyword_text: str | None = None,
+                      common: CommonLexemes | None = None) -> list[SearchRow]:
     """One query embedding of `text`, then per table one statement holding both index searches;
-    the keyword search uses `keyword_text` (default: `text`)."""
+    the keyword search uses `keyword_text` (default: `text`) minus the tables' common lexemes
+    (`common`: a cache; None reads the statistics now)."""
     vector = await embedder.embed_query(text)
+    common = common or CommonLexemes(config.keyword_max_doc_fraction)
     keywords = await prepare(conn, config.ef_search, keyword_text if keyword_text is not None else text,
-                             config.keyword_max_doc_fraction, config.keyword_max_terms)
+                             await common.get(conn, time.monotonic()), config.keyword_max_terms)
     return await search_all(conn, scope, vector, keywords, config.candidate_k,
                             use_vector=config.method != "keyword", use_keyword=config.method != "vector")
 
 
 async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embedder: Embedder,
-                   config: RetrievalConfig = RetrievalConfig(), *, record: bool = True) -> Retrieval | None:
+                   config: RetrievalConfig = RetrievalConfig(), *, common: CommonLexemes | None = None,
+                   record: bool = True) -> Retrieval | None:
     """None when there is nothing to search with (no query, no earlier messages). Included
     items are recorded as surfaced for the conversation and their access counts bumped,
     then committed (`record=False` leaves the database untouched)."""
@@ -144,7 +149,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # Keywords come from the current message alone when there is one: the earlier turns
     # add context to the embedding, but their small talk would match half the table.
     current = request.query if request.query and request.query.strip() else None
-    rows = await search_rows(conn, scope, text, embedder, config, current)
+    rows = await search_rows(conn, scope, text, embedder, config, current, common)
     by_key = {key(r.kind, r.item_id): r for r in rows}
     surfaced = {k for k, r in by_key.items() if r.surfaced}
     now = request.now.timestamp()
@@ -165,6 +170,14 @@ def embedder_for(app_state: Any) -> Embedder:
         embedder = make_embedder(app_state.settings)
         app_state.retrieval_embedder = embedder
     return embedder
+
+
+def common_lexemes_for(app_state: Any) -> CommonLexemes:
+    common = getattr(app_state, "retrieval_common_lexemes", None)
+    if common is None:
+        common = CommonLexemes(app_state.settings.retrieval.keyword_max_doc_fraction)
+        app_state.retrieval_common_lexemes = common
+    return common
 
 
 async def warm_up(app_state: Any) -> None:

@@ -12,7 +12,7 @@ from api.sections.request import ContextRequest
 from memory_agent.embeddings import EmbeddingError
 from retrieval.scoring import ScoreBreakdown
 from retrieval.search import SearchRow
-from retrieval.service import Retrieval, RetrievalConfig, embedder_for, retrieve
+from retrieval.service import Retrieval, RetrievalConfig, common_lexemes_for, embedder_for, retrieve
 
 log = logging.getLogger(__name__)
 MAX_EXCLUDED = 20  # the best-scoring ones; `excluded_total` counts them all
@@ -103,7 +103,7 @@ async def retrieval_section(conn: psycopg.AsyncConnection, request: ContextReque
     config = RetrievalConfig.from_settings(app_state.settings.retrieval)
     embedder = embedder_for(app_state)
     try:
-        result = await retrieve(conn, request, embedder, config)
+        result = await retrieve(conn, request, embedder, config, common=common_lexemes_for(app_state))
     except EmbeddingError as error:
         log.warning("retrieval skipped, embedder failed: %s", error)
         return RetrievedOut(items=[], text="", excluded=[], excluded_total=0, candidates=0, tokens_used=0,

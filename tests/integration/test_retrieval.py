@@ -221,12 +221,13 @@ async def test_embedder_down_still_answers_the_context_with_the_reason(stack):
 
 async def test_words_in_a_large_share_of_rows_are_not_searched_by_keyword(loaded):
     """The learnt stop list: after ANALYZE, lexemes above the document fraction are dropped."""
-    from retrieval.search import prepare
+    from retrieval.search import CommonLexemes, prepare
 
     async with await connect(loaded) as conn:
         await conn.execute("ANALYZE facts")
         await conn.execute("ANALYZE conversation_chunks")
-        common = await prepare(conn, 64, "Grandpa Joe fishing on Lake Tahoe", max_doc_fraction=0.15)
-        everything_kept = await prepare(conn, 64, "Grandpa Joe fishing on Lake Tahoe", max_doc_fraction=1.0)
+        lexemes = await CommonLexemes(0.15).get(conn, now=0.0)
+        common = await prepare(conn, 64, "Grandpa Joe fishing on Lake Tahoe", lexemes)
+        everything_kept = await prepare(conn, 64, "Grandpa Joe fishing on Lake Tahoe", {})
     assert everything_kept.fact == "'grandpa' | 'joe' | 'fish' | 'lake' | 'taho'"
     assert "joe" not in common.fact and "'taho'" in common.fact  # "joe" is in 8 of the 31 facts
