@@ -154,16 +154,17 @@ class MessagesProjector:
             metrics.SEQ_GAPS.inc(gaps)
             first = candidates[0].event.envelope
             rows.append((key[0], key[1], first.user_id, first.subject_id, previous, len(candidates), gaps))
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO conversations (tenant_id, conversation_id, user_id, subject_id, last_seq,"
-                " message_count, gap_count) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                " ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET"
-                " last_seq = GREATEST(conversations.last_seq, EXCLUDED.last_seq),"
-                " message_count = conversations.message_count + EXCLUDED.message_count,"
-                " gap_count = conversations.gap_count + EXCLUDED.gap_count, updated_at = now()",
-                rows,
-            )
+        columns = list(zip(*rows))
+        await conn.execute(
+            "INSERT INTO conversations (tenant_id, conversation_id, user_id, subject_id, last_seq,"
+            " message_count, gap_count)"
+            " SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::int[])"
+            " ON CONFLICT (tenant_id, conversation_id) DO UPDATE SET"
+            " last_seq = GREATEST(conversations.last_seq, EXCLUDED.last_seq),"
+            " message_count = conversations.message_count + EXCLUDED.message_count,"
+            " gap_count = conversations.gap_count + EXCLUDED.gap_count, updated_at = now()",
+            [list(c) for c in columns],
+        )
 
 
 def _anomaly(kind: str, key, record: ConsumerRecord, detail: str) -> tuple:
