@@ -37,7 +37,8 @@ async def converse(
                 envelope = client.message_event(
                     tenant_id="bench", conversation_id=f"c{c}", user_id=f"u{c}", seq=seq,
                     role="user" if role_index == 0 else "assistant",
-                    content=f"Round {round_no + 1} of conversation {c}: we talk about decision {seq} and its reasons.",
+                    content=f"Round {round_no + 1} of conversation {c} ({client.settings.kafka.topic_prefix}):"
+                            f" we talk about decision {seq} and its reasons.",
                     metadata={"sent_at": time.time()},
                 )
                 pending.append(await client.enqueue(envelope))
@@ -110,13 +111,15 @@ async def _freshness(settings, started: float) -> dict:
 async def _summary_lag(settings, started: float) -> dict:
     rows = await _rows(
         settings,
-        "SELECT (extract(epoch FROM m.completed_at) - (msg.metadata->>'sent_at')::float8) * 1000, m.generation_time_ms"
+        "SELECT (extract(epoch FROM m.completed_at) - (msg.metadata->>'sent_at')::float8) * 1000, m.generation_time_ms,"
+        " (extract(epoch FROM m.created_at) - (msg.metadata->>'sent_at')::float8) * 1000"
         " FROM memory m JOIN messages msg ON msg.tenant_id = m.tenant_id AND msg.conversation_id = m.conversation_id"
         " AND msg.seq = m.end_sequence WHERE m.status = 'completed' AND (msg.metadata->>'sent_at')::float8 >= %s",
         (started,),
     )
     lags = [float(r[0]) for r in rows]
     generation = [float(r[1]) for r in rows]
+    requested = [float(r[2]) for r in rows]
     failed = await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'failed'")
     return {
         "summaries_completed": len(lags),
@@ -124,6 +127,9 @@ async def _summary_lag(settings, started: float) -> dict:
         "summary_lag_p50_ms": round(percentile(lags, 50), 1),
         "summary_lag_p99_ms": round(percentile(lags, 99), 1),
         "generation_time_p50_ms": round(percentile(generation, 50), 1),
+        # message sent -> its summary request projected as a 'processing' row (fold + hops)
+        "request_lag_p50_ms": round(percentile(requested, 50), 1),
+        "request_lag_p99_ms": round(percentile(requested, 99), 1),
     }
 
 
