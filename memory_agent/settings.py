@@ -176,7 +176,7 @@ class RetrievalSettings(BaseModel):
     # (a stop list learnt from ANALYZE's statistics: they match too much to rank quickly).
     keyword_max_doc_fraction: float = Field(default=0.05, gt=0, le=1)
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score (see docs).
-    keyword_weight: float = Field(default=0.3, ge=0)
+    keyword_weight: float = Field(default=1.0, ge=0)
     # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.
     ef_search: int = Field(default=64, ge=1, le=1000)
 

@@ -192,7 +192,11 @@ async def search(
         "conversation": scope.conversation_id, "vector": literal, "keywords": keywords or "", "k": k,
     }
     async with conn.cursor(row_factory=class_row(SearchRow)) as cur:
-        await cur.execute(sql, params)
+        # Never a server-side prepared statement: after five runs PostgreSQL may settle on a
+        # generic plan costed for an average scope (a btree scan + exact sort for everyone).
+        # Planned with the actual values, a small scope gets that exact scan and a large one
+        # the HNSW index (approximate, see docs/retrieval.md).
+        await cur.execute(sql, params, prepare=False)
         return await cur.fetchall()
 
 

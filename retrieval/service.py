@@ -29,7 +29,7 @@ class RetrievalConfig:
     query_chars: int = 500
     keyword_max_terms: int = 32
     keyword_max_doc_fraction: float = 0.05
-    keyword_weight: float = 0.3
+    keyword_weight: float = 1.0
     ef_search: int = 64
     method: Method = "hybrid"
 

@@ -231,3 +231,17 @@ async def test_words_in_a_large_share_of_rows_are_not_searched_by_keyword(loaded
         everything_kept = await prepare(conn, 64, "Grandpa Joe fishing on Lake Tahoe", {})
     assert everything_kept.fact == "'grandpa' | 'joe' | 'fish' | 'lake' | 'taho'"
     assert "joe" not in common.fact and "'taho'" in common.fact  # "joe" is in 8 of the 31 facts
+
+
+async def test_concurrent_requests_count_every_access_exactly_once(loaded):
+    """Eight conversations ask at once: no deadlock on the shared facts, no lost increment."""
+    import asyncio
+
+    for n in range(8):
+        await conversation(loaded, f"p{n}", "maria", L.JOE)
+    query = "What did Grandpa like to do in the summer?"
+    async with running_api(loaded) as url:
+        results = await asyncio.gather(*(context(url, f"p{n}", query=query) for n in range(8)))
+    assert all("g01" in ids(r["retrieved"]) for r in results)
+    assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = 'g01'") == 8
+    assert await scalar(loaded, "SELECT count(*) FROM surfaced_items WHERE item_id = 'g01'") == 8
