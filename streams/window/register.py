@@ -28,6 +28,20 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     summarizer = make_summarizer(settings)
     config = window_config(settings, summarizer)
     stage: list[SummaryStage] = []
+    # Decoded states by key, valid while the table still holds the very bytes they came
+    # from (a recovery or another writer stores new bytes objects).
+    decoded: dict[bytes, tuple[bytes, WindowState]] = {}
+
+    def load(key: bytes) -> WindowState:
+        raw = windows.get(key)
+        if raw is None:
+            return WindowState()
+        cached = decoded.get(key)
+        if cached is not None and cached[0] is raw:
+            return cached[1]
+        state = WindowState.from_dict(orjson.loads(raw))
+        decoded[key] = (raw, state)
+        return state
 
     @app.agent(ctx.conversation_and_memory_events, name="fold-windows", concurrency=1)
     async def fold_windows(stream):
@@ -36,11 +50,12 @@ def register(app: faust.App, ctx: StreamContext) -> None:
             event = ctx.decode(value)
             if event is None:
                 continue
-            raw_state = windows.get(key)
-            state = WindowState.from_dict(orjson.loads(raw_state)) if raw_state else WindowState()
+            state = load(key)
             new_state, outgoing = fold_event(config, state, event, time.time(), settings.replay_until)
             if new_state != state:
-                windows[key] = orjson.dumps(new_state.to_dict())
+                raw = orjson.dumps(new_state.to_dict())
+                windows[key] = raw
+                decoded[key] = (raw, new_state)
             for envelope in outgoing:
                 await ctx.memory_events.send(key=key, value=encode(envelope))
 
