@@ -65,4 +65,7 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     async def project() -> None:
         await run_projectors(settings, stop=asyncio.Event())
 
-    faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True).execute_from_commandline()
+    worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True)
+    # aiokafka builds a debug record per request when its logger inherits DEBUG.
+    logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLogger().level))
+    worker.execute_from_commandline()
