@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal, Mapping, Sequence
 
 import psycopg
@@ -12,10 +11,10 @@ import psycopg
 from api.sections.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings
-from retrieval.packing import Packed, pack
+from retrieval.packing import Packed, pack, render_line
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates
 from retrieval.search import CommonLexemes, Scope, SearchRow, prepare, record_surfaced, search_all
-from retrieval.tokens import count_tokens
+from retrieval.tokens import load_tokenizer
 
 Method = Literal["hybrid", "vector", "keyword"]
 
@@ -110,15 +109,25 @@ def scope_of(request: ContextRequest) -> Scope:
     return Scope(request.tenant_id, request.user_id, request.subject_id, request.conversation.conversation_id)
 
 
-@lru_cache(maxsize=8192)
-def _line_tokens(line: str) -> int:
-    return count_tokens(line)
+_LINE_TOKENS: dict[str, int] = {}  # a process-wide cache of a pure function, bounded below
+
+
+def remember_tokens(lines: Sequence[str]) -> None:
+    """Count the lines not yet cached in one batch call of the tokenizer."""
+    missing = [line for line in dict.fromkeys(lines) if line not in _LINE_TOKENS]
+    if missing:
+        if len(_LINE_TOKENS) + len(missing) > 8192:
+            _LINE_TOKENS.clear()
+        for line, encoding in zip(missing, load_tokenizer().encode_batch(missing, add_special_tokens=False)):
+            _LINE_TOKENS[line] = len(encoding.ids)
 
 
 def count_lines(text: str) -> int:
     """count_tokens, line by line with a cache: exact for the WordPiece tokenizer (a newline is
     whitespace and no token spans it), and pack() re-counts the joined text at every step."""
-    return sum(_line_tokens(line) for line in text.split("\n"))
+    lines = text.split("\n")
+    remember_tokens(lines)
+    return sum(_LINE_TOKENS[line] for line in lines)
 
 
 async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, embedder: Embedder,
@@ -154,6 +163,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     surfaced = {k for k, r in by_key.items() if r.surfaced}
     now = request.now.timestamp()
     scored = score_candidates(to_candidates(rows, config), now, surfaced, config.scoring)
+    remember_tokens([render_line(item) for item in scored.kept])
     packed = pack(scored.kept, request.budget_tokens, count_lines, scored.excluded)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
