@@ -1,0 +1,416 @@
+"""Retrieval at scale: context endpoint latency at 32 clients, recall@10 per search method, 1k search time.
+
+    python -m bench.retrieval_bench [--n 100000] [--requests 2000] [--clients 32] [--keep | --reuse]
+                                    [--api-embedding-threads 1] [--skip-api]
+(from the repo root, with PostgreSQL up: `make infra-up`; Kafka is not needed.) Numbers: docs/retrieval.md.
+Embeddings of the synthetic corpus are cached in .state/bench/ so reruns skip the ~13 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psycopg
+from psycopg.rows import class_row
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file, not installed
+
+from bench.common import machine, percentile  # noqa: E402
+from memory_agent.embeddings import make_embedder  # noqa: E402
+from memory_agent.settings import PostgresSettings, Settings, get_settings  # noqa: E402
+from projections.migrate import migrate  # noqa: E402
+from retrieval.search import Scope, SearchRow, search_sql, vector_literal  # noqa: E402
+from retrieval.service import RetrievalConfig, rank_all, search_rows  # noqa: E402
+from tests.support import labelled_set as L  # noqa: E402
+
+GENERATION = "bench_retrieval"
+API_KEY = "bench-key"
+NAMES = ("Ana Ben Chloe Dev Elif Farid Greta Hiro Ines Jonas Kemal Lucia Mateo Nadia Oskar Priya Quinn Rafael "
+         "Sana Tariq Uma Viktor Wen Yara Zoe Amara Bruno Chen Dario Esme Felix Gwen Hamid Ivy Jude Kai Lars").split()
+_ = str.split
+SLOTS = {
+    "city": _("Lyon Oslo Porto Krakow Austin Osaka Dublin Tallinn Quito Nairobi Hanoi Denver Leeds Bergen Seville "
+              "Montreal Adelaide Ghent Tbilisi Cusco Busan Graz Trieste Halifax"),
+    "job": ["nurse", "civil engineer", "high-school teacher", "florist", "tax accountant", "bus driver",
+            "veterinarian", "translator", "pharmacist", "carpenter", "UX designer", "paramedic", "geologist",
+            "court interpreter", "landscape architect", "sound engineer", "midwife", "data analyst"],
+    "weekday": _("Monday Tuesday Wednesday Thursday Saturday Sunday"),
+    "month": _("January February April June July August September November December"),
+    "pet": ["beagle", "tabby cat", "parrot", "tortoise", "greyhound", "pair of rabbits", "corgi", "gecko",
+            "goldfish", "retired racing pigeon"],
+    "pet_habit": ["steals socks", "sleeps on the radiator", "hates thunderstorms", "needs a pill every evening",
+                  "howls at the vacuum cleaner", "only eats wet food", "escapes under the fence"],
+    "allergen": ["peanuts", "shellfish", "penicillin", "bee stings", "latex", "cat hair", "sesame", "pollen"],
+    "instrument": ["cello", "bass guitar", "trumpet", "accordion", "drums", "violin", "ukulele", "harp", "oboe"],
+    "skill": ["throw pottery", "bake sourdough", "carve spoons", "paint watercolours", "play chess openings",
+              "bind books", "brew kombucha", "restore furniture", "knit socks", "solder synthesizer kits"],
+    "gift": ["wool scarf", "fountain pen", "cast-iron pan", "star map print", "board game", "leather wallet",
+             "pair of hiking poles", "vinyl record"],
+    "purchase": ["used camper van", "cargo bike", "piano", "deposit for a flat", "sewing machine", "kayak",
+                 "electric scooter", "telescope"],
+    "project": ["billing", "onboarding", "mobile app", "search", "reporting", "payments", "warehouse", "loyalty"],
+    "tool": ["GitLab CI", "Terraform", "a monorepo", "Grafana", "Sentry", "feature flags", "Redis queues",
+             "Bazel", "OpenTelemetry", "pair programming"],
+    "relative": ["brother", "aunt", "cousin", "grandmother", "niece", "stepfather", "godson", "sister-in-law"],
+    "feeling": ["relieved", "anxious", "proud", "frustrated", "hopeful", "exhausted", "nostalgic", "amused"],
+    "diet": ["vegan", "on a low-sodium diet", "gluten intolerant", "doing intermittent fasting", "keto"],
+    "dish": ["lamb tagine", "mushroom risotto", "pierogi", "green curry", "paella", "ramen", "lasagne"],
+    "condition": ["asthma", "migraines", "high blood pressure", "a bad knee", "type 1 diabetes", "eczema"],
+    "sport": ["rowing", "bouldering", "table tennis", "ultimate frisbee", "trail running", "fencing", "curling"],
+    "team": ["Celtic", "the Blue Jays", "Ajax", "the Packers", "Benfica B", "the local hockey club"],
+    "genre": ["crime", "science fiction", "historical", "romance", "fantasy", "literary", "horror"],
+    "subject": ["marine biology", "art history", "statistics", "architecture", "nursing", "economics", "Mandarin"],
+    "appliance": ["dishwasher", "boiler", "fridge", "washing machine", "oven", "garage door", "tumble dryer"],
+    "fault": ["leaks after every cycle", "makes a grinding noise", "trips the fuse", "will not heat up",
+              "smells of burning plastic"],
+    "room": ["kitchen", "basement", "utility room", "garage", "attic"],
+    "collectible": ["stamps", "vintage postcards", "board games", "fountain pens", "seashells", "enamel pins"],
+    "event": ["wedding anniversary", "graduation", "retirement party", "citizenship ceremony", "first marathon"],
+    "lang": ["Go", "Rust", "Kotlin", "TypeScript", "Elixir", "Java"],
+    "opinion": ["open-plan offices kill focus", "daylight saving time should go", "board games beat video games",
+                "winter is the best season", "audiobooks count as reading"],
+}
+FACTS = (
+    "{name} works as a {job} in {city} and usually finishes late on {weekday}s.",
+    "{name} is allergic to {allergen} and always carries medication on trips.",
+    "{name} keeps a {pet} that {pet_habit}.",
+    "{name} plays the {instrument} in a band that rehearses on {weekday} evenings.",
+    "{name} is learning to {skill} at a community workshop in {city}.",
+    "For the birthday in {month}, {name} would love a {gift}.",
+    "{name} is saving for a {purchase} and puts money aside every month.",
+    "The {project} team moved to {tool} in {month} after repeated problems with the old setup.",
+    "{name}'s {relative} lives in {city} and calls every {weekday}.",
+    "{name} grew up in {city} and moved away in {month} for a job as a {job}.",
+    "{name} is {diet}, so no {dish} at family dinners any more.",
+    "{name}'s signature dish is {dish}; the recipe came from a {relative} in {city}.",
+    "{name} has {condition} and sees a specialist every {month}.",
+    "{name} took up {sport} last year and competes in a regional league.",
+    "{name} supports {team} and never misses a home game.",
+    "{name} reads {genre} novels before bed, about two a month.",
+    "{name} is studying {subject} part-time at the university in {city}.",
+    "The {appliance} in the {room} {fault}; a technician comes in {month}.",
+    "{name} collects {collectible} and keeps them in labelled boxes.",
+    "{name}'s {event} is in {month}, and the party will be in {city}.",
+    "The {project} service is written in {lang} and owned by {name}'s team.",
+    "{name} firmly believes that {opinion}.",
+    "{name} wants to spend a sabbatical in {city} learning {subject}.",
+    "{name} and a {relative} are planning to run a half marathon in {city} in {month}.",
+)
+CHUNKS = (
+    "{name} and the assistant went through the {project} roadmap; they agreed to try {tool} and revisit it "
+    "in {month}.",
+    "{name} talked about visiting a {relative} in {city} and felt {feeling} about the long journey.",
+    "{name} asked how to {skill} at home; the assistant suggested starting small on {weekday} mornings.",
+    "The conversation covered {name}'s {pet} that {pet_habit}; {name} felt {feeling} and will ask a vet in {city}.",
+    "{name} compared {sport} clubs in {city}, worried about the cost, and picked the one open on {weekday}s.",
+    "They drafted a meal plan for someone {diet}; {name} will test the {dish} variant first.",
+    "{name} described the {appliance} that {fault} and asked whether a repair is worth it; the assistant said "
+    "to get two quotes.",
+    "{name} was {feeling} after the {event} and wanted ideas for a thank-you note to the {relative}.",
+    "The assistant explained how {condition} is usually managed; {name} will ask the doctor in {month}.",
+    "{name} wanted {genre} book recommendations for a long train ride to {city}.",
+)
+
+
+def corpus(n: int, seed: int = 7) -> list[tuple[str, str]]:
+    """n distinct (kind, text) pairs from the templates above, ~30 % chunks (deterministic).
+    The labelled topics (networks, backups, deploys, Grandpa Joe...) are kept out on purpose,
+    so a synthetic item never silently answers a labelled query."""
+    rng, seen, out = random.Random(seed), set(), []
+    while len(out) < n:
+        kind = "chunk" if rng.random() < 0.3 else "fact"
+        template = rng.choice(CHUNKS if kind == "chunk" else FACTS)
+        text = template.format(name=rng.choice(NAMES), **{k: rng.choice(v) for k, v in SLOTS.items()})
+        if kind == "chunk" and rng.random() < 0.4:  # a longer summary that spans two topics
+            extra = rng.choice(CHUNKS).format(name=rng.choice(NAMES), **{k: rng.choice(v) for k, v in SLOTS.items()})
+            text = f"{text} Later, {extra[0].lower()}{extra[1:]}"
+        if text not in seen:
+            seen.add(text)
+            out.append((kind, text))
+    return out
+
+
+def scope_for(i: int, rng: random.Random) -> tuple[str, str, str | None]:
+    """The first 1,000 items form seed 001's "1,000 memories" scope; the rest are spread over
+    the labelled users (heavy users: most rows are in their scopes), 50 other users and tenant-b."""
+    if i < 1000:
+        return "bench-1k", "solo", None
+    r = rng.random()
+    if r < 0.30:
+        return L.A, "nox", None
+    if r < 0.45:
+        return L.A, "maria", L.JOE
+    if r < 0.60:
+        return L.A, "tom", L.JOE
+    if r < 0.65:
+        return L.A, "maria", L.ROSA
+    if r < 0.90:
+        return L.A, f"u{rng.randrange(50):02d}", rng.choice([None, "s1", "s2", "s3"])
+    return L.B, rng.choice(["nox", "maria", "u01"]), rng.choice([None, L.JOE])
+
+
+async def embed_cached(texts: list[str], settings: Settings) -> np.ndarray:
+    embedder = make_embedder(settings)
+    digest = hashlib.sha256(("\n".join(texts) + embedder.model).encode()).hexdigest()[:16]
+    path = settings.state_dir / "bench" / f"retrieval-{len(texts)}-{digest}.npy"
+    if path.exists():
+        return np.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    started, parts = time.perf_counter(), []
+    for start in range(0, len(texts), 2048):
+        parts.append(await embedder.embed_documents(texts[start:start + 2048]))
+        print(f"  embedded {start + len(parts[-1])}/{len(texts)} ({time.perf_counter() - started:.0f}s)", flush=True)
+    vectors = np.concatenate(parts) if parts else np.zeros((0, embedder.dimensions), np.float32)
+    np.save(path, vectors)
+    return vectors
+
+
+def synthetic_memories(texts: list[tuple[str, str]], seed: int = 11) -> list[L.Memory]:
+    rng, out = random.Random(seed), []
+    for i, (kind, text) in enumerate(texts):
+        tenant, user, subject = scope_for(i, rng)
+        roll = rng.random()
+        out.append(L.Memory(
+            f"s{i:06d}", kind, tenant, user, subject, text, rng.choice(["hobby", "work", "family", "health", "other"]),
+            importance=rng.choice([1, 2, 3, 3, 3, 4, 5]), age_days=rng.uniform(0, 400),
+            visibility="shared" if subject is not None and kind == "fact" and rng.random() < 0.3 else "private",
+            deleted=kind == "fact" and roll < 0.02, superseded=kind == "fact" and 0.02 <= roll < 0.05,
+            conversation=f"old-{i}"))
+    return out
+
+
+INDEXES = (
+    ("facts_embedding", "facts USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"),
+    ("conversation_chunks_embedding",
+     "conversation_chunks USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"),
+)
+CHAT = ("Morning! I have a few things on my mind today.", "Sure, what would you like to start with?",
+        "Mostly planning the week and a couple of loose ends from last time.",
+        "Happy to help. Tell me what is most urgent.")
+QUESTIONS = (
+    "What does {name} do for a living in {city}?", "Is {name} still learning to {skill}?",
+    "What should I get {name} for the birthday in {month}?", "Remind me what {name}'s {pet} does.",
+    "Which team moved to {tool} and why?", "Does {name} still rehearse on {weekday}?",
+)
+
+
+async def load(settings: Settings, n: int, conversations: int) -> dict:
+    """A fresh generation schema: the labelled set + n synthetic items (HNSW built after the COPY),
+    and `conversations` short conversations of the labelled users for the load test."""
+    now = datetime.now(UTC)
+    texts = corpus(n)
+    vectors = await embed_cached([t for _, t in texts], settings)
+    labelled = await make_embedder(settings).embed_documents([m.content for m in L.MEMORIES])
+    model = make_embedder(settings).model
+    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+    await asyncio.to_thread(migrate, settings)
+    started = time.perf_counter()
+    async with await psycopg.AsyncConnection.connect(
+            settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
+        for name, _ in INDEXES:
+            await conn.execute(f"DROP INDEX {name}")
+        await L.insert_memories(conn, synthetic_memories(texts), [vector_literal(v) for v in vectors], model, now)
+        await conn.execute("SET maintenance_work_mem = '1GB'")
+        for name, definition in INDEXES:
+            await conn.execute(f"CREATE INDEX {name} ON {definition}")
+        # The labelled set goes in afterwards, into the built index, as a projector would insert
+        # it: bulk-built first, these few off-topic rows ended up unreachable in the HNSW graph.
+        await L.insert_memories(conn, L.MEMORIES, [vector_literal(v) for v in labelled], model, now)
+        users = [("nox", None), ("maria", L.JOE), ("tom", L.JOE)]
+        for c in range(conversations):
+            user, subject = users[c % len(users)]
+            await conn.execute("INSERT INTO conversations (tenant_id, conversation_id, user_id, subject_id, last_seq,"
+                               " message_count) VALUES (%s, %s, %s, %s, %s, %s)",
+                               (L.A, f"bench-{c}", user, subject, len(CHAT) - 1, len(CHAT)))
+            for seq, content in enumerate(CHAT):
+                await conn.execute(
+                    "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, subject_id, role,"
+                    " content, occurred_at, source_partition, source_offset) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,0,0)",
+                    (L.A, f"bench-{c}", seq, f"e-{c}-{seq}", user, subject, "user" if seq % 2 == 0 else "assistant",
+                     content, now - timedelta(minutes=10 - seq)))
+        await conn.commit()
+        await conn.execute("ANALYZE")
+    return {"items": len(texts) + len(L.MEMORIES), "load_and_index_s": round(time.perf_counter() - started, 1)}
+
+
+async def recall_per_method(settings: Settings, k: int = 10) -> dict:
+    """recall@k of the labelled queries among everything loaded, per search method."""
+    embedder, now, out = make_embedder(settings), datetime.now(UTC).timestamp(), {}
+    base = RetrievalConfig.from_settings(settings.retrieval)
+    async with await psycopg.AsyncConnection.connect(
+            settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
+        for method in ("vector", "keyword", "hybrid"):
+            config, ranked = replace(base, method=method), {}
+            for q in L.QUERIES:
+                text = "\n".join([q.text, *reversed(q.context)])
+                rows = await search_rows(conn, Scope(q.tenant, q.user, q.subject, "none"), text, embedder, config,
+                                         q.text)
+                ranked[q.id] = [s.candidate.item_id.split(":", 1)[1] for s in rank_all(rows, now, config)]
+            out[method] = round(L.recall_at_k(ranked, k), 3)
+            await conn.rollback()
+        out["vector_exact_scan (reference)"] = await _exact_vector_recall(conn, embedder, base, now, k)
+    return out
+
+
+async def _exact_vector_recall(conn, embedder, config: RetrievalConfig, now: float, k: int) -> float:
+    """The same vector search with the HNSW index bypassed (an exact scan of the scope): what the
+    embedding model alone achieves, to tell index misses from model misses."""
+    ranked = {}
+    for q in L.QUERIES:
+        literal = vector_literal(await embedder.embed_query("\n".join([q.text, *reversed(q.context)])))
+        params = {"tenant": q.tenant, "user": q.user, "subject": q.subject, "conversation": "none",
+                  "vector": literal, "keywords": "", "k": config.candidate_k}
+        rows = []
+        for kind in ("fact", "chunk"):
+            sql = search_sql(kind, q.subject, vector=True, keyword=False).replace(
+                "ORDER BY t.embedding <=> %(vector)s::vector", "ORDER BY (t.embedding <=> %(vector)s::vector) + 0")
+            async with conn.cursor(row_factory=class_row(SearchRow)) as cur:
+                await cur.execute(sql, params, prepare=False)
+                rows += await cur.fetchall()
+        ranked[q.id] = [s.candidate.item_id.split(":", 1)[1] for s in rank_all(rows, now, replace(config, method="vector"))]
+    await conn.rollback()
+    return round(L.recall_at_k(ranked, k), 3)
+
+
+async def search_1k(settings: Settings, queries: int = 50) -> dict:
+    """Seed 001's check: embed one query and search a 1,000-memory scope (facts + chunks)."""
+    embedder, config = make_embedder(settings), RetrievalConfig.from_settings(settings.retrieval)
+    rng, times = random.Random(3), []
+    await embedder.embed_query("warm up")
+    async with await psycopg.AsyncConnection.connect(
+            settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
+        for _ in range(queries):
+            text = rng.choice(QUESTIONS).format(name=rng.choice(NAMES), **{k: rng.choice(v) for k, v in SLOTS.items()})
+            started = time.perf_counter()
+            rows = await search_rows(conn, Scope("bench-1k", "solo", None, "none"), text, embedder, config)
+            rank_all(rows, time.time(), config)
+            times.append((time.perf_counter() - started) * 1000)
+            await conn.rollback()
+    return {"p50_ms": round(percentile(times, 50), 1), "p99_ms": round(percentile(times, 99), 1),
+            "max_ms": round(max(times), 1)}
+
+
+def start_api(settings: Settings, port: int, threads: int | None) -> subprocess.Popen:
+    """The real app under uvicorn in its own process (access log off, as behind a proxy)."""
+    # No topic worker runs here: the topic section would wait its full context_wait_ms (500 ms)
+    # for a fold that never places the message, so that wait is turned off.
+    env = dict(os.environ, MEMORY_GENERATION=settings.generation, MEMORY_POSTGRES__DSN=settings.postgres.dsn,
+               MEMORY_API__API_KEYS=f'{{"{API_KEY}": "{L.A}"}}', MEMORY_LOG_LEVEL="WARNING",
+               MEMORY_TOPICS__CONTEXT_WAIT_MS="0")
+    if threads is not None:
+        env["MEMORY_EMBEDDING__INTRA_OP_THREADS"] = str(threads)
+    code = ("import uvicorn; from api.app import create_app; from memory_agent.settings import Settings; "
+            f"uvicorn.run(create_app(Settings()), host='127.0.0.1', port={port}, log_level='warning', "
+            "access_log=False)")
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=Path(__file__).resolve().parents[1])
+
+
+async def hammer(base_url: str, requests: int, clients: int, conversations: int, seed: int = 5) -> dict:
+    """`clients` httpx clients in a closed loop until `requests` context calls are done."""
+    rng, latencies, statuses, next_id = random.Random(seed), [], {}, iter(range(requests))
+    items: list[int] = []
+
+    async def client() -> None:
+        async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}, timeout=30) as http:
+            for _ in next_id:
+                query = rng.choice(QUESTIONS).format(name=rng.choice(NAMES),
+                                                     **{k: rng.choice(v) for k, v in SLOTS.items()})
+                if rng.random() < 0.3:
+                    query = rng.choice(L.QUERIES).text
+                started = time.perf_counter()
+                response = await http.get(f"/v1/conversations/bench-{rng.randrange(conversations)}/context",
+                                          params={"query": query})
+                latencies.append((time.perf_counter() - started) * 1000)
+                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                retrieved = response.json().get("retrieved") if response.status_code == 200 else None
+                if retrieved:
+                    items.append(len(retrieved["items"]))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    elapsed = time.perf_counter() - started
+    return {"clients": clients, "requests": requests, "statuses": statuses,
+            "p50_ms": round(percentile(latencies, 50), 1), "p90_ms": round(percentile(latencies, 90), 1),
+            "p99_ms": round(percentile(latencies, 99), 1), "max_ms": round(max(latencies), 1),
+            "throughput_rps": round(requests / elapsed, 1),
+            "mean_items_returned": round(sum(items) / len(items), 2) if items else 0}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
+    async with await psycopg.AsyncConnection.connect(  # every run starts with nothing surfaced
+            settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True) as conn:
+        await conn.execute("TRUNCATE surfaced_items")
+    port = free_port()
+    process = start_api(settings, port, args.api_embedding_threads)
+    base_url, results = f"http://127.0.0.1:{port}", {}
+    try:
+        async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}) as http:
+            for _ in range(300):
+                try:
+                    if (await http.get("/v1/conversations/bench-0/context", params={"query": "hi"})).status_code:
+                        break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.1)
+        await hammer(base_url, 64, 4, args.conversations, seed=1)  # warm up: model, pool, plans
+        results["sequential"] = await hammer(base_url, args.sequential, 1, args.conversations, seed=2)
+        results["concurrent"] = await hammer(base_url, args.requests, args.clients, args.conversations, seed=3)
+        results["load_average_after"] = round(os.getloadavg()[0], 2)
+    finally:
+        process.terminate()
+        process.wait(30)
+    return results
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=100_000, help="synthetic facts + chunks (besides the labelled set)")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--sequential", type=int, default=200, help="requests of the one-client pass")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--conversations", type=int, default=48)
+    parser.add_argument("--api-embedding-threads", type=int, default=None,
+                        help="onnxruntime intra-op threads of the API's embedder (default: the setting, 0 = cores)")
+    parser.add_argument("--skip-api", action="store_true", help="only recall and the 1k search")
+    parser.add_argument("--reuse", action="store_true", help="keep the loaded schema of a previous --keep run")
+    parser.add_argument("--keep", action="store_true", help="do not drop the schema at the end")
+    args = parser.parse_args()
+    base = get_settings()
+    settings = Settings(generation=GENERATION, postgres=PostgresSettings(dsn=base.postgres.dsn, pool_max_size=10),
+                        state_dir=base.state_dir, embedding=base.embedding, retrieval=base.retrieval)
+    print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
+    results: dict = {"n": args.n}
+    if not args.reuse:
+        results["load"] = await load(settings, args.n, args.conversations)
+    results["recall@10"] = await recall_per_method(settings)
+    results["search_1k_memories"] = await search_1k(settings)
+    if not args.skip_api:
+        results["context_endpoint"] = await run_api_load(settings, args)
+    print(json.dumps(results, indent=2))
+    if not args.keep:
+        async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
