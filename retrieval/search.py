@@ -222,22 +222,22 @@ async def search_all(
 async def record_surfaced(
     conn: psycopg.AsyncConnection, scope: Scope, items: Sequence[tuple[Kind, str]], now: datetime
 ) -> None:
-    """Remember what this conversation was shown and bump the facts' access counts.
-
-    Operational side effects of a read: not derived from the log, not rebuilt by a replay.
-    Rows are locked in id order, so concurrent requests bumping the same facts cannot deadlock;
-    the commit does not wait for the WAL flush (a crash may lose the last few counts)."""
+    """Remember what this conversation was shown and bump the access counts of the facts that
+    were new to it (so a count is the number of conversations shown the fact, even when two
+    requests of one conversation race). Operational side effects of a read: not derived from
+    the log, not rebuilt by a replay. Rows are taken in key order, so concurrent requests
+    cannot deadlock; the commit does not wait for the WAL flush (a crash may lose the last few)."""
     if not items:
         return
-    kinds, ids = [k for k, _ in items], [i for _, i in items]
-    fact_ids = sorted(i for k, i in items if k == "fact")
+    ordered = sorted(set(items))
     await conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
-    await conn.execute(
+    cur = await conn.execute(
         "INSERT INTO surfaced_items (tenant_id, conversation_id, item_kind, item_id, surfaced_at)"
-        " SELECT %s, %s, kind, id, %s FROM unnest(%s::text[], %s::text[]) AS u(kind, id)"
-        " ON CONFLICT DO NOTHING",
-        (scope.tenant_id, scope.conversation_id, now, kinds, ids),
+        " SELECT %s, %s, kind, id, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(kind, id, n)"
+        " ORDER BY n ON CONFLICT DO NOTHING RETURNING item_kind, item_id",
+        (scope.tenant_id, scope.conversation_id, now, [k for k, _ in ordered], [i for _, i in ordered]),
     )
+    fact_ids = sorted(item_id for kind, item_id in await cur.fetchall() if kind == "fact")
     if fact_ids:
         await conn.execute(
             "WITH locked AS (SELECT fact_id FROM facts WHERE tenant_id = %s AND fact_id = ANY(%s)"
