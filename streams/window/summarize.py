@@ -105,7 +105,9 @@ class SummaryStage:
         deadline = time.monotonic() + self.inputs_wait_s
         while True:
             async with self.pool.connection() as conn:
-                previous = self._recent.get((cause.tenant_id, cause.conversation_id, request.base_memory_id or 0))
+                previous = None
+                if request.base_memory_id is not None:
+                    previous = self._recent.get((cause.tenant_id, cause.conversation_id, request.base_memory_id))
                 if request.base_memory_id is not None and previous is None:
                     cur = await conn.execute(
                         "SELECT status, memory_text FROM memory WHERE tenant_id = %s AND conversation_id = %s"
