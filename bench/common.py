@@ -57,24 +57,32 @@ def child_env(settings: Settings, extra: dict[str, str] | None = None) -> dict[s
 
 
 @asynccontextmanager
-async def worker(settings: Settings, *args: str, extra_env: dict[str, str] | None = None):
-    """`memory-agent worker` as a separate process, as in production."""
-    log_path = Path(f"/tmp/memory-agent-bench/{settings.generation}-worker.log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "memory_agent.cli", "worker", *args,
-            env=child_env(settings, extra_env), stdout=log, stderr=asyncio.subprocess.STDOUT,
-        )
-        try:
-            yield process
-        finally:
+async def worker(settings: Settings, *args: str, extra_env: dict[str, str] | None = None, processes: int = 1):
+    """`memory-agent worker` as separate processes, as in production: `processes` of them
+    share the generation's consumer groups (each gets its share of the partitions)."""
+    started = []
+    try:
+        for index in range(processes):
+            log_path = Path(f"/tmp/memory-agent-bench/{settings.generation}-worker{index or ''}.log")
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            env = child_env(settings, extra_env)
+            if index:
+                env["MEMORY_STATE_DIR"] = f"{settings.state_dir}-{index}"
+            with log_path.open("wb") as log:
+                started.append(await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "memory_agent.cli", "worker", *args,
+                    env=env, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                ))
+        yield started[0]
+    finally:
+        for process in started:
             if process.returncode is None:
                 process.terminate()
-                try:
-                    await asyncio.wait_for(process.wait(), 30)
-                except TimeoutError:
-                    process.kill()
+        for process in started:
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
 
 
 async def scalar(settings: Settings, sql: str, params=()):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import time
 
 import psycopg
@@ -22,38 +23,51 @@ from tests.support.fake_openai import FakeOpenAI
 
 
 async def converse(
-    client: MemoryClient, conversations: int, period: float, duration: float, first_round: int = 0
+    client: MemoryClient, conversations: int, period: float, duration: float, first_round: int = 0,
+    *, synchronized: bool = False,
 ) -> tuple[int, int]:
-    """Every conversation sends a round (user, then assistant 50 ms later) every `period` s."""
+    """Every conversation sends a round (user, then assistant 50 ms later) every `period` s.
+
+    Conversations are spread evenly over the period (conversation c starts c/n of a period
+    late), as independent users are; `synchronized` sends every conversation's round at the
+    same instant instead (bursts of n messages: a harsher, less realistic load)."""
     clock = Clock()
+    rounds = max(1, math.ceil(duration / period))
+    counts = await asyncio.gather(*(
+        _talk(client, c, 0.0 if synchronized else period * c / conversations, period, rounds, first_round, clock)
+        for c in range(conversations)
+    ))
+    return sum(counts), first_round + rounds
+
+
+async def _talk(client: MemoryClient, c: int, phase: float, period: float, rounds: int, first_round: int,
+                clock: Clock) -> int:
     sent = 0
-    round_no = first_round
-    while clock.elapsed() < duration:
-        round_start = clock.elapsed()
+    for r in range(rounds):
+        ahead = phase + r * period - clock.elapsed()
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+        round_no = first_round + r
         for role_index in (0, 1):
-            pending = []
-            for c in range(conversations):
-                seq = 2 * round_no + role_index
-                envelope = client.message_event(
-                    tenant_id="bench", conversation_id=f"c{c}", user_id=f"u{c}", seq=seq,
-                    role="user" if role_index == 0 else "assistant",
-                    content=f"Round {round_no + 1} of conversation {c} ({client.settings.kafka.topic_prefix}):"
-                            f" we talk about decision {seq} and its reasons.",
-                    metadata={"sent_at": time.time()},
-                )
-                pending.append(await client.enqueue(envelope))
-            await asyncio.gather(*pending)
-            sent += len(pending)
+            seq = 2 * round_no + role_index
+            envelope = client.message_event(
+                tenant_id="bench", conversation_id=f"c{c}", user_id=f"u{c}", seq=seq,
+                role="user" if role_index == 0 else "assistant",
+                content=f"Round {round_no + 1} of conversation {c} ({client.settings.kafka.topic_prefix}):"
+                        f" we talk about decision {seq} and its reasons.",
+                metadata={"sent_at": time.time()},
+            )
+            await (await client.enqueue(envelope))
+            sent += 1
             if role_index == 0:
                 await asyncio.sleep(0.05)
-        round_no += 1
-        rest = period - (clock.elapsed() - round_start)
-        if rest > 0:
-            await asyncio.sleep(rest)
-    return sent, round_no
+    return sent
 
 
-async def run(conversations: int, period: float, duration: float, llm_latency: float, concurrency: int) -> dict:
+async def run(
+    conversations: int, period: float, duration: float, llm_latency: float, concurrency: int, synchronized: bool,
+    processes: int = 1,
+) -> dict:
     settings = bench_settings("summary")
     await prepare(settings)
     try:
@@ -63,7 +77,7 @@ async def run(conversations: int, period: float, duration: float, llm_latency: f
                 "MEMORY_LLM__CONCURRENCY": str(concurrency),
                 "MEMORY_POSTGRES__POOL_MAX_SIZE": "20",
             }
-            async with worker(settings, extra_env=env), MemoryClient(settings, linger_ms=2) as client:
+            async with worker(settings, extra_env=env, processes=processes), MemoryClient(settings, linger_ms=2) as client:
                 # Warm-up: three rounds (seq 0-5) trigger the first summaries, so the worker is
                 # assigned and the LLM path is hot before measuring.
                 _, next_round = await converse(client, conversations, 1.0, 2.5)
@@ -71,13 +85,16 @@ async def run(conversations: int, period: float, duration: float, llm_latency: f
                     await asyncio.sleep(0.2)
                 started = time.time()
                 clock = Clock()
-                sent, _ = await converse(client, conversations, period, duration, first_round=next_round)
+                sent, _ = await converse(client, conversations, period, duration, first_round=next_round,
+                                         synchronized=synchronized)
                 produce_s = clock.elapsed()
                 await asyncio.sleep(llm_latency + 5)  # let the last summaries finish
             calls = len(fake.chat_requests)
         return {
             "conversations": conversations,
             "round_period_s": period,
+            "rounds": "synchronized" if synchronized else "spread over the period",
+            "worker_processes": processes,
             "llm_latency_s": llm_latency,
             "llm_concurrency": concurrency,
             "messages": sent,
@@ -140,8 +157,11 @@ async def main() -> None:
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--llm-latency", type=float, default=0.3)
     parser.add_argument("--concurrency", type=int, default=200, help="summary stage concurrency")
+    parser.add_argument("--synchronized", action="store_true", help="every conversation's round at the same instant")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes sharing the generation")
     args = parser.parse_args()
-    results = await run(args.conversations, args.round_period, args.duration, args.llm_latency, args.concurrency)
+    results = await run(args.conversations, args.round_period, args.duration, args.llm_latency, args.concurrency,
+                        args.synchronized, args.workers)
     report("summary benchmark", results)
 
 

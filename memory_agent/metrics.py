@@ -17,4 +17,6 @@ LLM_LATENCY = Histogram(
 SUMMARIES_IN_FLIGHT = Gauge("memory_summaries_in_flight", "Summary requests being computed by this worker")
 SUMMARY_FAILURES = Counter("memory_summary_failures_total", "Summary attempts that failed", ["kind"])
 CONSUMER_LAG = Gauge("memory_consumer_lag_records", "Records behind the log end", ["consumer", "partition"])
+STAGE_ERRORS = Counter("memory_stage_errors_total", "Unexpected stage exceptions (retried, then dropped)", ["stage"])
+STAGE_IN_FLIGHT = Gauge("memory_stage_in_flight", "Requests a stage is working on", ["stage"])
 WINDOWS_AWAITING_SUMMARY = Gauge("memory_windows_awaiting_summary", "Conversations with a summary request in flight")

@@ -158,8 +158,16 @@ async def progress(settings: Settings, name: str) -> Progress:
         projected=sum(min(o, ends.get(tp, 0)) for tp, o in stored.get("messages", {}).items() if tp.topic == source),
         folded=sum(m.offset for tp, m in committed.items() if tp.topic == source and m.offset >= 0),
         derived_total=sum(o for tp, o in ends.items() if tp.topic == derived),
-        derived_projected=sum(o for tp, o in stored.get("memory", {}).items() if tp.topic == derived),
+        derived_projected=_slowest(stored, derived),
     )
+
+
+def _slowest(stored: dict[str, dict[TopicPartition, int]], topic: str) -> int:
+    """Records of `topic` every projector that reads it has applied (the generation's
+    enabled systems decide which projectors run)."""
+    totals = [sum(o for tp, o in offsets.items() if tp.topic == topic) for offsets in stored.values()
+              if any(tp.topic == topic for tp in offsets)]
+    return min(totals, default=0)
 
 
 def _projector_offsets(settings: Settings, name: str) -> dict[str, dict[TopicPartition, int]]:

@@ -22,6 +22,9 @@ class KafkaSettings(BaseModel):
     replication_factor: int = Field(default=1, ge=1)
     # Broker-side cap is 1 MiB by default; the codec refuses bigger events first.
     max_event_bytes: int = Field(default=512 * 1024, ge=1024)
+    # Longest a stream agent's fetch waits at the broker for new records (faust's own is 1.5 s,
+    # which adds up to that much latency per hop: streams/kafka_transport.py).
+    fetch_max_wait_ms: int = Field(default=50, ge=1, le=10_000)
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"

@@ -17,12 +17,13 @@ log = logging.getLogger(__name__)
 
 
 def projectors(settings: Settings) -> list:
-    return [
-        MessagesProjector(settings),
-        MemoryProjector(settings),
-        *facts.projectors(settings),
-        *topics.projectors(settings),
-    ]
+    """The messages projector, plus those of the enabled memory systems (`settings.systems`)."""
+    by_system = {
+        "window": lambda: [MemoryProjector(settings)],
+        "facts": lambda: facts.projectors(settings),
+        "topics": lambda: topics.projectors(settings),
+    }
+    return [MessagesProjector(settings), *(p for system in settings.systems for p in by_system[system]())]
 
 
 async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) -> None:

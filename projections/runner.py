@@ -107,8 +107,8 @@ class ProjectorRunner:
             auto_offset_reset="earliest",
             isolation_level="read_committed",
             max_partition_fetch_bytes=4 * 1024 * 1024,
-            # Freshness: answer a fetch as soon as anything arrives, or after 100 ms.
-            fetch_max_wait_ms=100,
+            # Freshness: answer a fetch as soon as anything arrives, or after this long.
+            fetch_max_wait_ms=self.settings.kafka.fetch_max_wait_ms,
         )
         self.consumer.subscribe(self.projector.topics(self.settings), listener=_SeekFromPostgres(self))
         await self.consumer.start()

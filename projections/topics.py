@@ -11,9 +11,8 @@ from aiokafka.structs import ConsumerRecord
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
 from schemas import topic_events as te
-from schemas.codec import Event, decode
+from schemas.codec import Event, decode, peek_type
 from schemas.envelope import InvalidEvent
-from streams.topics_memory.agent import event_type
 from streams.topics_memory.archive import compress_bytes, merge_messages, to_json_bytes
 from streams.topics_memory.state import TopicMessage
 
@@ -99,7 +98,7 @@ class TopicsProjector:
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         events = []
         for record in records:
-            kind = event_type(record.value)
+            kind = peek_type(record.value)
             if kind is not None and kind not in PROJECTED:
                 continue
             try:

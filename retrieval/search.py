@@ -150,7 +150,7 @@ def search_sql(kind: Kind, subject_id: str | None, *, vector: bool, keyword: boo
     vec = (
         f"SELECT t.{key} AS id FROM {table} t WHERE {scope}"
         f" ORDER BY t.embedding <=> %(vector)s::vector LIMIT %(k)s"
-        if vector else f"SELECT NULL::text AS id WHERE false"
+        if vector else "SELECT NULL::text AS id WHERE false"
     )
     kw = (
         f"SELECT t.{key} AS id FROM {table} t WHERE {scope} AND t.content_tsv @@ {tsquery}"

@@ -34,6 +34,18 @@ def encode(envelope: Envelope) -> bytes:
     return orjson.dumps(envelope.model_dump(mode="json"))
 
 
+_TYPE_PREFIX = b'{"type":"'
+
+
+def peek_type(value: bytes | None) -> str | None:
+    """The type of an event encoded by `encode` ("type" comes first) without parsing it;
+    None when the bytes are shaped otherwise (then the full decode decides)."""
+    if not value or not value.startswith(_TYPE_PREFIX):
+        return None
+    end = value.find(b'"', len(_TYPE_PREFIX))
+    return value[len(_TYPE_PREFIX):end].decode("utf-8", "replace") if end > 0 else None
+
+
 def new_event(
     type: str,
     payload: Payload,

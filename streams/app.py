@@ -5,8 +5,10 @@ from __future__ import annotations
 import faust
 
 from memory_agent.settings import Settings
+from streams import kafka_transport
 from streams.context import StreamContext
 from streams.facts import register as facts
+from streams.stages import StageRunner, run_stages
 from streams.topics_memory import register as topics
 from streams.window import register as window
 
@@ -19,7 +21,7 @@ def make_app(settings: Settings) -> faust.App:
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{kafka.topic_prefix}.{settings.generation}.streams",
-        broker=";".join(f"kafka://{server}" for server in kafka.bootstrap_servers.split(",")),
+        broker=";".join(f"{kafka_transport.SCHEME}://{server}" for server in kafka.bootstrap_servers.split(",")),
         store="memory://",  # tables are rebuilt from their changelog topics on start
         topic_partitions=kafka.partitions,
         topic_replication_factor=kafka.replication_factor,
@@ -28,9 +30,13 @@ def make_app(settings: Settings) -> faust.App:
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         processing_guarantee="at_least_once",
-        broker_commit_every=100,
+        # Commit on the 1 s timer, not every N events: faust commits inside its fetch loop,
+        # so a small N stalls delivery (measured: message -> fold p50 94 ms at N=100, 69 ms
+        # without). Redelivery after a crash is harmless: every effect is idempotent.
+        broker_commit_every=10_000,
         broker_commit_interval=1.0,
     )
+    app.fetch_max_wait_ms = kafka.fetch_max_wait_ms
     memory_topic = kafka.memory_topic(settings.generation)
     ctx = StreamContext(
         settings=settings,
@@ -42,4 +48,18 @@ def make_app(settings: Settings) -> faust.App:
     )
     for system in settings.systems:
         REGISTRARS[system](app, ctx)
+    runners = [
+        StageRunner(
+            stage, topic=memory_topic, group_id=f"{app.conf.id}.stage.{stage.name}",
+            bootstrap_servers=kafka.bootstrap_servers, decode_if=ctx.decode_if, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+        )
+        for stage in ctx.stages
+    ]
+
+    @app.task
+    async def stages() -> None:
+        """The systems' concurrent stages, on plain aiokafka (streams/stages.py)."""
+        await run_stages(runners)
+
+    app.stage_runners = runners
     return app

@@ -9,8 +9,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from memory_agent.settings import Settings
 from projections.db import make_pool
-from schemas.codec import Event, decode
+from schemas.codec import Event, decode, peek_type
 from schemas.envelope import InvalidEvent
+from streams.stages import Stage
 
 
 @dataclass
@@ -23,6 +24,8 @@ class StreamContext:
     # Both of the above as one source: an ordered per-conversation fold sees messages
     # and the results of its own requests in log order.
     conversation_and_memory_events: faust.TopicT
+    # The systems' concurrent stages; the app runs them outside faust (streams/stages.py).
+    stages: list[Stage] = field(default_factory=list)
     _pool: AsyncConnectionPool | None = field(default=None, repr=False)
 
     def decode(self, value: bytes) -> Event | None:
@@ -35,6 +38,14 @@ class StreamContext:
             )
         except InvalidEvent:
             return None
+
+    def decode_if(self, value: bytes | None, types: frozenset[str]) -> Event | None:
+        """The event if it is one of `types`; others are skipped without parsing them."""
+        kind = peek_type(value)
+        if kind is not None and kind not in types:
+            return None
+        event = self.decode(value) if value else None
+        return event if event is not None and event.type in types else None
 
     async def pool(self) -> AsyncConnectionPool:
         """A shared pool on this generation's schema, opened on first use."""

@@ -12,10 +12,17 @@ from memory_agent.llm.factory import make_json_completer
 from schemas.codec import encode
 from schemas.facts_events import CHUNK_REQUESTED
 from streams.context import StreamContext
-from streams.facts.agent import chunk_config, fold_event, needs_tick, prompt_and_model, tick_event
+from streams.facts.agent import (
+    chunk_config,
+    fold_event,
+    needs_tick,
+    prompt_and_model,
+    tick_event,
+)
 from streams.facts.chunking import ChunkState
 from streams.facts.extractor import ChunkExtractor
 from streams.facts.stage import ChunkStage
+from streams.stages import Lazy, Stage, one_by_one
 
 
 def register(app: faust.App, ctx: StreamContext) -> None:
@@ -28,7 +35,6 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     )
     config = chunk_config(settings)
     prompt_version, model = prompt_and_model(settings)
-    stage: list[ChunkStage] = []
 
     @app.agent(ctx.conversation_and_memory_events, name="fold-chunks", concurrency=1)
     async def fold_chunks(stream):
@@ -45,23 +51,19 @@ def register(app: faust.App, ctx: StreamContext) -> None:
             for envelope in outgoing:
                 await ctx.memory_events.send(key=key, value=encode(envelope))
 
-    @app.agent(ctx.memory_events, name="extract-chunks", concurrency=settings.llm.concurrency)
-    async def extract_chunks(stream):
+    async def build_stage() -> ChunkStage:
+        extractor = ChunkExtractor(settings, make_json_completer(settings))
+        return ChunkStage(extractor, make_embedder(settings), await ctx.pool(),
+                          inputs_wait_s=settings.facts.inputs_wait_s, max_event_bytes=settings.kafka.max_event_bytes)
+
+    stage = Lazy(build_stage)
+
+    async def extract(event):
         """Concurrent: gate, extractor and embeddings never hold up the fold."""
-        async for key, value in stream.items():
-            event = ctx.decode(value)
-            if event is None or event.type != CHUNK_REQUESTED:
-                continue
-            if not stage:
-                pool = await ctx.pool()
-                if not stage:  # another instance of this agent may have built it meanwhile
-                    extractor = ChunkExtractor(settings, make_json_completer(settings))
-                    stage.append(ChunkStage(extractor, make_embedder(settings), pool,
-                                            inputs_wait_s=settings.facts.inputs_wait_s,
-                                            max_event_bytes=settings.kafka.max_event_bytes))
-            result = await stage[0].handle(event)
-            if result is not None:
-                await ctx.memory_events.send(key=key, value=encode(result))
+        return await (await stage.get()).handle(event)
+
+    ctx.stages.append(Stage("extract-chunks", frozenset({CHUNK_REQUESTED}), one_by_one(extract),
+                            concurrency=settings.llm.concurrency))
 
     @app.timer(interval=max(1.0, min(settings.facts.request_timeout_s, settings.facts.failure_backoff_s or 1.0) / 4))
     async def tick_due_chunks():

@@ -15,7 +15,6 @@ from streams.topics_memory.decay import TopicConfig
 from streams.topics_memory.emit import Cause, assigned, to_event
 from streams.topics_memory.fold import step
 from streams.topics_memory.inbox import InboxConfig, Waiting
-from streams.topics_memory.state import TopicsState
 from streams.topics_memory.protocol import (
     AssistantMessage,
     CompactionDone,
@@ -26,21 +25,12 @@ from streams.topics_memory.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
+from streams.topics_memory.state import TopicsState
 
 # Everything else on the two topics is skipped before the state is even loaded.
 RELEVANT = frozenset({MESSAGE_APPENDED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED,
                       te.TOPIC_COMPACTED, te.TOPIC_COMPACTION_FAILED, te.TOPIC_TICKED})
 PLACED_ROLES = ("user", "assistant")  # system and tool messages belong to no topic
-_TYPE_PREFIX = b'{"type":"'
-
-
-def event_type(value: bytes | None) -> str | None:
-    """The type of an event encoded by schemas.codec.encode ("type" comes first) without
-    parsing it; None when the bytes are shaped otherwise (then the full decode decides)."""
-    if not value or not value.startswith(_TYPE_PREFIX):
-        return None
-    end = value.find(b'"', len(_TYPE_PREFIX))
-    return value[len(_TYPE_PREFIX):end].decode("utf-8", "replace") if end > 0 else None
 
 
 @dataclass(frozen=True)

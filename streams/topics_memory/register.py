@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -12,8 +11,9 @@ from memory_agent.embeddings.factory import make_embedder
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
 from streams.context import StreamContext
+from streams.stages import Lazy, Stage, one_by_one
 from streams.topics_memory import codec
-from streams.topics_memory.agent import RELEVANT, AgentConfig, event_type, handle, needs_tick
+from streams.topics_memory.agent import RELEVANT, AgentConfig, handle, needs_tick
 from streams.topics_memory.stage import CompactionStage, EmbeddingStage
 from streams.topics_memory.summarize import make_topic_summarizer
 
@@ -28,25 +28,16 @@ def register(app: faust.App, ctx: StreamContext) -> None:
                        key_type=bytes, value_type=bytes)
     summarizer = make_topic_summarizer(settings)
     config = AgentConfig.from_settings(settings, model=summarizer.model, prompt_version=summarizer.prompt_version)
-    stages: dict[str, object] = {}
-    stage_lock = asyncio.Lock()
     decoded = codec.DecodedCache(capacity=4096)
     # The local ONNX model already uses every core per call: one caller, batched, is fastest.
     embed_concurrency = 1 if settings.embedding.provider == "local" else settings.embedding.concurrency
-
-    def wanted(value: bytes, types: frozenset[str] | set[str]):
-        kind = event_type(value)
-        if kind is not None and kind not in types:
-            return None
-        event = ctx.decode(value)
-        return event if event is not None and event.type in types else None
 
     @app.agent(ctx.conversation_and_memory_events, name="fold-topics", concurrency=1)
     async def fold_topics(stream):
         """Ordered per conversation: events out first, then the state (a crash in between
         re-sends on redelivery instead of losing them)."""
         async for key, value in stream.items():
-            event = wanted(value, RELEVANT)
+            event = ctx.decode_if(value, RELEVANT)
             if event is None:
                 continue
             raw_state = states.get(key)
@@ -59,31 +50,21 @@ def register(app: faust.App, ctx: StreamContext) -> None:
                 states[key] = raw
                 decoded.put(key, raw, new_state)
 
-    @app.agent(ctx.memory_events, name="embed-topic-messages", concurrency=embed_concurrency)
-    async def embed_topic_messages(stream):
-        """Concurrent with the fold: a batch of requests, one embedding call, results back."""
-        async for events in stream.take_events(settings.embedding.batch_size, within=0.02):
-            requests = [e for e in (wanted(ev.value, {te.TOPIC_EMBEDDING_REQUESTED}) for ev in events) if e]
-            if not requests:
-                continue
-            if "embed" not in stages:
-                stages["embed"] = EmbeddingStage(make_embedder(settings))
-            for envelope in await stages["embed"].handle(requests):
-                await ctx.memory_events.send(key=envelope.key, value=encode(envelope))
+    embedding_stage = Lazy(_async(lambda: EmbeddingStage(make_embedder(settings))))
+    compaction_stage = Lazy(lambda: _compaction_stage(summarizer, ctx))
 
-    @app.agent(ctx.memory_events, name="compact-topics", concurrency=settings.llm.concurrency)
-    async def compact_topics(stream):
+    async def embed(requests):
+        """Concurrent with the fold: a batch of requests, one embedding call, results back."""
+        return await (await embedding_stage.get()).handle(requests)
+
+    async def compact(event):
         """Concurrent: LLM latency never holds up the fold; results go back to the same partition."""
-        async for key, value in stream.items():
-            event = wanted(value, {te.TOPIC_COMPACTION_REQUESTED})
-            if event is None:
-                continue
-            async with stage_lock:  # eight actors start at once: build the stage (and pool) once
-                if "compact" not in stages:
-                    stages["compact"] = CompactionStage(summarizer, await ctx.pool())
-            result = await stages["compact"].handle(event)
-            if result is not None:
-                await ctx.memory_events.send(key=key, value=encode(result))
+        return await (await compaction_stage.get()).handle(event)
+
+    ctx.stages.append(Stage("embed-topic-messages", frozenset({te.TOPIC_EMBEDDING_REQUESTED}), embed,
+                            concurrency=embed_concurrency, batch_size=settings.embedding.batch_size))
+    ctx.stages.append(Stage("compact-topics", frozenset({te.TOPIC_COMPACTION_REQUESTED}), one_by_one(compact),
+                            concurrency=settings.llm.concurrency))
 
     interval = max(1.0, min(settings.topics.embedding_timeout_s, settings.topics.compaction_timeout_s) / 4)
 
@@ -97,3 +78,13 @@ def register(app: faust.App, ctx: StreamContext) -> None:
                 tick = new_event(te.TOPIC_TICKED, te.TopicTicked(), tenant_id=tenant, conversation_id=conversation,
                                  user_id="system")
                 await ctx.memory_events.send(key=key, value=encode(tick))
+
+
+def _async(build):
+    async def built():
+        return build()
+    return built
+
+
+async def _compaction_stage(summarizer, ctx: StreamContext) -> CompactionStage:
+    return CompactionStage(summarizer, await ctx.pool())

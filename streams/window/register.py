@@ -12,6 +12,7 @@ from memory_agent.llm.factory import make_summarizer
 from schemas.codec import encode
 from schemas.registry import SUMMARY_REQUESTED
 from streams.context import StreamContext
+from streams.stages import Lazy, Stage, one_by_one
 from streams.window.agent import fold_event, looks_stuck, tick_event, window_config
 from streams.window.fold import WindowState
 from streams.window.summarize import SummaryStage
@@ -27,7 +28,6 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     )
     summarizer = make_summarizer(settings)
     config = window_config(settings, summarizer)
-    stage: list[SummaryStage] = []
     # Decoded states by key, valid while the table still holds the very bytes they came
     # from (a recovery or another writer stores new bytes objects).
     decoded: dict[bytes, tuple[bytes, WindowState]] = {}
@@ -59,18 +59,14 @@ def register(app: faust.App, ctx: StreamContext) -> None:
             for envelope in outgoing:
                 await ctx.memory_events.send(key=key, value=encode(envelope))
 
-    @app.agent(ctx.memory_events, name="summarize-windows", concurrency=settings.llm.concurrency)
-    async def summarize_windows(stream):
+    stage = Lazy(lambda: _summary_stage(summarizer, ctx))
+
+    async def summarize(event):
         """Concurrent: LLM latency never holds up the fold; results go back to the same partition."""
-        async for key, value in stream.items():
-            event = ctx.decode(value)
-            if event is None or event.type != SUMMARY_REQUESTED:
-                continue
-            if not stage:
-                stage.append(SummaryStage(summarizer, await ctx.pool()))
-            result = await stage[0].handle(event)
-            if result is not None:
-                await ctx.memory_events.send(key=key, value=encode(result))
+        return await (await stage.get()).handle(event)
+
+    ctx.stages.append(Stage("summarize-windows", frozenset({SUMMARY_REQUESTED}), one_by_one(summarize),
+                            concurrency=settings.llm.concurrency))
 
     @app.timer(interval=max(1.0, settings.window.request_timeout_s / 4))
     async def tick_stuck_windows():
@@ -84,3 +80,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
                 tenant, _, conversation = key.decode().partition("/")
                 await ctx.memory_events.send(key=key, value=encode(tick_event(tenant, conversation, "system")))
         metrics.WINDOWS_AWAITING_SUMMARY.set(in_flight)
+
+
+async def _summary_stage(summarizer, ctx: StreamContext) -> SummaryStage:
+    return SummaryStage(summarizer, await ctx.pool())

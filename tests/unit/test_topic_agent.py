@@ -10,11 +10,11 @@ import pytest
 
 from memory_agent.settings import Settings, TopicSettings
 from schemas import topic_events as te
-from schemas.codec import decode, encode, new_event
+from schemas.codec import decode, encode, new_event, peek_type
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import codec
-from streams.topics_memory.agent import AgentConfig, event_type, handle, needs_tick
+from streams.topics_memory.agent import AgentConfig, handle, needs_tick
 
 DIM = 8
 T0 = 1_750_000_000.0
@@ -223,12 +223,12 @@ def test_every_emitted_event_decodes_against_its_schema():
     assert {te.TOPIC_CREATED, te.TOPIC_COMPACTION_REQUESTED, te.TOPIC_MESSAGE_ASSIGNED} <= set(d.types())
     for envelope in d.out:
         assert decode(encode(envelope)).type == envelope.type
-        assert event_type(encode(envelope)) == envelope.type
+        assert peek_type(encode(envelope)) == envelope.type
 
 
 def test_event_type_peeks_without_parsing_and_defers_odd_shapes():
-    assert event_type(b'{"type":"topic.ticked","schema_version":1}') == "topic.ticked"
-    assert event_type(b'{"schema_version":1,"type":"x"}') is None and event_type(None) is None
+    assert peek_type(b'{"type":"topic.ticked","schema_version":1}') == "topic.ticked"
+    assert peek_type(b'{"schema_version":1,"type":"x"}') is None and peek_type(None) is None
 
 
 def test_the_changelog_codec_packs_vectors_and_round_trips():

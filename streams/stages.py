@@ -1,0 +1,288 @@
+"""Concurrent stages: requests on the memory topic in, results back to the same partition.
+
+A stage (summaries, chunk extraction, topic embeddings, topic compaction) is the slow,
+unordered half of a memory system: its ordered fold emits a request, the stage calls a
+model and emits the result, and the fold sees the result in log order. Stages run here,
+on plain aiokafka, not as faust agents:
+
+- latency: faust's consumer delivered stage requests 270-330 ms (p50) after they were
+  produced on this machine, while a plain aiokafka consumer sees them in ~3 ms; a summary
+  pays that hop on its critical path (docs/summaries.md, "Benchmark").
+- correctness: a faust agent with concurrency > 1 can commit past unfinished events
+  (faust-streaming #606). Here a partition's committed offset never passes its oldest
+  unfinished request (`OffsetTracker`), so a crash re-delivers exactly the unfinished ones
+  and the stages' idempotence (settled checks, the LLM cache) makes that harmless.
+
+Each stage has its own consumer group (`<app id>.stage.<name>`), so stages never wait
+for each other, and a worker process runs every stage of its generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from aiokafka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    TopicPartition,
+)
+from aiokafka.errors import KafkaError
+
+from memory_agent import metrics
+from schemas.codec import Event, encode
+from schemas.envelope import Envelope
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[list[Event]], Awaitable[list[Envelope]]]
+T = TypeVar("T")
+
+
+@dataclass
+class Stage:
+    """What one stage answers: `handle` gets up to `batch_size` requests of the `wanted`
+    types and returns the result events (each is sent keyed by its conversation)."""
+
+    name: str
+    wanted: frozenset[str]
+    handle: Handler
+    concurrency: int = 1
+    batch_size: int = 1
+    # An unexpected exception is retried this often (with backoff) before the batch is
+    # dropped with an error log; the fold's stuck-request timer re-issues it later.
+    max_attempts: int = 3
+    retry_backoff_s: float = 1.0
+
+
+class Lazy(Generic[T]):
+    """Built on first use, once, however many requests arrive together (pools, models)."""
+
+    def __init__(self, build: Callable[[], Awaitable[T]]) -> None:
+        self._build = build
+        self._value: T | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> T:
+        if self._value is None:
+            async with self._lock:
+                if self._value is None:
+                    self._value = await self._build()
+        return self._value
+
+
+def one_by_one(handle_one: Callable[[Event], Awaitable[Envelope | None]]) -> Handler:
+    """A Handler from a stage that answers one request with at most one result."""
+    async def handle(events: list[Event]) -> list[Envelope]:
+        results = [await handle_one(event) for event in events]
+        return [result for result in results if result is not None]
+    return handle
+
+
+@dataclass
+class OffsetTracker:
+    """Per partition: offsets seen, requests still in flight, and the safe commit position."""
+
+    _next: dict[TopicPartition, int] = field(default_factory=dict)
+    _pending: dict[TopicPartition, set[int]] = field(default_factory=dict)
+    _committed: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def seen(self, tp: TopicPartition, offset: int) -> None:
+        self._next[tp] = max(self._next.get(tp, 0), offset + 1)
+
+    def started(self, tp: TopicPartition, offset: int) -> None:
+        self.seen(tp, offset)
+        self._pending.setdefault(tp, set()).add(offset)
+
+    def finished(self, tp: TopicPartition, offset: int) -> None:
+        self._pending.get(tp, set()).discard(offset)
+
+    def in_flight(self, tps: Iterable[TopicPartition] | None = None) -> int:
+        chosen = self._pending if tps is None else {tp: self._pending.get(tp, set()) for tp in tps}
+        return sum(len(offsets) for offsets in chosen.values())
+
+    def position(self, tp: TopicPartition) -> int | None:
+        """Everything before it is done: the oldest unfinished offset, else the next unseen."""
+        pending = self._pending.get(tp)
+        if pending:
+            return min(pending)
+        return self._next.get(tp)
+
+    def to_commit(self) -> dict[TopicPartition, int]:
+        """Positions that moved since the last `committed` call."""
+        out = {}
+        for tp in self._next:
+            position = self.position(tp)
+            if position is not None and position > self._committed.get(tp, -1):
+                out[tp] = position
+        return out
+
+    def committed(self, positions: dict[TopicPartition, int]) -> None:
+        self._committed.update(positions)
+
+    def forget(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            self._next.pop(tp, None)
+            self._pending.pop(tp, None)
+            self._committed.pop(tp, None)
+
+
+def batches(items: list, size: int) -> Iterable[list]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+class _Revocations(ConsumerRebalanceListener):
+    def __init__(self, runner: StageRunner) -> None:
+        self.runner = runner
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        await self.runner.settle(set(revoked))
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        return None
+
+
+class StageRunner:
+    """Consumes `topic` in its own group, runs `stage.handle` concurrently, commits safely."""
+
+    def __init__(
+        self, stage: Stage, *, topic: str, group_id: str, bootstrap_servers: str,
+        decode_if: Callable[[bytes | None, frozenset[str]], Event | None], fetch_max_wait_ms: int = 50,
+        commit_interval_s: float = 0.5, settle_timeout_s: float = 30.0,
+    ) -> None:
+        self.stage, self.topic, self.group_id = stage, topic, group_id
+        self.bootstrap_servers, self.decode_if = bootstrap_servers, decode_if
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.commit_interval_s, self.settle_timeout_s = commit_interval_s, settle_timeout_s
+        self.offsets = OffsetTracker()
+        self._slots = asyncio.Semaphore(stage.concurrency)
+        self._tasks: dict[asyncio.Task, TopicPartition] = {}
+        self._fatal: BaseException | None = None
+        self.consumer: AIOKafkaConsumer | None = None
+        self.producer: AIOKafkaProducer | None = None
+
+    async def run(self) -> None:
+        """Until cancelled: unfinished requests stay uncommitted and come back after a restart."""
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap_servers, acks="all", enable_idempotence=True, linger_ms=1,
+        )
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers, group_id=self.group_id, enable_auto_commit=False,
+            auto_offset_reset="earliest", fetch_max_wait_ms=self.fetch_max_wait_ms, max_poll_records=500,
+        )
+        self.consumer.subscribe([self.topic], listener=_Revocations(self))
+        await self.producer.start()
+        try:
+            await self.consumer.start()
+            try:
+                await self._consume()
+            finally:
+                await self._shutdown()
+        finally:
+            await self.producer.stop()
+
+    async def _consume(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_commit = loop.time() + self.commit_interval_s
+        while True:
+            if self._fatal is not None:
+                raise RuntimeError(f"stage {self.stage.name} could not send its results") from self._fatal
+            fetched = await self.consumer.getmany(timeout_ms=200)
+            for tp, records in fetched.items():
+                chosen = []
+                for record in records:
+                    event = self.decode_if(record.value, self.stage.wanted)
+                    if event is None:
+                        self.offsets.seen(tp, record.offset)
+                    else:
+                        self.offsets.started(tp, record.offset)
+                        chosen.append((record.offset, event))
+                for batch in batches(chosen, self.stage.batch_size):
+                    await self._slots.acquire()
+                    task = asyncio.create_task(self._process(tp, batch), name=f"stage-{self.stage.name}")
+                    self._tasks[task] = tp
+                    task.add_done_callback(self._tasks.pop)
+            if loop.time() >= next_commit:
+                await self.commit()
+                next_commit = loop.time() + self.commit_interval_s
+
+    async def _process(self, tp: TopicPartition, batch: list[tuple[int, Event]]) -> None:
+        in_flight = metrics.STAGE_IN_FLIGHT.labels(stage=self.stage.name)
+        in_flight.inc()
+        try:
+            events = [event for _, event in batch]
+            for attempt in range(1, self.stage.max_attempts + 1):
+                try:
+                    results = await self.stage.handle(events)
+                    break
+                except Exception:  # a bug or an outage the handler did not turn into a result
+                    metrics.STAGE_ERRORS.labels(stage=self.stage.name).inc()
+                    if attempt == self.stage.max_attempts:
+                        log.exception("stage %s dropped %d request(s) of %s after %d attempts; the fold's"
+                                      " timer re-issues them", self.stage.name, len(events), tp, attempt)
+                        results = []
+                        break
+                    log.warning("stage %s failed on %s (attempt %d), retrying", self.stage.name, tp, attempt,
+                                exc_info=True)
+                    await asyncio.sleep(self.stage.retry_backoff_s * 2 ** (attempt - 1))
+            try:
+                sent = [await self.producer.send(self.topic, key=e.key, value=encode(e)) for e in results]
+                await asyncio.gather(*sent)
+            except KafkaError as exc:  # the producer already retried: stop, nothing is committed
+                self._fatal = exc
+                return
+            for offset, _ in batch:
+                self.offsets.finished(tp, offset)
+        finally:
+            in_flight.dec()
+            self._slots.release()
+
+    async def commit(self) -> None:
+        positions = self.offsets.to_commit()
+        if not positions:
+            return
+        try:
+            await self.consumer.commit(positions)
+            self.offsets.committed(positions)
+        except KafkaError as exc:  # a rebalance in progress: the next round commits
+            log.debug("stage %s commit skipped: %s", self.stage.name, exc)
+
+    async def settle(self, tps: set[TopicPartition]) -> None:
+        """Before partitions move: let their requests finish (bounded), commit, forget them."""
+        waiting = [task for task, tp in self._tasks.items() if tp in tps]
+        if waiting:
+            await asyncio.wait(waiting, timeout=self.settle_timeout_s)
+        positions = {tp: p for tp, p in self.offsets.to_commit().items() if tp in tps}
+        if positions:
+            try:
+                await self.consumer.commit(positions)
+            except KafkaError as exc:
+                log.warning("stage %s could not commit revoked partitions: %s", self.stage.name, exc)
+        self.offsets.forget(tps)
+
+    async def _shutdown(self) -> None:
+        """Cancelled: unfinished requests are abandoned uncommitted; finished ones are committed."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.commit()
+        await self.consumer.stop()
+
+
+async def run_stages(runners: list[StageRunner]) -> None:
+    """Every stage of the worker until cancelled; one failing stage stops the worker."""
+    tasks = [asyncio.create_task(r.run(), name=f"stage-runner-{r.stage.name}") for r in runners]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
