@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Callable, Mapping
@@ -26,11 +27,20 @@ def cache_key(kind: str, model: str, prompt_version: str, inputs: Any) -> str:
 
 
 class LlmCache:
-    """Lookups and stores in public.llm_cache; hits and calls counted per generation."""
+    """Lookups and stores in public.llm_cache; hits and calls counted per generation.
 
-    def __init__(self, dsn: str, topic_prefix: str, generation: str) -> None:
+    The counts are kept in memory and added to public.llm_cache_usage every
+    `flush_interval_s` (and by `flush`/`aclose`): one row per generation and kind would
+    otherwise be updated, and committed, by every concurrent lookup. A killed worker loses
+    at most the last interval's counts (the cache entries themselves are written at once).
+    """
+
+    def __init__(self, dsn: str, topic_prefix: str, generation: str, *, flush_interval_s: float = 0.5) -> None:
         self.dsn, self.topic_prefix, self.generation = dsn, topic_prefix, generation
+        self.flush_interval_s = flush_interval_s
         self._pool: AsyncConnectionPool | None = None
+        self._counts: dict[str, list[int]] = {}  # kind -> [hits, calls] not yet flushed
+        self._flusher: asyncio.Task | None = None
 
     async def _connection(self):
         if self._pool is None:
@@ -41,8 +51,8 @@ class LlmCache:
     async def get(self, key: str, kind: str) -> Any | None:
         async with await self._connection() as conn:
             row = await (await conn.execute("SELECT output FROM public.llm_cache WHERE cache_key = %s", (key,))).fetchone()
-            if row is not None:
-                await self._count(conn, kind, hits=1)
+        if row is not None:
+            self._count(kind, hits=1)
         return row[0] if row else None
 
     async def put(self, key: str, kind: str, model: str, prompt_version: str, output: Any) -> None:
@@ -52,21 +62,46 @@ class LlmCache:
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (cache_key) DO NOTHING",
                 (key, kind, model, prompt_version, Jsonb(output)),
             )
-            await self._count(conn, kind, calls=1)
+        self._count(kind, calls=1)
 
     async def forget(self, key: str) -> None:
         async with await self._connection() as conn:
             await conn.execute("DELETE FROM public.llm_cache WHERE cache_key = %s", (key,))
 
-    async def _count(self, conn, kind: str, hits: int = 0, calls: int = 0) -> None:
-        await conn.execute(
-            "INSERT INTO public.llm_cache_usage (topic_prefix, generation, kind, hits, calls) VALUES (%s, %s, %s, %s, %s)"
-            " ON CONFLICT (topic_prefix, generation, kind) DO UPDATE SET"
-            " hits = llm_cache_usage.hits + EXCLUDED.hits, calls = llm_cache_usage.calls + EXCLUDED.calls",
-            (self.topic_prefix, self.generation, kind, hits, calls),
-        )
+    def _count(self, kind: str, hits: int = 0, calls: int = 0) -> None:
+        counts = self._counts.setdefault(kind, [0, 0])
+        counts[0] += hits
+        counts[1] += calls
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_soon(), name="llm-cache-usage-flush")
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(self.flush_interval_s)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Add the counts gathered so far to public.llm_cache_usage."""
+        pending, self._counts = self._counts, {}
+        if not pending:
+            return
+        try:
+            async with await self._connection() as conn:
+                for kind, (hits, calls) in pending.items():
+                    await conn.execute(
+                        "INSERT INTO public.llm_cache_usage (topic_prefix, generation, kind, hits, calls)"
+                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (topic_prefix, generation, kind) DO UPDATE SET"
+                        " hits = llm_cache_usage.hits + EXCLUDED.hits, calls = llm_cache_usage.calls + EXCLUDED.calls",
+                        (self.topic_prefix, self.generation, kind, hits, calls),
+                    )
+        except Exception:
+            for kind, (hits, calls) in pending.items():  # kept for the next flush
+                self._count(kind, hits=hits, calls=calls)
+            raise
 
     async def aclose(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+        await self.flush()
         if self._pool is not None:
             await self._pool.close()
 

@@ -38,13 +38,23 @@ class SummaryStage:
         """The result event for a request, or None when the request is already settled."""
         request: SummaryRequested = event.payload
         cause = event.envelope
-        if await self._already_settled(cause, request):
-            log.debug("memory %s of %s already settled; skipping", request.memory_id, cause.conversation_id)
-            return None
+        async with self.pool.connection() as conn:  # one checkout for the usual case: inputs ready
+            if await self._already_settled(conn, cause, request):
+                log.debug("memory %s of %s already settled; skipping", request.memory_id, cause.conversation_id)
+                return None
+            try:
+                ready, previous, messages, _ = await self._read_inputs(conn, cause, request)
+            except InputsNotReady as exc:
+                ready, failed = False, exc
+            else:
+                failed = None
         metrics.SUMMARIES_IN_FLIGHT.inc()
         started = time.monotonic()
         try:
-            previous, messages = await self._inputs(cause, request)
+            if failed is not None:
+                raise failed
+            if not ready:
+                previous, messages = await self._inputs(cause, request)
             output = await self.summarizer.summarize_window(
                 previous_summary=previous,
                 new_messages=[ChatMessage(seq, role, content) for seq, _, role, content in messages],
@@ -88,51 +98,56 @@ class SummaryStage:
         )
         return new_event(SUMMARY_FAILED, payload, **_same_conversation(cause))
 
-    async def _already_settled(self, cause: Envelope, request: SummaryRequested) -> bool:
+    async def _already_settled(self, conn, cause: Envelope, request: SummaryRequested) -> bool:
         """Redelivered requests (restart, rebalance) must not pay for a second LLM call."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT status, attempt FROM memory WHERE tenant_id = %s AND conversation_id = %s AND memory_id = %s",
-                (cause.tenant_id, cause.conversation_id, request.memory_id),
-            )
-            row = await cur.fetchone()
+        cur = await conn.execute(
+            "SELECT status, attempt FROM memory WHERE tenant_id = %s AND conversation_id = %s AND memory_id = %s",
+            (cause.tenant_id, cause.conversation_id, request.memory_id),
+        )
+        row = await cur.fetchone()
         return row is not None and (row[0] != "processing" or row[1] > request.attempt)
 
     async def _inputs(self, cause: Envelope, request: SummaryRequested):
         """Previous summary text and the new messages (base end + 1 .. end), once projected."""
-        first = request.start_seq if request.base_end_seq is None else max(request.start_seq, request.base_end_seq + 1)
-        expected = request.end_seq - first + 1
         deadline = time.monotonic() + self.inputs_wait_s
         while True:
             async with self.pool.connection() as conn:
-                previous = None
-                if request.base_memory_id is not None:
-                    previous = self._recent.get((cause.tenant_id, cause.conversation_id, request.base_memory_id))
-                if request.base_memory_id is not None and previous is None:
-                    cur = await conn.execute(
-                        "SELECT status, memory_text FROM memory WHERE tenant_id = %s AND conversation_id = %s"
-                        " AND memory_id = %s",
-                        (cause.tenant_id, cause.conversation_id, request.base_memory_id),
-                    )
-                    row = await cur.fetchone()
-                    if row is not None and row[0] == "failed":
-                        raise InputsNotReady(f"base summary {request.base_memory_id} failed")
-                    previous = row[1] if row and row[0] == "completed" else None
-                cur = await conn.execute(
-                    "SELECT seq, event_id, role, content FROM messages WHERE tenant_id = %s"
-                    " AND conversation_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
-                    (cause.tenant_id, cause.conversation_id, first, request.end_seq),
-                )
-                messages = await cur.fetchall()
-            base_ready = request.base_memory_id is None or previous is not None
-            if base_ready and len(messages) == expected:
+                ready, previous, messages, missing = await self._read_inputs(conn, cause, request)
+            if ready:
                 return previous, messages
             if time.monotonic() >= deadline:
-                raise InputsNotReady(
-                    f"after {self.inputs_wait_s}s: {len(messages)}/{expected} messages {first}..{request.end_seq}"
-                    + ("" if base_ready else f", base summary {request.base_memory_id} not completed")
-                )
+                raise InputsNotReady(f"after {self.inputs_wait_s}s: {missing}")
             await asyncio.sleep(0.05)
+
+    async def _read_inputs(self, conn, cause: Envelope, request: SummaryRequested):
+        """(ready, previous text, messages, what is missing): ready when the projection has them all."""
+        first = request.start_seq if request.base_end_seq is None else max(request.start_seq, request.base_end_seq + 1)
+        expected = request.end_seq - first + 1
+        previous = None
+        if request.base_memory_id is not None:
+            previous = self._recent.get((cause.tenant_id, cause.conversation_id, request.base_memory_id))
+        if request.base_memory_id is not None and previous is None:
+            cur = await conn.execute(
+                "SELECT status, memory_text FROM memory WHERE tenant_id = %s AND conversation_id = %s"
+                " AND memory_id = %s",
+                (cause.tenant_id, cause.conversation_id, request.base_memory_id),
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0] == "failed":
+                raise InputsNotReady(f"base summary {request.base_memory_id} failed")
+            previous = row[1] if row and row[0] == "completed" else None
+        cur = await conn.execute(
+            "SELECT seq, event_id, role, content FROM messages WHERE tenant_id = %s"
+            " AND conversation_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
+            (cause.tenant_id, cause.conversation_id, first, request.end_seq),
+        )
+        messages = await cur.fetchall()
+        base_ready = request.base_memory_id is None or previous is not None
+        if base_ready and len(messages) == expected:
+            return True, previous, messages, None
+        return False, previous, messages, (
+            f"{len(messages)}/{expected} messages {first}..{request.end_seq}"
+            + ("" if base_ready else f", base summary {request.base_memory_id} not completed"))
 
 
 def _same_conversation(cause: Envelope) -> dict:

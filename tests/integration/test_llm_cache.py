@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from memory_agent.llm.cache import CachedJsonCompleter, CachedSummarizer, LlmCache
@@ -39,6 +41,7 @@ async def test_summaries_and_json_answers_come_from_the_cache_the_second_time(se
         again = await completer.complete_json("chunk-facts-v1", variables, validate=needs_summary)
         assert good.data == again.data == {"summary": "Lives in Lisbon", "facts": []}
         assert len(fake.chat_requests) == 4  # the rejected answer was asked again, the good one once
+    await asyncio.sleep(cache.flush_interval_s + 0.5)  # the counts reach PostgreSQL in the background
     usage = await scalar(
         settings,
         "SELECT json_object_agg(kind, json_build_array(hits, calls)) FROM public.llm_cache_usage"
