@@ -31,13 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file, n
 
 from bench.common import machine, percentile  # noqa: E402
 from memory_agent.embeddings import make_embedder  # noqa: E402
-from memory_agent.settings import PostgresSettings, Settings, get_settings  # noqa: E402
+from memory_agent.settings import KafkaSettings, PostgresSettings, Settings, get_settings  # noqa: E402
 from projections.migrate import migrate  # noqa: E402
 from retrieval.search import Scope, SearchRow, search_sql, vector_literal  # noqa: E402
 from retrieval.service import RetrievalConfig, rank_all, search_rows  # noqa: E402
 from tests.support import labelled_set as L  # noqa: E402
 
 GENERATION = "bench_retrieval"
+# Its own deployment: the API follows the registry's active generation of its topic prefix,
+# and the default prefix may have one on a developer's database.
+TOPIC_PREFIX = "bench-retrieval"
 API_KEY = "bench-key"
 NAMES = ("Ana Ben Chloe Dev Elif Farid Greta Hiro Ines Jonas Kemal Lucia Mateo Nadia Oskar Priya Quinn Rafael "
          "Sana Tariq Uma Viktor Wen Yara Zoe Amara Bruno Chen Dario Esme Felix Gwen Hamid Ivy Jude Kai Lars").split()
@@ -310,6 +313,7 @@ def start_api(settings: Settings, port: int, threads: int | None) -> subprocess.
     # No topic worker runs here: the topic section would wait its full context_wait_ms (500 ms)
     # for a fold that never places the message, so that wait is turned off.
     env = dict(os.environ, MEMORY_GENERATION=settings.generation, MEMORY_POSTGRES__DSN=settings.postgres.dsn,
+               MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix,
                MEMORY_API__API_KEYS=f'{{"{API_KEY}": "{L.A}"}}', MEMORY_LOG_LEVEL="WARNING",
                MEMORY_TOPICS__CONTEXT_WAIT_MS="0")
     if threads is not None:
@@ -397,6 +401,7 @@ async def main() -> None:
     args = parser.parse_args()
     base = get_settings()
     settings = Settings(generation=GENERATION, postgres=PostgresSettings(dsn=base.postgres.dsn, pool_max_size=10),
+                        kafka=KafkaSettings(topic_prefix=TOPIC_PREFIX),
                         state_dir=base.state_dir, embedding=base.embedding, retrieval=base.retrieval)
     print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
     results: dict = {"n": args.n}

@@ -10,7 +10,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memory_agent.embeddings.batching import MicroBatcher
 from memory_agent.embeddings.port import EmbeddingError, l2_normalise
 from memory_agent.embeddings.prefixes import prefixes_for
 
@@ -61,8 +60,6 @@ class LocalOnnxEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
         self._input_names: frozenset[str] = frozenset()
-        # Concurrent queries (turn-start contexts) share model calls: memory_agent/embeddings/batching.py
-        self._queries = MicroBatcher(lambda texts: asyncio.to_thread(self.embed_sync, texts), max_batch=batch_size)
 
     @property
     def model(self) -> str:
@@ -78,7 +75,8 @@ class LocalOnnxEmbedder:
         )
 
     async def embed_query(self, text: str) -> np.ndarray:
-        return await self._queries.embed(self._prefixes.query + text)
+        vectors = await asyncio.to_thread(self.embed_sync, [self._prefixes.query + text])
+        return vectors[0]
 
     async def aclose(self) -> None:
         return None

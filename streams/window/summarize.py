@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -33,6 +34,9 @@ class SummaryStage:
         # Summaries this stage just made: a chained request (replay) finds its base here
         # instead of waiting for the memory projector to write it.
         self._recent: OrderedDict[tuple[str, str, int], str] = OrderedDict()
+        # Notified whenever this stage finishes a summary: a request waiting for its base
+        # (chained replay requests) goes on at once instead of at its next poll.
+        self._finished = asyncio.Condition()
 
     async def handle(self, event: Event) -> Envelope | None:
         """The result event for a request, or None when the request is already settled."""
@@ -77,6 +81,8 @@ class SummaryStage:
             request.start_seq, request.end_seq, cause.conversation_id, elapsed * 1000,
         )
         self._remember((cause.tenant_id, cause.conversation_id, request.memory_id), output.text)
+        async with self._finished:
+            self._finished.notify_all()
         payload = SummaryCompleted(
             memory_id=request.memory_id, start_seq=request.start_seq, end_seq=request.end_seq,
             base_memory_id=request.base_memory_id, attempt=request.attempt, text=output.text,
@@ -117,7 +123,9 @@ class SummaryStage:
                 return previous, messages
             if time.monotonic() >= deadline:
                 raise InputsNotReady(f"after {self.inputs_wait_s}s: {missing}")
-            await asyncio.sleep(0.05)
+            async with self._finished:  # a base finished here, or 50 ms for the projection
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._finished.wait(), 0.05)
 
     async def _read_inputs(self, conn, cause: Envelope, request: SummaryRequested):
         """(ready, previous text, messages, what is missing): ready when the projection has them all."""
