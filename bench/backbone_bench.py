@@ -17,8 +17,11 @@ from bench.common import Clock, bench_settings, drop, percentile, prepare, repor
 from memory_agent.client import MemoryClient
 
 
-async def produce(client: MemoryClient, messages: int, conversations: int, *, rate: float = 0.0, seq_base: dict) -> float:
-    """Send `messages` round-robin over `conversations`; paced at `rate`/s when > 0. Returns seconds."""
+async def produce(
+    client: MemoryClient, messages: int, conversations: int, *, rate: float = 0.0, seq_base: dict, salt: str = "",
+) -> float:
+    """Send `messages` round-robin over `conversations`; paced at `rate`/s when > 0. Returns seconds.
+    `salt` goes into every message (the LLM cache is shared: a run that must start cold needs its own text)."""
     clock = Clock()
     pending = []
     for i in range(messages):
@@ -28,7 +31,7 @@ async def produce(client: MemoryClient, messages: int, conversations: int, *, ra
         envelope = client.message_event(
             tenant_id="bench", conversation_id=conversation, user_id=f"u{i % conversations}", seq=seq,
             role="user" if seq % 2 == 0 else "assistant",
-            content=f"message {seq} of {conversation}: a sentence of ordinary chat length about the project plan.",
+            content=f"message {seq} of {conversation}{salt}: a sentence of ordinary chat length about the project plan.",
             metadata={"sent_at": time.time()},
         )
         pending.append(await client.enqueue(envelope))

@@ -4,7 +4,8 @@
 
 Writes N messages to a fresh deployment's log, then starts `memory-agent worker` with only
 the window system and an OpenAI-compatible server that answers at once (cache off), and
-measures how fast the worker's consumer group commits through the conversation topic.
+measures how fast the worker's consumer group commits through the conversation topic, and
+how fast its messages projector writes the same backlog meanwhile.
 The fold also sees its own summary requests and completions, which are counted too.
 """
 
@@ -42,9 +43,13 @@ async def run(messages: int, conversations: int, timeout: float) -> dict:
                 env = fake.env() | {"MEMORY_SYSTEMS": '["window"]', "MEMORY_LLM__CACHE_ENABLED": "false"}
                 async with worker(settings, extra_env=env):
                     started = None
-                    deadline = time.perf_counter() + timeout
+                    clock = time.perf_counter()
+                    deadline = clock + timeout
                     samples = []
+                    projected_at = None
                     while time.perf_counter() < deadline:
+                        if projected_at is None and await scalar(settings, "SELECT count(*) FROM messages") >= messages:
+                            projected_at = time.perf_counter() - clock
                         done = await committed(settings, admin, group, kafka.conversation_topic)
                         now = time.perf_counter()
                         if done and started is None:
@@ -55,6 +60,10 @@ async def run(messages: int, conversations: int, timeout: float) -> dict:
                             break
                         await asyncio.sleep(0.5)
                     memory_done = await committed(settings, admin, group, kafka.memory_topic(settings.generation))
+                    while projected_at is None and time.perf_counter() < deadline:
+                        if await scalar(settings, "SELECT count(*) FROM messages") >= messages:
+                            projected_at = time.perf_counter() - clock
+                        await asyncio.sleep(0.2)
                 calls = len(fake.chat_requests)
         finally:
             await admin.close()
@@ -66,6 +75,10 @@ async def run(messages: int, conversations: int, timeout: float) -> dict:
             "memory_events_folded": memory_done, "llm_calls": calls, "summaries_completed": summaries,
             "seconds_measured": round(t1 - t0, 1), "messages_per_s": round(rate),
             "fold_events_per_s": round(rate * (1 + memory_done / max(1, n1))),
+            # The messages projector in the same worker, from the same backlog, while folds and
+            # summaries run (from worker start, so it includes start-up).
+            "messages_projected_in_s": round(projected_at, 1) if projected_at else None,
+            "messages_projected_per_s": round(messages / projected_at) if projected_at else None,
         }
     finally:
         await drop(settings)

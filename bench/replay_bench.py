@@ -72,7 +72,8 @@ async def main() -> None:
     await prepare(settings)
     try:
         async with MemoryClient(settings, linger_ms=20) as client:
-            await produce(client, args.messages, args.conversations, seq_base={})
+            # Text of its own: the first replay must find the shared LLM cache cold.
+            await produce(client, args.messages, args.conversations, seq_base={}, salt=f" ({settings.kafka.topic_prefix})")
         with FakeOpenAI(latency_s=args.llm_latency) as fake:
             env = child_env(settings, fake.env() | SYSTEMS | {"MEMORY_LLM__CONCURRENCY": str(args.concurrency)})
             cold = await replay_once(settings, "cold", env)
