@@ -174,6 +174,8 @@ class StageRunner:
         self.consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers, group_id=self.group_id, enable_auto_commit=False,
             auto_offset_reset="earliest", fetch_max_wait_ms=self.fetch_max_wait_ms, max_poll_records=500,
+            # All slots busy means no poll: allow the slowest LLM call with its retries (4 x 60 s + backoff).
+            max_poll_interval_ms=15 * 60 * 1000,
         )
         self.consumer.subscribe([self.topic], listener=_Revocations(self))
         await self.producer.start()
@@ -277,6 +279,8 @@ class StageRunner:
 
 async def run_stages(runners: list[StageRunner]) -> None:
     """Every stage of the worker until cancelled; one failing stage stops the worker."""
+    if not runners:
+        return
     tasks = [asyncio.create_task(r.run(), name=f"stage-runner-{r.stage.name}") for r in runners]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
