@@ -47,9 +47,14 @@ async def run(messages: int, conversations: int, timeout: float) -> dict:
                     deadline = clock + timeout
                     samples = []
                     projected_at = None
-                    while time.perf_counter() < deadline:
+
+                    async def note_projection() -> None:
+                        nonlocal projected_at
                         if projected_at is None and await scalar(settings, "SELECT count(*) FROM messages") >= messages:
                             projected_at = time.perf_counter() - clock
+
+                    while time.perf_counter() < deadline:
+                        await note_projection()
                         done = await committed(settings, admin, group, kafka.conversation_topic)
                         now = time.perf_counter()
                         if done and started is None:
@@ -61,8 +66,7 @@ async def run(messages: int, conversations: int, timeout: float) -> dict:
                         await asyncio.sleep(0.5)
                     memory_done = await committed(settings, admin, group, kafka.memory_topic(settings.generation))
                     while projected_at is None and time.perf_counter() < deadline:
-                        if await scalar(settings, "SELECT count(*) FROM messages") >= messages:
-                            projected_at = time.perf_counter() - clock
+                        await note_projection()
                         await asyncio.sleep(0.2)
                 calls = len(fake.chat_requests)
         finally:

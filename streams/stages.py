@@ -163,6 +163,8 @@ class StageRunner:
         self._slots = asyncio.Semaphore(stage.concurrency)
         self._tasks: dict[asyncio.Task, TopicPartition] = {}
         self._fatal: BaseException | None = None
+        self._in_flight_gauge = metrics.STAGE_IN_FLIGHT.labels(stage=stage.name)
+        self._errors = metrics.STAGE_ERRORS.labels(stage=stage.name)
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
 
@@ -214,8 +216,7 @@ class StageRunner:
                 next_commit = loop.time() + self.commit_interval_s
 
     async def _process(self, tp: TopicPartition, batch: list[tuple[int, Event]]) -> None:
-        in_flight = metrics.STAGE_IN_FLIGHT.labels(stage=self.stage.name)
-        in_flight.inc()
+        self._in_flight_gauge.inc()
         try:
             events = [event for _, event in batch]
             for attempt in range(1, self.stage.max_attempts + 1):
@@ -223,7 +224,7 @@ class StageRunner:
                     results = await self.stage.handle(events)
                     break
                 except Exception:  # a bug or an outage the handler did not turn into a result
-                    metrics.STAGE_ERRORS.labels(stage=self.stage.name).inc()
+                    self._errors.inc()
                     if attempt == self.stage.max_attempts:
                         log.exception("stage %s dropped %d request(s) of %s after %d attempts; the fold's"
                                       " timer re-issues them", self.stage.name, len(events), tp, attempt)
@@ -241,7 +242,7 @@ class StageRunner:
             for offset, _ in batch:
                 self.offsets.finished(tp, offset)
         finally:
-            in_flight.dec()
+            self._in_flight_gauge.dec()
             self._slots.release()
 
     async def commit(self) -> None:

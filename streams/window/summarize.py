@@ -42,21 +42,14 @@ class SummaryStage:
         """The result event for a request, or None when the request is already settled."""
         request: SummaryRequested = event.payload
         cause = event.envelope
-        async with self.pool.connection() as conn:  # one checkout for the usual case: inputs ready
-            if await self._already_settled(conn, cause, request):
-                log.debug("memory %s of %s already settled; skipping", request.memory_id, cause.conversation_id)
-                return None
-            try:
-                ready, previous, messages, _ = await self._read_inputs(conn, cause, request)
-            except InputsNotReady as exc:
-                ready, failed = False, exc
-            else:
-                failed = None
         metrics.SUMMARIES_IN_FLIGHT.inc()
         started = time.monotonic()
         try:
-            if failed is not None:
-                raise failed
+            async with self.pool.connection() as conn:  # one checkout for the usual case: inputs ready
+                if await self._already_settled(conn, cause, request):
+                    log.debug("memory %s of %s already settled; skipping", request.memory_id, cause.conversation_id)
+                    return None
+                ready, previous, messages, _ = await self._read_inputs(conn, cause, request)
             if not ready:
                 previous, messages = await self._inputs(cause, request)
             output = await self.summarizer.summarize_window(
