@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import orjson
 import psycopg
@@ -19,14 +20,23 @@ from schemas.registry import MESSAGE_APPENDED
 
 log = logging.getLogger(__name__)
 
-_INSERT = """
-INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, subject_id, role, content,
-                      metadata, occurred_at, source_partition, source_offset)
-SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[], %s::text[], %s::text[],
-                     %s::text[], %s::jsonb[], %s::timestamptz[], %s::int[], %s::bigint[])
-ON CONFLICT DO NOTHING
-RETURNING tenant_id, conversation_id, seq
-"""
+_COLUMNS = ("tenant_id, conversation_id, seq, event_id, user_id, subject_id, role, content, metadata,"
+            " occurred_at, source_partition, source_offset")
+_RETURNING = " ON CONFLICT DO NOTHING RETURNING tenant_id, conversation_id, seq"
+# A few rows (the live path): one statement, arrays as binary parameters.
+_INSERT_ARRAYS = (
+    "INSERT INTO messages (" + _COLUMNS + ") SELECT * FROM unnest(%b::text[], %b::text[], %b::int[],"
+    " %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::jsonb[], %b::timestamptz[], %b::int[],"
+    " %b::bigint[])" + _RETURNING
+)
+# Many rows (a backlog, a batch replay): COPY into a scratch table emptied at commit, then
+# one INSERT. Per row, COPY costs a third of the Python time of array parameters; per
+# statement it costs two more round trips (measured: 1-row apply p50 4.0 ms vs 2.5 ms).
+_COPY_FROM = 256
+_SCRATCH = ("CREATE TEMP TABLE IF NOT EXISTS messages_incoming ON COMMIT DELETE ROWS"
+            " AS SELECT " + _COLUMNS + " FROM messages WITH NO DATA")
+_COPY = "COPY messages_incoming (" + _COLUMNS + ") FROM STDIN"
+_INSERT_COPIED = "INSERT INTO messages (" + _COLUMNS + ") SELECT " + _COLUMNS + " FROM messages_incoming" + _RETURNING
 
 
 @dataclass(frozen=True)
@@ -34,7 +44,7 @@ class _Candidate:
     event: Event
     record: ConsumerRecord
 
-    @property
+    @cached_property
     def key(self) -> tuple[str, str, int]:
         e = self.event.envelope
         return (e.tenant_id, e.conversation_id, e.seq)
@@ -50,19 +60,30 @@ class MessagesProjector:
         return [settings.kafka.conversation_topic]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+        return await self.apply_decoded(conn, [(record, self.decode(record)) for record in records])
+
+    def decode(self, record: ConsumerRecord) -> Event | InvalidEvent:
+        try:
+            return decode(
+                record.value,
+                max_event_bytes=self.settings.kafka.max_event_bytes,
+                max_content_chars=self.settings.limits.max_content_chars,
+            )
+        except InvalidEvent as exc:
+            return exc
+
+    async def apply_decoded(
+        self, conn: psycopg.AsyncConnection, decoded: Sequence[tuple[ConsumerRecord, Event | InvalidEvent]]
+    ) -> list[DeadLetter]:
+        """`apply` for records already decoded (by `decode`): a batch replay decodes once for
+        the fold and this projector."""
         letters: list[DeadLetter] = []
         unique: dict[tuple[str, str, int], _Candidate] = {}
         anomalies: list[tuple] = []
-        for record in records:
-            try:
-                event = decode(
-                    record.value,
-                    max_event_bytes=self.settings.kafka.max_event_bytes,
-                    max_content_chars=self.settings.limits.max_content_chars,
-                )
-            except InvalidEvent as exc:
-                letters.append(DeadLetter(record, exc.reason, exc.detail))
-                anomalies.append(_anomaly("invalid", None, record, f"{exc.reason}: {exc.detail}"))
+        for record, event in decoded:
+            if isinstance(event, InvalidEvent):
+                letters.append(DeadLetter(record, event.reason, event.detail))
+                anomalies.append(_anomaly("invalid", None, record, f"{event.reason}: {event.detail}"))
                 continue
             if event.type != MESSAGE_APPENDED:
                 continue  # management events are other projectors' business
@@ -95,17 +116,21 @@ class MessagesProjector:
         anomalies.append(_anomaly("seq_conflict", candidate.key, candidate.record, detail))
 
     async def _insert(self, conn, candidates: list[_Candidate]) -> set[tuple[str, str, int]]:
-        columns: list[list] = [[] for _ in range(12)]
-        for c in candidates:
-            e, p = c.event.envelope, c.event.payload
-            row = (
-                e.tenant_id, e.conversation_id, e.seq, e.event_id, e.user_id, e.subject_id, p.role,
-                p.content, orjson.dumps(p.metadata).decode(), e.occurred_at, c.record.partition, c.record.offset,
-            )
-            for column, value in zip(columns, row):
-                column.append(value)
-        cursor = await conn.execute(_INSERT, columns)
-        return {tuple(row) for row in await cursor.fetchall()}
+        rows = [
+            (e.tenant_id, e.conversation_id, e.seq, e.event_id, e.user_id, e.subject_id, p.role, p.content,
+             orjson.dumps(p.metadata).decode(), e.occurred_at, c.record.partition, c.record.offset)
+            for c in candidates for e, p in ((c.event.envelope, c.event.payload),)
+        ]
+        async with conn.cursor() as cur:
+            if len(rows) < _COPY_FROM:
+                await cur.execute(_INSERT_ARRAYS, [list(column) for column in zip(*rows)])
+            else:
+                await cur.execute(_SCRATCH)
+                async with cur.copy(_COPY) as copy:
+                    for row in rows:
+                        await copy.write_row(row)
+                await cur.execute(_INSERT_COPIED)
+            return {tuple(row) for row in await cur.fetchall()}
 
     async def _check_not_inserted(self, conn, unique, inserted, letters, anomalies) -> None:
         rejected = [c for k, c in unique.items() if k not in inserted]

@@ -10,6 +10,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from memory_agent.client import MemoryClient
+from projections import messages as messages_projector
 from projections.dead_letter import decode_dead_letter
 from schemas.codec import encode
 from schemas.envelope import conversation_key
@@ -62,7 +63,10 @@ async def read_dead_letters(settings, expected: int, timeout_s: float = 60.0) ->
 
 
 @pytest.mark.asyncio
-async def test_valid_messages_land_once_and_bad_ones_are_dead_lettered(settings):
+@pytest.mark.parametrize("copy_from", [1, 10**9], ids=["copy", "arrays"])
+async def test_valid_messages_land_once_and_bad_ones_are_dead_lettered(settings, monkeypatch, copy_from):
+    # Both insert paths of the projector (COPY for big batches, array parameters for small).
+    monkeypatch.setattr(messages_projector, "_COPY_FROM", copy_from)
     rng = random.Random(7)
     sent = {}
     bad: list[tuple[str, bytes]] = []
