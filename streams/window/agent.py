@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import datetime
 
 from memory_agent.settings import Settings
@@ -30,7 +29,7 @@ def fold_event(
     if observed is None:
         return state, []
     if isinstance(observed, MessageSaved) and replay_until and event.envelope.occurred_at < replay_until:
-        observed = replace(observed, historic=True)
+        observed = MessageSaved(observed.seq, observed.role, historic=True)
     new_state, commands = step(state, observed, now, config)
     return new_state, [_to_event(event.envelope, command, config) for command in commands]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Union
 
 from memory_agent.settings import WindowSettings
@@ -167,13 +167,24 @@ class WindowState:
         return cls(**known)
 
 
+def _with(state: WindowState, **changes: Any) -> WindowState:
+    """dataclasses.replace without its per-call field introspection: the fold runs once per
+    event, and replace() was half of its time (a replay folds the whole log)."""
+    unknown = changes.keys() - WindowState.__dataclass_fields__.keys()
+    if unknown:
+        raise TypeError(f"WindowState has no fields {sorted(unknown)}")
+    new = object.__new__(WindowState)
+    new.__dict__.update(state.__dict__, **changes)
+    return new
+
+
 def _failed(state: WindowState, now: float, config: WindowConfig) -> WindowState:
     failures = state.consecutive_failures + 1
     not_before = state.not_before
     if failures >= config.max_attempts:
         delay = config.failure_backoff_s * 2 ** min(failures - config.max_attempts, 32)
         not_before = now + min(delay, config.max_backoff_s)
-    return replace(state, in_flight=None, consecutive_failures=failures,
+    return _with(state, in_flight=None, consecutive_failures=failures,
                    not_before=not_before, failures=state.failures + 1)
 
 
@@ -181,17 +192,17 @@ def evolve(state: WindowState, item: Observed | Command, now: float, config: Win
     """Apply one observed fact, or one of the fold's own commands, to the state."""
     flight = state.in_flight
     if isinstance(item, MessageSaved):
-        return replace(state, last_seq=max(state.last_seq, item.seq))
+        return state if item.seq <= state.last_seq else _with(state, last_seq=item.seq)
     if isinstance(item, SummaryDone):
         done = state.latest_completed
         if flight is None or item.memory_id != flight.memory_id:
             # Replay chains requests: an earlier one completing still moves the summary on.
             newer = done is None or (item.memory_id > done[0] and item.end_seq > done[2])
             if item.memory_id <= state.last_replay_request and newer:
-                return replace(state, latest_completed=(item.memory_id, item.start_seq, item.end_seq),
+                return _with(state, latest_completed=(item.memory_id, item.start_seq, item.end_seq),
                                completions=state.completions + 1)
             return state
-        return replace(state, in_flight=None, consecutive_failures=0, not_before=0.0,
+        return _with(state, in_flight=None, consecutive_failures=0, not_before=0.0,
                        latest_completed=(item.memory_id, item.start_seq, item.end_seq),
                        completions=state.completions + 1)
     if isinstance(item, SummaryGaveUp):
@@ -203,7 +214,7 @@ def evolve(state: WindowState, item: Observed | Command, now: float, config: Win
         return _failed(state, now, config) if flight and flight.memory_id == item.memory_id else state
     if isinstance(item, RequestSummary):
         fresh = item.attempt == 1
-        return replace(
+        return _with(
             state,
             in_flight=InFlight(item.memory_id, item.start_seq, item.end_seq, item.base_memory_id,
                                item.base_end_seq, item.attempt, now),
@@ -263,7 +274,12 @@ def _apply(state: WindowState, commands: tuple[Command, ...], now: float, config
 
 def decide(state: WindowState, observed: Observed, now: float, config: WindowConfig) -> tuple[Command, ...]:
     """Commands for one input, given the state BEFORE it (so redelivery is recognisable)."""
-    current = evolve(state, observed, now, config)
+    return _decide(state, evolve(state, observed, now, config), observed, now, config)
+
+
+def _decide(state: WindowState, current: WindowState, observed: Observed, now: float, config: WindowConfig
+            ) -> tuple[Command, ...]:
+    """`decide`, with `current` = the state after `observed`."""
     commands = _sweep(current, now, config)
     is_new_round_end = (isinstance(observed, MessageSaved) and observed.seq > state.last_seq
                         and observed.role in config.trigger_roles)
@@ -278,5 +294,6 @@ def decide(state: WindowState, observed: Observed, now: float, config: WindowCon
 def step(state: WindowState, observed: Observed, now: float, config: WindowConfig
          ) -> tuple[WindowState, tuple[Command, ...]]:
     """The one call per event: new state plus the commands to emit, in order."""
-    commands = decide(state, observed, now, config)
-    return _apply(evolve(state, observed, now, config), commands, now, config), commands
+    current = evolve(state, observed, now, config)
+    commands = _decide(state, current, observed, now, config)
+    return _apply(current, commands, now, config), commands
