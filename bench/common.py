@@ -50,7 +50,7 @@ def child_env(settings: Settings, extra: dict[str, str] | None = None) -> dict[s
         MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix,
         MEMORY_KAFKA__PARTITIONS=str(settings.kafka.partitions),
         MEMORY_POSTGRES__DSN=settings.postgres.dsn,
-        MEMORY_LOG_LEVEL="WARNING",
+        MEMORY_LOG_LEVEL=os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"),
     )
     env.update(extra or {})
     return env

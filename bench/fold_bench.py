@@ -20,6 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from bench.backbone_bench import produce
 from bench.common import bench_settings, drop, prepare, report, scalar, worker
 from memory_agent.client import MemoryClient
+from streams.topics import agents_group
 from tests.support.fake_openai import FakeOpenAI
 
 
@@ -32,7 +33,7 @@ async def run(messages: int, conversations: int, timeout: float) -> dict:
     settings = bench_settings("fold")
     await prepare(settings)
     kafka = settings.kafka
-    group = f"{kafka.topic_prefix}.{settings.generation}.streams"
+    group = agents_group(settings)
     try:
         async with MemoryClient(settings, linger_ms=20) as client:
             await produce(client, messages, conversations, seq_base={})

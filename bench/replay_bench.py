@@ -41,7 +41,7 @@ async def replay_once(settings, name: str, env: dict) -> dict:
         p = await replays.progress(settings, name)
         if p.caught_up and p.total and await _settled(settings, name):
             break
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.25)
     elapsed = time.perf_counter() - clock
     with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
         usage = gens.cache_usage(conn, settings.kafka.topic_prefix, name)

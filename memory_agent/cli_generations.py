@@ -30,14 +30,18 @@ def replay() -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Setting for the new generation, e.g. llm.summary_prompt_version=summary-v2 (repeatable).")
 @click.option("--detach", is_flag=True, help="Start it and return; watch with `replay status`.")
-def start(name: str, sets: tuple[str, ...], detach: bool) -> None:
+@click.option("--mode", type=click.Choice(replays.MODES), default="auto", show_default=True,
+              help="batch: rebuild the history in bulk, then hand over to the stream agents (window system"
+                   " only); stream: the stream agents from the start of the log; auto: batch when possible.")
+def start(name: str, sets: tuple[str, ...], detach: bool, mode: str) -> None:
     """Start a replay worker for NAME; show its progress until it has caught up with the log."""
     settings = get_settings()
     try:
-        log = asyncio.run(replays.start_replay(settings, name, replays.parse_overrides(sets)))
+        log, mode = asyncio.run(replays.start_replay(settings, name, replays.parse_overrides(sets), mode))
     except (ValueError, gens.GenerationError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"replay worker for generation {name!r} started (log: {log}); the live generation keeps serving")
+    click.echo(f"replay worker for generation {name!r} started ({mode} replay; log: {log});"
+               " the live generation keeps serving")
     if not detach:
         try:
             _watch(settings, name)

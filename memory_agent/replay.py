@@ -15,10 +15,11 @@ import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from memory_agent.batch_replay import BATCH_SYSTEMS, BatchReplayError, check_batchable
 from memory_agent.settings import Settings
 from projections import generations
 from projections.migrate import migrate
-from streams.topics import ensure_topics
+from streams.topics import agents_group, ensure_topics
 
 
 def generation_settings(settings: Settings, name: str, replay_until: datetime | None = None) -> Settings:
@@ -30,6 +31,7 @@ def env_for(settings: Settings, overrides: dict[str, str]) -> dict[str, str]:
     env["MEMORY_GENERATION"] = settings.generation
     if settings.replay_until is not None:
         env["MEMORY_REPLAY_UNTIL"] = settings.replay_until.isoformat()
+        env["MEMORY_REPLAY_MODE"] = settings.replay_mode
     return env
 
 
@@ -48,9 +50,31 @@ def pid_file(settings: Settings, name: str) -> Path:
     return settings.state_dir / "replays" / f"{settings.kafka.topic_prefix}.{name}.pid"
 
 
-async def start_replay(settings: Settings, name: str, overrides: dict[str, str]) -> Path:
-    """Migrate the new schema, create its topics, record it, and start its worker (detached)."""
+MODES = ("auto", "batch", "stream")
+
+
+def choose_mode(replay: Settings, mode: str) -> str:
+    """"auto": batch when the generation's systems allow it (window only), else stream."""
+    if mode not in MODES:
+        raise ValueError(f"replay mode must be one of {MODES}, got {mode!r}")
+    if mode == "auto":
+        return "batch" if set(replay.systems) <= BATCH_SYSTEMS else "stream"
+    if mode == "batch":
+        check_batchable(replay)
+    return mode
+
+
+async def start_replay(
+    settings: Settings, name: str, overrides: dict[str, str], mode: str = "auto"
+) -> tuple[Path, str]:
+    """Migrate the new schema, create its topics, record it, and start its worker (detached).
+    Returns the worker's log and the mode chosen."""
     replay = generation_settings(Settings(**_with_env(overrides)), name, replay_until=datetime.now(UTC))
+    try:
+        mode = choose_mode(replay, mode)
+    except BatchReplayError as exc:
+        raise ValueError(str(exc)) from None
+    replay = replay.model_copy(update={"replay_mode": mode})
     with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
         existing = {g.name for g in generations.list_generations(conn, settings.kafka.topic_prefix)}
         schema_taken = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", (f"gen_{name}",)).fetchone()[0]
@@ -66,6 +90,7 @@ async def start_replay(settings: Settings, name: str, overrides: dict[str, str])
         "llm_provider": replay.llm.provider,
         "llm_model": replay.llm.model,
         "embedding_model": replay.embedding.model,
+        "replay_mode": mode,
         "overrides": overrides,
     }
     with psycopg.connect(settings.postgres.dsn) as conn:
@@ -80,7 +105,7 @@ async def start_replay(settings: Settings, name: str, overrides: dict[str, str])
             env=env_for(replay, overrides), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     path.write_text(str(process.pid))
-    return log_dir / f"replay-{name}.log"
+    return log_dir / f"replay-{name}.log", mode
 
 
 def _with_env(overrides: dict[str, str]) -> dict:
@@ -147,7 +172,7 @@ async def progress(settings: Settings, name: str) -> Progress:
                 await consumer._client.force_metadata_update()  # noqa: SLF001 - fresh topic
                 partitions = consumer.partitions_for_topic(topic) or set()
             ends.update(await consumer.end_offsets([TopicPartition(topic, p) for p in partitions]))
-        committed = await admin.list_consumer_group_offsets(f"{kafka.topic_prefix}.{name}.streams")
+        committed = await admin.list_consumer_group_offsets(agents_group(generation_settings(settings, name)))
     finally:
         await consumer.stop()
         await admin.close()

@@ -75,6 +75,8 @@ class WindowSettings(BaseModel):
     max_attempts: int = Field(default=3, ge=1)
     # Replay: a summary every this many seqs of historic messages (deterministic windows).
     replay_stride: int = Field(default=4, ge=1)
+    # Batch replay (memory_agent/batch_replay.py): processes sharing the partitions.
+    replay_batch_processes: int = Field(default=2, ge=1)
 
 
 class LlmSettings(BaseModel):
@@ -237,6 +239,9 @@ class Settings(BaseSettings):
     # Set for a replay generation: messages that occurred before this are history being
     # rebuilt (deterministic summary windows, see WindowSettings.replay_stride).
     replay_until: datetime | None = None
+    # How a replay generation rebuilds that history: "stream" (the stream agents from the
+    # start of the log) or "batch" (memory_agent/batch_replay.py, window system only).
+    replay_mode: Literal["stream", "batch"] = "stream"
     # Which memory systems' stream agents the worker runs (projectors always run).
     systems: tuple[Literal["window", "facts", "topics"], ...] = ("window", "facts", "topics")
 

@@ -56,6 +56,11 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
 
     from streams.app import make_app
 
+    if settings.replay_mode == "batch" and settings.replay_until is not None:
+        from memory_agent.batch_replay import run_batch
+
+        run_batch(settings)  # the history in bulk first; the agents below take over where it stopped
+
     # faust runs on the thread's current loop; create the topics on that same loop first.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

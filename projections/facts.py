@@ -18,7 +18,13 @@ from schemas import facts_events as fe
 from schemas.codec import Event, decode
 from schemas.envelope import InvalidEvent
 from streams.facts import decisions as rules
-from streams.facts.dedup import DedupConfig, FactDecision, Neighbour, NewFact, decide_fact
+from streams.facts.dedup import (
+    DedupConfig,
+    FactDecision,
+    Neighbour,
+    NewFact,
+    decide_fact,
+)
 from streams.facts.ids import from_vector, vector_literal
 
 log = logging.getLogger(__name__)

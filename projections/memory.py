@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import psycopg
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
-from schemas.codec import decode
+from schemas.codec import Event, decode
 from schemas.envelope import InvalidEvent
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
 
@@ -47,6 +48,18 @@ UPDATE memory SET status = 'failed', error = %(error)s, result_event_id = %(even
 """
 
 
+_SETTLED_COLUMNS = (
+    "tenant_id, conversation_id, memory_id, start_sequence, end_sequence, base_memory_id, attempt, prompt_version,"
+    " model, request_event_id, status, memory_text, generation_time_ms, source_event_ids, result_event_id, error,"
+    " completed_at"
+)
+_SETTLED_SCRATCH = ("CREATE TEMP TABLE IF NOT EXISTS memory_incoming ON COMMIT DELETE ROWS"
+                    " AS SELECT " + _SETTLED_COLUMNS + " FROM memory WITH NO DATA")
+_SETTLED_COPY = "COPY memory_incoming (" + _SETTLED_COLUMNS + ") FROM STDIN"
+_SETTLED_INSERT = ("INSERT INTO memory (" + _SETTLED_COLUMNS + ") SELECT " + _SETTLED_COLUMNS
+                   + " FROM memory_incoming ON CONFLICT DO NOTHING")
+
+
 class MemoryProjector:
     name = "memory"
 
@@ -57,27 +70,53 @@ class MemoryProjector:
         return [settings.kafka.memory_topic(settings.generation)]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+        """In log order; the statements go out in one pipeline (no round trip per event)."""
         letters = []
-        for record in records:
-            try:
-                event = decode(record.value, max_event_bytes=self.settings.kafka.max_event_bytes)
-            except InvalidEvent as exc:
-                letters.append(DeadLetter(record, exc.reason, exc.detail))
-                continue
-            if event.type not in (SUMMARY_REQUESTED, SUMMARY_COMPLETED, SUMMARY_FAILED):
-                continue
-            e, p = event.envelope, event.payload
-            params = {
-                "tenant": e.tenant_id, "conversation": e.conversation_id, "memory_id": p.memory_id,
-                "event_id": e.event_id, "prompt_version": p.prompt_version, "model": p.model,
-            }
-            if event.type == SUMMARY_REQUESTED:
-                params.update(start=p.start_seq, end=p.end_seq, base=p.base_memory_id, attempt=p.attempt)
-                await conn.execute(_REQUESTED, params)
-            elif event.type == SUMMARY_COMPLETED:
-                params.update(text=p.text, ms=p.generation_time_ms, sources=p.source_event_ids)
-                await conn.execute(_COMPLETED, params)
-            else:
-                params.update(error=p.error)
-                await conn.execute(_FAILED, params)
+        async with conn.pipeline():
+            for record in records:
+                try:
+                    event = decode(record.value, max_event_bytes=self.settings.kafka.max_event_bytes)
+                except InvalidEvent as exc:
+                    letters.append(DeadLetter(record, exc.reason, exc.detail))
+                    continue
+                if event.type in (SUMMARY_REQUESTED, SUMMARY_COMPLETED, SUMMARY_FAILED):
+                    await conn.execute(*_statement(event))
         return letters
+
+
+async def load_settled(conn: psycopg.AsyncConnection, settled: Sequence[tuple[Event, Event]]) -> None:
+    """Rows for requests that were each answered once (a batch replay), in one COPY: the rows
+    `apply` leaves after the request and then its completion or failure. Existing rows are
+    left alone. As in `apply`, a second completion of one window (same prompt) stays
+    'processing'."""
+    now = datetime.now(UTC)
+    completed_windows: set[tuple] = set()
+    await conn.execute(_SETTLED_SCRATCH)
+    async with conn.cursor() as cur, cur.copy(_SETTLED_COPY) as copy:
+        for request, result in settled:
+            e, r, p = request.envelope, request.payload, result.payload
+            row = [e.tenant_id, e.conversation_id, r.memory_id, r.start_seq, r.end_seq, r.base_memory_id, r.attempt,
+                   r.prompt_version, r.model, e.event_id, "processing", None, None, [], None, None, None]
+            window = (e.tenant_id, e.conversation_id, r.start_seq, r.end_seq, p.prompt_version)
+            if result.type == SUMMARY_COMPLETED and window not in completed_windows:
+                completed_windows.add(window)
+                row[7:9] = [p.prompt_version, p.model]
+                row[10:] = ["completed", p.text, p.generation_time_ms, p.source_event_ids,
+                            result.envelope.event_id, None, now]
+            elif result.type == SUMMARY_FAILED:
+                row[10:] = ["failed", None, None, [], result.envelope.event_id, p.error, None]
+            await copy.write_row(row)
+    await conn.execute(_SETTLED_INSERT)
+
+
+def _statement(event) -> tuple[str, dict]:
+    e, p = event.envelope, event.payload
+    params = {
+        "tenant": e.tenant_id, "conversation": e.conversation_id, "memory_id": p.memory_id,
+        "event_id": e.event_id, "prompt_version": p.prompt_version, "model": p.model,
+    }
+    if event.type == SUMMARY_REQUESTED:
+        return _REQUESTED, params | dict(start=p.start_seq, end=p.end_seq, base=p.base_memory_id, attempt=p.attempt)
+    if event.type == SUMMARY_COMPLETED:
+        return _COMPLETED, params | dict(text=p.text, ms=p.generation_time_ms, sources=p.source_event_ids)
+    return _FAILED, params | dict(error=p.error)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 import orjson
 import psycopg
@@ -39,15 +38,16 @@ _COPY = "COPY messages_incoming (" + _COLUMNS + ") FROM STDIN"
 _INSERT_COPIED = "INSERT INTO messages (" + _COLUMNS + ") SELECT " + _COLUMNS + " FROM messages_incoming" + _RETURNING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Candidate:
     event: Event
     record: ConsumerRecord
+    key: tuple[str, str, int]
 
-    @cached_property
-    def key(self) -> tuple[str, str, int]:
-        e = self.event.envelope
-        return (e.tenant_id, e.conversation_id, e.seq)
+    @classmethod
+    def of(cls, event: Event, record: ConsumerRecord) -> _Candidate:
+        e = event.envelope
+        return cls(event, record, (e.tenant_id, e.conversation_id, e.seq))
 
 
 class MessagesProjector:
@@ -87,7 +87,7 @@ class MessagesProjector:
                 continue
             if event.type != MESSAGE_APPENDED:
                 continue  # management events are other projectors' business
-            candidate = _Candidate(event, record)
+            candidate = _Candidate.of(event, record)
             earlier = unique.get(candidate.key)
             if earlier is None:
                 unique[candidate.key] = candidate

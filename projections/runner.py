@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import psycopg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import (
+    AIOKafkaConsumer,
+    AIOKafkaProducer,
+    ConsumerRebalanceListener,
+    TopicPartition,
+)
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent import metrics
@@ -38,17 +43,39 @@ async def load_offsets(conn: psycopg.AsyncConnection, projector: str) -> dict[To
 
 
 async def save_offsets(conn: psycopg.AsyncConnection, projector: str, records: Sequence[ConsumerRecord]) -> None:
-    highest: dict[tuple[str, int], int] = {}
+    highest: dict[TopicPartition, int] = {}
     for r in records:
-        key = (r.topic, r.partition)
-        highest[key] = max(highest.get(key, -1), r.offset + 1)
+        tp = TopicPartition(r.topic, r.partition)
+        highest[tp] = max(highest.get(tp, -1), r.offset + 1)
+    await save_positions(conn, projector, highest)
+
+
+async def save_positions(conn: psycopg.AsyncConnection, projector: str, positions: dict[TopicPartition, int]) -> None:
+    """Next offset to read per partition; a position never moves back."""
     async with conn.cursor() as cur:
         await cur.executemany(
             "INSERT INTO projector_offsets (projector, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
             " ON CONFLICT (projector, topic, partition) DO UPDATE SET"
             " next_offset = GREATEST(projector_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()",
-            [(projector, t, p, o) for (t, p), o in highest.items()],
+            [(projector, tp.topic, tp.partition, o) for tp, o in positions.items()],
         )
+
+
+async def apply_records(
+    conn: psycopg.AsyncConnection, producer: AIOKafkaProducer, settings: Settings, projector: Projector,
+    records: Sequence[ConsumerRecord], apply: Callable[[], Awaitable[list[DeadLetter]]] | None = None,
+) -> None:
+    """One projector batch in one transaction: rows, dead letters of refused records, offsets.
+    `apply` replaces `projector.apply(conn, records)` (for a caller that decoded them already)."""
+    name = projector.name
+    async with conn.transaction():
+        letters = await (apply() if apply is not None else projector.apply(conn, records))
+        if letters:
+            await dead_letter.publish(producer, settings.kafka.dead_letter_topic, letters, stage=f"projector.{name}")
+            for letter in letters:
+                metrics.DEAD_LETTERS.labels(stage=name, reason=letter.reason).inc()
+        await save_offsets(conn, name, records)
+    metrics.PROJECTED.labels(projector=name).inc(len(records))
 
 
 class _SeekFromPostgres(ConsumerRebalanceListener):
@@ -144,17 +171,7 @@ class ProjectorRunner:
                 await self._apply(fresh)
 
     async def _apply(self, records: list[ConsumerRecord]) -> None:
-        name = self.projector.name
-        async with self.conn.transaction():
-            letters = await self.projector.apply(self.conn, records)
-            if letters:
-                await dead_letter.publish(
-                    self.producer, self.settings.kafka.dead_letter_topic, letters, stage=f"projector.{name}"
-                )
-                for letter in letters:
-                    metrics.DEAD_LETTERS.labels(stage=name, reason=letter.reason).inc()
-            await save_offsets(self.conn, name, records)
-        metrics.PROJECTED.labels(projector=name).inc(len(records))
+        await apply_records(self.conn, self.producer, self.settings, self.projector, records)
         offsets = {}
         for r in records:
             offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1

@@ -9,6 +9,7 @@ from streams import kafka_transport
 from streams.context import StreamContext
 from streams.facts import register as facts
 from streams.stages import StageRunner, run_stages
+from streams.topics import agents_group, stage_group
 from streams.topics_memory import register as topics
 from streams.window import register as window
 
@@ -20,7 +21,7 @@ def make_app(settings: Settings) -> faust.App:
     kafka = settings.kafka
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(
-        f"{kafka.topic_prefix}.{settings.generation}.streams",
+        agents_group(settings),
         broker=";".join(f"{kafka_transport.SCHEME}://{server}" for server in kafka.bootstrap_servers.split(",")),
         store="memory://",  # tables are rebuilt from their changelog topics on start
         topic_partitions=kafka.partitions,
@@ -50,7 +51,7 @@ def make_app(settings: Settings) -> faust.App:
         REGISTRARS[system](app, ctx)
     runners = [
         StageRunner(
-            stage, topic=memory_topic, group_id=f"{app.conf.id}.stage.{stage.name}",
+            stage, topic=memory_topic, group_id=stage_group(settings, stage.name),
             bootstrap_servers=kafka.bootstrap_servers, decode_if=ctx.decode_if, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
         )
         for stage in ctx.stages

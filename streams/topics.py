@@ -35,6 +35,21 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
+def agents_group(settings: Settings) -> str:
+    """The faust app id of a generation: its agents' consumer group and table-topic prefix."""
+    return f"{settings.kafka.topic_prefix}.{settings.generation}.streams"
+
+
+def stage_group(settings: Settings, stage: str) -> str:
+    """The consumer group of one concurrent stage (streams/stages.py)."""
+    return f"{agents_group(settings)}.stage.{stage}"
+
+
+def changelog_topic(settings: Settings, table: str) -> str:
+    """A faust table's changelog topic, as faust names it (tests check it still does)."""
+    return f"{agents_group(settings)}-{table}-changelog"
+
+
 def changelog_specs(app) -> list[TopicSpec]:
     """The faust app's table changelogs, created up front: faust creating them itself races
     its own metadata refresh and can crash an agent with PartitionsMismatch(0 partitions)."""

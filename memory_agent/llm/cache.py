@@ -12,7 +12,7 @@ import orjson
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent.llm.port import ChatMessage, JsonOutput, SummaryOutput
+from memory_agent.llm.port import ChatMessage, JsonOutput, SummaryCall, SummaryOutput
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,15 @@ class LlmCache:
         if row is not None:
             self._count(kind, hits=1)
         return row[0] if row else None
+
+    async def get_many(self, keys: list[str], kind: str) -> dict[str, Any]:
+        """Outputs of the keys found, in one query (a batch replay asks for a wave at once)."""
+        async with await self._connection() as conn:
+            cur = await conn.execute("SELECT cache_key, output FROM public.llm_cache WHERE cache_key = ANY(%s)", (keys,))
+            found = dict(await cur.fetchall())
+        if found:
+            self._count(kind, hits=len(found))
+        return found
 
     async def put(self, key: str, kind: str, model: str, prompt_version: str, output: Any) -> None:
         async with await self._connection() as conn:
@@ -120,18 +129,28 @@ class CachedSummarizer:
     def prompt_version(self) -> str:
         return self.inner.prompt_version
 
-    async def summarize_window(
-        self, previous_summary: str | None, new_messages: list[ChatMessage], window_start_seq: int, window_end_seq: int
-    ) -> SummaryOutput:
+    def _key(self, previous_summary: str | None, new_messages: list[ChatMessage], window_start_seq: int,
+             window_end_seq: int) -> str:
         inputs = {
             "previous": previous_summary,
             "messages": [[m.seq, m.role, m.content] for m in new_messages],
             "window": [window_start_seq, window_end_seq],
         }
-        key = cache_key("summary", self.model, self.prompt_version, inputs)
+        return cache_key("summary", self.model, self.prompt_version, inputs)
+
+    async def cached_many(self, calls: list[SummaryCall]) -> list[SummaryOutput | None]:
+        """The cached answers of many calls with one lookup; None where not cached."""
+        keys = [self._key(c.previous_summary, c.new_messages, c.window_start_seq, c.window_end_seq) for c in calls]
+        found = await self.cache.get_many(keys, "summary") if keys else {}
+        return [_summary(found[key]) if key in found else None for key in keys]
+
+    async def summarize_window(
+        self, previous_summary: str | None, new_messages: list[ChatMessage], window_start_seq: int, window_end_seq: int
+    ) -> SummaryOutput:
+        key = self._key(previous_summary, new_messages, window_start_seq, window_end_seq)
         cached = await self.cache.get(key, "summary")
         if cached is not None:
-            return SummaryOutput(text=cached["text"], model=cached["model"], prompt_version=cached["prompt_version"])
+            return _summary(cached)
         output = await self.inner.summarize_window(previous_summary, new_messages, window_start_seq, window_end_seq)
         await self.cache.put(key, "summary", self.model, self.prompt_version, {
             "text": output.text, "model": output.model, "prompt_version": output.prompt_version,
@@ -141,6 +160,10 @@ class CachedSummarizer:
     async def aclose(self) -> None:
         await self.inner.aclose()
         await self.cache.aclose()
+
+
+def _summary(cached: dict) -> SummaryOutput:
+    return SummaryOutput(text=cached["text"], model=cached["model"], prompt_version=cached["prompt_version"])
 
 
 class CachedJsonCompleter:

@@ -8,10 +8,13 @@ import logging
 import re
 from typing import Any, Callable, Mapping
 
-import openai
-from openai import AsyncOpenAI
-
-from memory_agent.llm.port import ChatMessage, JsonOutput, LlmError, MalformedOutput, SummaryOutput
+from memory_agent.llm.port import (
+    ChatMessage,
+    JsonOutput,
+    LlmError,
+    MalformedOutput,
+    SummaryOutput,
+)
 from memory_agent.llm.prompts import format_messages, load_prompt
 from memory_agent.llm.retry import RetryPolicy, call_with_retries
 from memory_agent.settings import LlmSettings
@@ -49,9 +52,8 @@ class OpenAiLlm:
         self._semaphore = asyncio.Semaphore(concurrency)
         self._temperature = temperature
         self._json_mode = json_mode
-        self._client = AsyncOpenAI(
-            base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0
-        )
+        self._client_options = dict(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+        self._client = None  # made on the first call: importing `openai` takes ~1.3 s
 
     @classmethod
     def from_settings(cls, settings: LlmSettings) -> "OpenAiLlm":
@@ -135,7 +137,7 @@ class OpenAiLlm:
 
         async def attempt() -> Any:
             async with self._semaphore:
-                return await self._client.chat.completions.create(**kwargs)
+                return await self._openai().chat.completions.create(**kwargs)
 
         try:
             response = await call_with_retries(
@@ -145,13 +147,23 @@ class OpenAiLlm:
                 wrap=lambda message, retryable: LlmError(message, retryable=retryable),
             )
         except LlmError as error:
+            import openai
+
             if isinstance(error.__cause__, openai.APIResponseValidationError):
                 raise MalformedOutput(f"response failed validation: {error.__cause__}") from error
             raise
         return _first_content(response)
 
+    def _openai(self):
+        if self._client is None:
+            from openai import AsyncOpenAI
+
+            self._client = AsyncOpenAI(**self._client_options)
+        return self._client
+
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()
 
 
 def _first_content(response: Any) -> str:

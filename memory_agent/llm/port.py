@@ -25,6 +25,16 @@ class SummaryOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryCall:
+    """The arguments of one `Summarizer.summarize_window` call."""
+
+    previous_summary: str | None
+    new_messages: list[ChatMessage]
+    window_start_seq: int
+    window_end_seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class JsonOutput:
     """A parsed JSON object answer (chunk summary + facts, gate verdicts, ...)."""
 

@@ -8,7 +8,8 @@ import random
 from dataclasses import dataclass
 from typing import Awaitable, Callable, TypeVar
 
-import openai
+# `openai` is imported where it is used: it takes ~1.3 s to import, and a process that
+# never calls the model (a replay served by the cache, the CLI) should not pay for it.
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,6 +35,8 @@ class RetryPolicy:
 
 def is_transient(error: BaseException) -> bool:
     """Rate limits, server errors, timeouts and connection failures may pass on retry."""
+    import openai
+
     if isinstance(error, openai.APIConnectionError):  # includes APITimeoutError
         return True
     if isinstance(error, openai.APIStatusError):
@@ -60,6 +63,8 @@ async def call_with_retries(
     rng: random.Random | None = None,
 ) -> T:
     """Await `call()`; retry transient errors; raise `wrap(message, retryable)` at the end."""
+    import openai
+
     rng = rng or random.Random()
     attempt = 0
     while True:

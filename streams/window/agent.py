@@ -9,7 +9,18 @@ from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
 from schemas.events import SummaryFailed, SummaryRequested, WindowTicked
 from schemas.registry import SUMMARY_FAILED, SUMMARY_REQUESTED, WINDOW_TICKED
-from streams.window.fold import GiveUp, MessageSaved, RequestSummary, WindowConfig, WindowState, observe, step
+from streams.window.fold import (
+    GiveUp,
+    MessageSaved,
+    RequestSummary,
+    WindowConfig,
+    WindowState,
+    observe,
+    step,
+)
+
+WINDOW_TABLE = "window-state"  # per conversation: the fold's WindowState (JSON), changelog-backed
+SUMMARY_STAGE = "summarize-windows"
 
 
 def window_config(settings: Settings, summarizer) -> WindowConfig:

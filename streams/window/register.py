@@ -13,7 +13,14 @@ from schemas.codec import encode
 from schemas.registry import SUMMARY_REQUESTED
 from streams.context import StreamContext
 from streams.stages import Lazy, Stage, one_by_one
-from streams.window.agent import fold_event, looks_stuck, tick_event, window_config
+from streams.window.agent import (
+    SUMMARY_STAGE,
+    WINDOW_TABLE,
+    fold_event,
+    looks_stuck,
+    tick_event,
+    window_config,
+)
 from streams.window.fold import WindowState
 from streams.window.summarize import SummaryStage
 
@@ -23,7 +30,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     raw_bytes = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     # key_type/value_type bytes make the changelog recovery decode raw too (not JSON).
     windows = app.Table(
-        "window-state", default=None, partitions=settings.kafka.partitions, schema=raw_bytes,
+        WINDOW_TABLE, default=None, partitions=settings.kafka.partitions, schema=raw_bytes,
         key_type=bytes, value_type=bytes,
     )
     summarizer = make_summarizer(settings)
@@ -65,7 +72,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         """Concurrent: LLM latency never holds up the fold; results go back to the same partition."""
         return await (await stage.get()).handle(event)
 
-    ctx.stages.append(Stage("summarize-windows", frozenset({SUMMARY_REQUESTED}), one_by_one(summarize),
+    ctx.stages.append(Stage(SUMMARY_STAGE, frozenset({SUMMARY_REQUESTED}), one_by_one(summarize),
                             concurrency=settings.llm.concurrency))
 
     @app.timer(interval=max(1.0, settings.window.request_timeout_s / 4))

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from psycopg_pool import AsyncConnectionPool
 
 from memory_agent import metrics
-from memory_agent.llm.port import ChatMessage, LlmError, Summarizer
+from memory_agent.llm.port import ChatMessage, LlmError, Summarizer, SummaryOutput
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
 from schemas.events import SummaryCompleted, SummaryFailed, SummaryRequested
@@ -76,13 +76,7 @@ class SummaryStage:
         self._remember((cause.tenant_id, cause.conversation_id, request.memory_id), output.text)
         async with self._finished:
             self._finished.notify_all()
-        payload = SummaryCompleted(
-            memory_id=request.memory_id, start_seq=request.start_seq, end_seq=request.end_seq,
-            base_memory_id=request.base_memory_id, attempt=request.attempt, text=output.text,
-            generation_time_ms=int(elapsed * 1000), prompt_version=output.prompt_version, model=output.model,
-            source_event_ids=[event_id for _, event_id, _, _ in messages],
-        )
-        return new_event(SUMMARY_COMPLETED, payload, **_same_conversation(cause))
+        return completed_event(cause, request, output, elapsed, [event_id for _, event_id, _, _ in messages])
 
     def _remember(self, key: tuple[str, str, int], text: str, keep: int = 20_000) -> None:
         self._recent[key] = text
@@ -90,12 +84,7 @@ class SummaryStage:
             self._recent.popitem(last=False)
 
     def _failed(self, cause: Envelope, request: SummaryRequested, error: str) -> Envelope:
-        payload = SummaryFailed(
-            memory_id=request.memory_id, start_seq=request.start_seq, end_seq=request.end_seq,
-            attempt=request.attempt, error=error[:2000], prompt_version=request.prompt_version,
-            model=self.summarizer.model,
-        )
-        return new_event(SUMMARY_FAILED, payload, **_same_conversation(cause))
+        return failed_event(cause, request, error, self.summarizer.model)
 
     async def _already_settled(self, conn, cause: Envelope, request: SummaryRequested) -> bool:
         """Redelivered requests (restart, rebalance) must not pay for a second LLM call."""
@@ -122,7 +111,7 @@ class SummaryStage:
 
     async def _read_inputs(self, conn, cause: Envelope, request: SummaryRequested):
         """(ready, previous text, messages, what is missing): ready when the projection has them all."""
-        first = request.start_seq if request.base_end_seq is None else max(request.start_seq, request.base_end_seq + 1)
+        first = first_new_seq(request)
         expected = request.end_seq - first + 1
         previous = None
         if request.base_memory_id is not None:
@@ -149,6 +138,35 @@ class SummaryStage:
         return False, previous, messages, (
             f"{len(messages)}/{expected} messages {first}..{request.end_seq}"
             + ("" if base_ready else f", base summary {request.base_memory_id} not completed"))
+
+
+def first_new_seq(request: SummaryRequested) -> int:
+    """The summary folds messages first..end_seq into its base: those after the base's window."""
+    return request.start_seq if request.base_end_seq is None else max(request.start_seq, request.base_end_seq + 1)
+
+
+def base_failed(base_memory_id: int) -> str:
+    """The error of a request whose base summary failed (a chain stops there)."""
+    return f"inputs: base summary {base_memory_id} failed"
+
+
+def completed_event(cause: Envelope, request: SummaryRequested, output: SummaryOutput, elapsed_s: float,
+                    source_event_ids: list[str]) -> Envelope:
+    payload = SummaryCompleted(
+        memory_id=request.memory_id, start_seq=request.start_seq, end_seq=request.end_seq,
+        base_memory_id=request.base_memory_id, attempt=request.attempt, text=output.text,
+        generation_time_ms=int(elapsed_s * 1000), prompt_version=output.prompt_version, model=output.model,
+        source_event_ids=source_event_ids,
+    )
+    return new_event(SUMMARY_COMPLETED, payload, **_same_conversation(cause))
+
+
+def failed_event(cause: Envelope, request: SummaryRequested, error: str, model: str) -> Envelope:
+    payload = SummaryFailed(
+        memory_id=request.memory_id, start_seq=request.start_seq, end_seq=request.end_seq,
+        attempt=request.attempt, error=error[:2000], prompt_version=request.prompt_version, model=model,
+    )
+    return new_event(SUMMARY_FAILED, payload, **_same_conversation(cause))
 
 
 def _same_conversation(cause: Envelope) -> dict:

@@ -12,6 +12,7 @@ import pytest
 
 from memory_agent import replay as replays
 from memory_agent.client import MemoryClient
+from schemas.envelope import conversation_key
 from tests.integration.conftest import running_api, settings_env, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI
 
@@ -69,7 +70,7 @@ async def live_deployment(settings, fake: FakeOpenAI):
             try:
                 yield live, http
             finally:
-                for suffix in ("v2", "r1", "r2"):
+                for suffix in ("v2", "r1", "r2", "s1", "b1"):
                     replays.stop_worker(settings.model_copy(update={"state_dir": _state_dir(settings)}),
                                         named(settings, suffix))
 
@@ -158,6 +159,63 @@ async def test_replaying_twice_without_changes_costs_no_llm_calls_and_diffs_empt
             await cli(settings, fake, "generations", "drop", r2)
             listed = await cli(settings, fake, "generations", "list")
             assert r2 not in listed and r1 in listed
+
+
+@pytest.mark.asyncio
+async def test_batch_and_stream_replays_build_the_same_memory_and_the_agents_take_over(settings):
+    """`--mode batch` folds the history in bulk and hands over to the stream agents; it must
+    leave what `--mode stream` leaves, and the agents must go on from its states."""
+    s1, b1 = named(settings, "s1"), named(settings, "b1")
+    with FakeOpenAI(latency_s=0.02) as fake:
+        async with live_deployment(settings, fake) as (_, http):
+            await talk(settings, conversations=3, rounds=8)
+            async with MemoryClient(settings) as client:
+                await client.send_raw(b"not an event", key=conversation_key("tenant-a", "conv-1"))
+            await live_summaries_done(settings, http, 3)
+
+            await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
+            out = await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
+            assert "batch" in out
+            for name in (s1, b1):
+                await caught_up(settings, name)
+                await _summaries_settled(settings, name)
+            diff = json.loads(await cli(settings, fake, "generations", "diff", s1, b1, "--json"))
+            assert diff["empty"] is True, diff
+            for table, columns in (("messages", "tenant_id, conversation_id, seq, event_id, role, content"),
+                                   ("conversations", "tenant_id, conversation_id, last_seq, message_count"),
+                                   ("projection_anomalies", "kind, source_partition, source_offset"),
+                                   ("memory", "conversation_id, memory_id, start_sequence, end_sequence,"
+                                              " base_memory_id, status, memory_text, prompt_version")):
+                stream_rows = await _rows(settings, f"SELECT {columns} FROM gen_{s1}.{table} ORDER BY 1, 2, 3")
+                batch_rows = await _rows(settings, f"SELECT {columns} FROM gen_{b1}.{table} ORDER BY 1, 2, 3")
+                assert stream_rows == batch_rows, table
+                assert batch_rows, table
+            assert await _rows(settings, f"SELECT kind FROM gen_{b1}.projection_anomalies") == [("invalid",)]
+
+            # After the history the stream agents go on from the batch's states: the next
+            # round's summary continues the chain (memory 4 on memory 3), as in the stream replay.
+            async with MemoryClient(settings) as client:
+                for seq in (16, 17):
+                    await client.append_message(
+                        tenant_id="tenant-a", conversation_id="conv-0", user_id="alice", seq=seq,
+                        role="user" if seq % 2 == 0 else "assistant", content=f"live {seq} {settings.generation}")
+
+            async def continued() -> bool:
+                rows = [await _rows(settings, f"SELECT memory_id, base_memory_id, status FROM gen_{name}.memory"
+                                              " WHERE conversation_id = 'conv-0' AND end_sequence = 17")
+                        for name in (s1, b1)]
+                return all(r == [(4, 3, "completed")] for r in rows)
+
+            await wait_until(continued, 90, "the next summary in both generations")
+            diff = json.loads(await cli(settings, fake, "generations", "diff", s1, b1, "--json"))
+            assert diff["empty"] is True, diff
+
+
+async def _rows(settings, sql: str) -> list[tuple]:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
+        return await (await conn.execute(sql)).fetchall()
 
 
 async def _summaries_settled(settings, name: str) -> None:

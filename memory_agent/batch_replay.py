@@ -1,0 +1,368 @@
+"""Batch replay: rebuild a window-system generation from the log without the stream agents,
+then hand the result over to them.
+
+Per partition of the conversation topic, up to the end it had when the replay started:
+read it once, decode each record once, project the messages (COPY) while the pure window
+fold runs over the history in memory (streams/window/batch.py), answer the summary
+requests in waves (one LLM-cache lookup per wave, the misses to the LLM), write the
+derived events to the generation's topic and project them, then hand over: the final fold
+states go to the window table's changelog and the stream agents' and stages' consumer
+groups are committed at the hand-over offsets. The worker then starts as usual and
+follows the live log from there.
+
+A partition is done once its hand-over offset is committed for the agents' group; a
+worker that dies in the middle redoes the unfinished partitions when it starts again
+(rows are upserts and positions never move back; the derived topic may then hold the
+interrupted attempt's events too, which projecting again changes nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
+
+from memory_agent.llm.cache import CachedSummarizer
+from memory_agent.llm.factory import make_summarizer
+from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
+from memory_agent.settings import Settings
+from projections.db import connect
+from projections.memory import MemoryProjector, load_settled
+from projections.messages import MessagesProjector
+from projections.runner import apply_records, save_positions
+from schemas.codec import Event, encode
+from schemas.envelope import Envelope
+from schemas.registry import MESSAGE_APPENDED, REGISTRY
+from streams.topics import (
+    TopicSpec,
+    agents_group,
+    changelog_topic,
+    ensure_topics,
+    stage_group,
+    topic_specs,
+)
+from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE, window_config
+from streams.window.batch import Conversation, HistoryFold, Pending
+from streams.window.summarize import completed_event, failed_event
+
+log = logging.getLogger(__name__)
+
+BATCH_SYSTEMS = frozenset({"window"})
+_CHUNK = 5000  # records per projector transaction
+
+
+class BatchReplayError(Exception):
+    """The generation cannot be rebuilt in batch (its settings need the stream replay)."""
+
+
+@dataclass
+class PartitionReport:
+    partition: int
+    events: int
+    summaries: int
+    cache_hits: int
+    llm_calls: int
+    failed: int
+    seconds: float
+    phases: dict[str, float]  # seconds per phase; "messages" is what remained after the others
+
+
+class _Phases:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def clock(self, name: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - start, 2)
+
+    async def timed(self, name: str, awaitable):
+        with self.clock(name):
+            return await awaitable
+
+    def total(self) -> float:
+        return round(time.perf_counter() - self.started, 2)
+
+
+def check_batchable(settings: Settings) -> None:
+    extra = set(settings.systems) - BATCH_SYSTEMS
+    if extra:
+        raise BatchReplayError(
+            f"batch replay rebuilds the window system only; this generation also runs {sorted(extra)}"
+            " (use the stream replay, `replay start --mode stream`)"
+        )
+    if settings.replay_until is None:
+        raise BatchReplayError("batch replay needs replay_until (set by `replay start`)")
+
+
+def run_batch(settings: Settings) -> list[PartitionReport]:
+    """The worker's entry: `settings.window.replay_batch_processes` processes take the
+    partitions one at a time until none is left (every partition is independent)."""
+    check_batchable(settings)
+    changelog = TopicSpec(changelog_topic(settings, WINDOW_TABLE), settings.kafka.partitions, {"cleanup.policy": "compact"})
+    asyncio.run(ensure_topics(settings, [*topic_specs(settings), changelog]))
+    context = multiprocessing.get_context("spawn")
+    taken = context.Value("i", 0)  # partitions handed out so far
+    children = [context.Process(target=_child, args=(settings, taken), name=f"batch-replay-{n}")
+                for n in range(1, max(1, min(settings.window.replay_batch_processes, settings.kafka.partitions)))]
+    for child in children:  # they import and connect while this process starts on the first partitions
+        child.start()
+    try:
+        reports = asyncio.run(run_batch_replay(settings, _Claims(taken, settings.kafka.partitions)))
+    finally:
+        for child in children:
+            child.join()
+    failed = [child.name for child in children if child.exitcode != 0]
+    if failed:
+        raise BatchReplayError(f"{failed} failed (see the log above); starting the worker again resumes the batch")
+    return reports
+
+
+class _Claims:
+    """The next partition nobody has taken yet, shared by the batch processes."""
+
+    def __init__(self, taken, partitions: int) -> None:
+        self.taken, self.partitions = taken, partitions
+
+    def __call__(self) -> int | None:
+        with self.taken.get_lock():
+            partition = self.taken.value
+            if partition >= self.partitions:
+                return None
+            self.taken.value += 1
+            return partition
+
+
+def _child(settings: Settings, taken) -> None:
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLogger().level))
+    asyncio.run(run_batch_replay(settings, _Claims(taken, settings.kafka.partitions)))
+
+
+async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] | None = None) -> list[PartitionReport]:
+    """Rebuild the partitions `claim()` hands out (all of them by default) that are not
+    handed over yet."""
+    check_batchable(settings)
+    if claim is None:
+        claim = iter([*range(settings.kafka.partitions), None]).__next__
+    hand_over = _HandOver(settings)
+    summarizer = make_summarizer(settings)
+    kafka = settings.kafka
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed",
+        max_partition_fetch_bytes=16 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
+        fetch_max_wait_ms=kafka.fetch_max_wait_ms,  # a long poll would hold up each reassignment
+    )
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka.bootstrap_servers, enable_idempotence=True, acks="all", linger_ms=20,
+        max_batch_size=1024 * 1024,
+    )
+    await consumer.start()
+    await producer.start()
+    reports = []
+    try:
+        while (number := claim()) is not None:
+            source = TopicPartition(kafka.conversation_topic, number)
+            if await hand_over.done(source):
+                log.info("batch replay of %s: partition %d was handed over already", settings.generation, number)
+                continue
+            end = (await consumer.end_offsets([source]))[source]
+            partition = _Partition(settings, summarizer, consumer, producer, hand_over, source)
+            reports.append(r := await partition.rebuild(end))
+            log.info("batch replay of %s: partition %d: %d events, %d summaries (%d cached, %d LLM calls,"
+                     " %d failed) in %.1fs %s", settings.generation, r.partition, r.events, r.summaries,
+                     r.cache_hits, r.llm_calls, r.failed, r.seconds, r.phases)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+        await summarizer.aclose()
+    return reports
+
+
+class _HandOver:
+    """Where the stream agents and stages of the generation take over from the batch."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.agents_group = agents_group(settings)
+        self.stage_groups = [stage_group(settings, SUMMARY_STAGE)]
+        self.changelog = changelog_topic(settings, WINDOW_TABLE)
+        self.derived = settings.kafka.memory_topic(settings.generation)
+
+    async def done(self, source: TopicPartition) -> bool:
+        """Handed over already (an earlier run of the batch got that far)."""
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.kafka.bootstrap_servers)
+        await admin.start()
+        try:
+            committed = await admin.list_consumer_group_offsets(self.agents_group, partitions=[source])
+        finally:
+            await admin.close()
+        return source in committed and committed[source].offset >= 0
+
+    async def commit(self, source: TopicPartition, cut: int, derived_end: int) -> None:
+        """The agents resume at `cut` of the log and `derived_end` of their own topic; the
+        stages have nothing left to answer before `derived_end`."""
+        derived = TopicPartition(self.derived, source.partition)
+        await _commit(self.settings, self.agents_group, {source: cut, derived: derived_end})
+        for group in self.stage_groups:
+            await _commit(self.settings, group, {derived: derived_end})
+
+
+async def _commit(settings: Settings, group: str, offsets: dict[TopicPartition, int]) -> None:
+    """Commit for a group none of whose members runs yet (a manually assigned consumer)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers, group_id=group,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign(list(offsets))
+        await consumer.commit({tp: OffsetAndMetadata(offset, "") for tp, offset in offsets.items()})
+    finally:
+        await consumer.stop()
+
+
+class _Partition:
+    def __init__(self, settings: Settings, summarizer: Summarizer, consumer: AIOKafkaConsumer,
+                 producer: AIOKafkaProducer, hand_over: _HandOver, source: TopicPartition) -> None:
+        self.settings, self.summarizer = settings, summarizer
+        self.consumer, self.producer, self.hand_over, self.source = consumer, producer, hand_over, source
+        self.derived = TopicPartition(hand_over.derived, source.partition)
+        self.messages = MessagesProjector(settings)
+        self.fold = HistoryFold(window_config(settings, summarizer), time.time(), settings.replay_until)
+        self.hits = self.calls = self.failed = 0
+
+    async def rebuild(self, end: int) -> PartitionReport:
+        phases = _Phases()
+        records, decoded, cut = await phases.timed("read", self._read(end))
+        async with await connect(self.settings) as messages_conn:
+            # PostgreSQL writes the messages on its own core while the fold and summaries run here.
+            projecting = asyncio.create_task(self._project_messages(messages_conn, records, decoded, cut))
+            try:
+                with phases.clock("fold"):
+                    for record, event in zip(records, decoded):
+                        if isinstance(event, Event):
+                            self.fold.add(record.key, event)
+                await phases.timed("summaries", self._answer())
+                derived_end = await phases.timed("derived", self._write_derived())
+                await phases.timed("changelog", self._write_changelog())
+            finally:
+                await phases.timed("messages", asyncio.gather(projecting, return_exceptions=True))
+            await projecting  # re-raises its error, if any
+        await phases.timed("hand-over", self.hand_over.commit(self.source, cut, derived_end))
+        return PartitionReport(
+            self.source.partition, len(records), sum(len(c.requests) for c in self.fold.conversations.values()),
+            self.hits, self.calls, self.failed, phases.total(), phases.seconds,
+        )
+
+    async def _read(self, end: int) -> tuple[list[ConsumerRecord], list[Event | Exception], int]:
+        """Records up to `end`, or up to the first message after replay_until (the live rule
+        applies from there, so the stream agents take over at it): records, decoded, cut."""
+        records: list[ConsumerRecord] = []
+        decoded: list = []
+        self.consumer.assign([self.source])
+        self.consumer.seek(self.source, 0)
+        position = 0
+        until = self.settings.replay_until
+        while position < end:
+            batch = await self.consumer.getmany(self.source, timeout_ms=1000, max_records=20_000)
+            for record in batch.get(self.source, []):
+                if record.offset >= end:
+                    return records, decoded, end
+                event = self.messages.decode(record)
+                if isinstance(event, Event) and event.type == MESSAGE_APPENDED and event.envelope.occurred_at >= until:
+                    return records, decoded, record.offset
+                records.append(record)
+                decoded.append(event)
+            position = await self.consumer.position(self.source)
+        return records, decoded, end
+
+    async def _project_messages(self, conn, records, decoded, cut: int) -> None:
+        for i in range(0, len(records), _CHUNK):
+            chunk, events = records[i:i + _CHUNK], decoded[i:i + _CHUNK]
+            await apply_records(conn, self.producer, self.settings, self.messages, chunk,
+                                apply=lambda c=chunk, e=events: self.messages.apply_decoded(conn, list(zip(c, e))))
+        async with conn.transaction():
+            await save_positions(conn, self.messages.name, {self.source: cut})
+
+    async def _answer(self) -> None:
+        for index in range(self.fold.waves):
+            wave = self.fold.wave(index)
+            asked = [p for p in wave if p.call is not None]
+            clock = time.perf_counter()
+            cached = (await self.summarizer.cached_many([p.call for p in asked])
+                      if isinstance(self.summarizer, CachedSummarizer) else [None] * len(asked))
+            lookup_s = time.perf_counter() - clock
+            self.hits += sum(output is not None for output in cached)
+            missing = [p for p, output in zip(asked, cached) if output is None]
+            self.calls += len(missing)
+            answers = await asyncio.gather(*(self._ask(p) for p in missing))
+            for pending, output in zip(asked, cached):
+                if output is not None:
+                    self._settle(pending, completed_event(pending.request.envelope, pending.request.payload,
+                                                          output, lookup_s, pending.source_event_ids))
+            for pending, envelope in zip(missing, answers):
+                self._settle(pending, envelope)
+            for pending in wave:
+                if pending.call is None:
+                    self._settle(pending, failed_event(pending.request.envelope, pending.request.payload,
+                                                       pending.error, self.summarizer.model))
+
+    async def _ask(self, pending: Pending) -> Envelope:
+        c, request = pending.call, pending.request
+        clock = time.perf_counter()
+        try:
+            output: SummaryOutput = await self.summarizer.summarize_window(
+                c.previous_summary, c.new_messages, c.window_start_seq, c.window_end_seq)
+        except LlmError as exc:
+            return failed_event(request.envelope, request.payload, f"{type(exc).__name__}: {exc}",
+                                self.summarizer.model)
+        return completed_event(request.envelope, request.payload, output, time.perf_counter() - clock,
+                               pending.source_event_ids)
+
+    def _settle(self, pending: Pending, envelope: Envelope) -> None:
+        event = Event(envelope, REGISTRY[envelope.type].payload.model_construct(**envelope.payload))
+        self.failed += event.type != "summary.completed"
+        pending.conversation.results[pending.request.payload.memory_id] = event
+
+    async def _write_derived(self) -> int:
+        """Requests and answers into the generation's topic, and their rows (the memory
+        projector's bulk load, in one transaction with its position). Returns the topic's end."""
+        futures = []
+        for conversation in self.fold.conversations.values():
+            for event in (*conversation.requests, *_in_order(conversation)):
+                futures.append(await self.producer.send(
+                    self.derived.topic, encode(event.envelope), key=conversation.key, partition=self.derived.partition))
+        await asyncio.gather(*futures)
+        end = (await self.consumer.end_offsets([self.derived]))[self.derived]
+        settled = [(r, c.results[r.payload.memory_id]) for c in self.fold.conversations.values() for r in c.requests]
+        async with await connect(self.settings) as conn, conn.transaction():
+            await load_settled(conn, settled)
+            await save_positions(conn, MemoryProjector.name, {self.derived: end})
+        return end
+
+    async def _write_changelog(self) -> None:
+        """The window table's entries as the agent would have written them (raw key, JSON state)."""
+        topic = self.hand_over.changelog
+        futures = [
+            await self.producer.send(topic, orjson.dumps(self.fold.finish(c).to_dict()), key=c.key,
+                                     partition=self.source.partition)
+            for c in self.fold.conversations.values()
+        ]
+        await asyncio.gather(*futures)
+
+
+def _in_order(conversation: Conversation) -> list[Event]:
+    """Every request has its answer once the waves are done."""
+    return [conversation.results[r.payload.memory_id] for r in conversation.requests]
