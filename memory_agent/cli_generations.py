@@ -84,6 +84,18 @@ def status(name: str | None, as_json: bool) -> None:
         )
 
 
+@replay.command("resume")
+@click.argument("name")
+def resume(name: str) -> None:
+    """Start NAME's replay worker again (it died, or the machine restarted), with its settings."""
+    settings = get_settings()
+    try:
+        log, mode = replays.resume_replay(settings, name)
+    except gens.GenerationError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"replay worker for generation {name!r} started again ({mode} replay; log: {log})")
+
+
 @replay.command("cancel")
 @click.argument("name")
 def cancel(name: str) -> None:

@@ -95,17 +95,53 @@ async def start_replay(
     }
     with psycopg.connect(settings.postgres.dsn) as conn:
         generations.record_replay(conn, settings.kafka.topic_prefix, name, config, replay.replay_until)
+    return _spawn_worker(settings, replay, overrides), mode
+
+
+def resume_replay(settings: Settings, name: str) -> tuple[Path, str]:
+    """Start the worker of a replay generation again, with the settings it was started with
+    (its worker died, or the machine restarted). A batch replay goes on with the partitions
+    it had not handed over; a stream replay from its committed offsets."""
+    with psycopg.connect(settings.postgres.dsn) as conn:
+        generation = generations.get_generation(conn, settings.kafka.topic_prefix, name)
+    if generation.replay_until is None:
+        raise generations.GenerationError(f"generation {name!r} was not built by `replay start`")
+    if worker_running(settings, name):
+        raise generations.GenerationError(f"the worker of {name!r} is running (pid file {pid_file(settings, name)})")
+    overrides = generation.config.get("overrides", {})
+    mode = generation.config.get("replay_mode", "stream")
+    replay = generation_settings(Settings(**_with_env(overrides)), name, replay_until=generation.replay_until)
+    return _spawn_worker(settings, replay.model_copy(update={"replay_mode": mode}), overrides), mode
+
+
+def worker_running(settings: Settings, name: str) -> bool:
+    path = pid_file(settings, name)
+    if not path.exists():
+        return False
+    try:
+        pid = int(path.read_text())
+        os.kill(pid, 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    try:  # a killed worker not yet reaped by its parent is a zombie: not running
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _spawn_worker(settings: Settings, replay: Settings, overrides: dict[str, str]) -> Path:
     log_dir = settings.state_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    path = pid_file(settings, name)
+    path = pid_file(settings, replay.generation)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with (log_dir / f"replay-{name}.log").open("ab") as log:
+    log_path = log_dir / f"replay-{replay.generation}.log"
+    with log_path.open("ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "memory_agent.cli", "worker"],
             env=env_for(replay, overrides), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     path.write_text(str(process.pid))
-    return log_dir / f"replay-{name}.log", mode
+    return log_path
 
 
 def _with_env(overrides: dict[str, str]) -> dict:

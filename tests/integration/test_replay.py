@@ -211,6 +211,47 @@ async def test_batch_and_stream_replays_build_the_same_memory_and_the_agents_tak
             assert diff["empty"] is True, diff
 
 
+@pytest.mark.asyncio
+async def test_a_batch_replay_killed_midway_resumes_and_loses_nothing(settings):
+    """SIGKILL the batch after some partitions were handed over; `replay resume` redoes the
+    rest and the result equals an uninterrupted batch replay of the same log."""
+    import os
+    import signal
+
+    k1, b1 = named(settings, "k1"), named(settings, "b1")
+    state = settings.model_copy(update={"state_dir": _state_dir(settings)})
+    with FakeOpenAI(latency_s=1.0) as fake:  # 3 waves of 1 s per partition: time to catch it midway
+        await talk(settings, conversations=8, rounds=8)
+        try:
+            await cli(settings, fake, "replay", "start", "--generation", k1, "--mode", "batch", "--detach")
+
+            async def partly_handed_over() -> bool:
+                p = await replays.progress(settings, k1)
+                return 0 < p.folded < p.total
+
+            await wait_until(partly_handed_over, 60, "some partitions handed over")
+            os.killpg(int(replays.pid_file(state, k1).read_text()), signal.SIGKILL)
+            assert not (await replays.progress(settings, k1)).caught_up
+
+            out = await cli(settings, fake, "replay", "resume", k1)
+            assert "batch replay" in out
+            await caught_up(settings, k1)
+            await _summaries_settled(settings, k1)
+
+            await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
+            await caught_up(settings, b1)
+            await _summaries_settled(settings, b1)
+            diff = json.loads(await cli(settings, fake, "generations", "diff", k1, b1, "--json"))
+            assert diff["empty"] is True, diff
+            for table in ("messages", "memory", "conversations"):
+                counts = [await _rows(settings, f"SELECT count(*) FROM gen_{name}.{table}") for name in (k1, b1)]
+                assert counts[0] == counts[1] and counts[0][0][0] > 0, table
+            assert (await _rows(settings, f"SELECT count(*) FROM gen_{k1}.memory"))[0][0] == 8 * 3
+        finally:
+            for name in (k1, b1):
+                replays.stop_worker(state, name)
+
+
 async def _rows(settings, sql: str) -> list[tuple]:
     import psycopg
 

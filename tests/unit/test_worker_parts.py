@@ -22,3 +22,30 @@ def test_replay_progress_counts_what_the_slowest_projector_of_a_topic_applied():
     }
     assert _slowest(stored, derived) == 90
     assert _slowest({"messages": {TopicPartition(source, 0): 5}}, derived) == 0
+
+
+def test_the_batch_replay_names_the_groups_and_changelog_as_the_faust_app_does(tmp_path):
+    """The batch hands over through these names without building the app."""
+    from streams.app import make_app
+    from streams.topics import agents_group, changelog_topic, stage_group
+    from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE
+
+    settings = Settings(generation="g7", state_dir=tmp_path, systems=("window",))
+    app = make_app(settings)
+    assert agents_group(settings) == app.conf.id
+    assert changelog_topic(settings, WINDOW_TABLE) == app.tables[WINDOW_TABLE].changelog_topic.get_topic_name()
+    assert [r.group_id for r in app.stage_runners] == [stage_group(settings, SUMMARY_STAGE)]
+
+
+def test_auto_replay_mode_is_batch_only_for_window_only_generations():
+    import pytest
+
+    from memory_agent.replay import choose_mode
+
+    window = Settings(systems=("window",), replay_until="2026-01-01T00:00:00Z")
+    everything = Settings(replay_until="2026-01-01T00:00:00Z")
+    assert choose_mode(window, "auto") == "batch"
+    assert choose_mode(everything, "auto") == "stream"
+    assert choose_mode(window, "stream") == "stream"
+    with pytest.raises(Exception, match="window system only"):
+        choose_mode(everything, "batch")
