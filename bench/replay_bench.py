@@ -1,6 +1,6 @@
 """Replay benchmark: rebuild a generation from N logged messages, cold LLM cache then warm.
 
-    python -m bench.replay_bench --messages 100000 --conversations 1000 --llm-latency 0.3
+    python -m bench.replay_bench --messages 100000 --conversations 1000 --llm-latency 0.3 [--mode stream]
 
 Writes N messages to a fresh deployment's log, then runs `memory-agent replay start`
 twice with the same settings: the first replay pays for every summary at the fixed LLM
@@ -28,10 +28,10 @@ from tests.support.fake_openai import FakeOpenAI
 SYSTEMS = {"MEMORY_SYSTEMS": '["window"]'}
 
 
-async def replay_once(settings, name: str, env: dict) -> dict:
+async def replay_once(settings, name: str, env: dict, mode: str) -> dict:
     clock = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", name, "--detach",
+        sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", name, "--detach", "--mode", mode,
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await process.communicate()
@@ -67,6 +67,7 @@ async def main() -> None:
     parser.add_argument("--conversations", type=int, default=1000)
     parser.add_argument("--llm-latency", type=float, default=0.3)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--mode", choices=("batch", "stream"), default="batch", help="replay start --mode")
     args = parser.parse_args()
     settings = bench_settings("replay")
     await prepare(settings)
@@ -76,12 +77,13 @@ async def main() -> None:
             await produce(client, args.messages, args.conversations, seq_base={}, salt=f" ({settings.kafka.topic_prefix})")
         with FakeOpenAI(latency_s=args.llm_latency) as fake:
             env = child_env(settings, fake.env() | SYSTEMS | {"MEMORY_LLM__CONCURRENCY": str(args.concurrency)})
-            cold = await replay_once(settings, "cold", env)
+            cold = await replay_once(settings, "cold", env, args.mode)
             calls_after_cold = len(fake.chat_requests)
-            warm = await replay_once(settings, "warm", env)
+            warm = await replay_once(settings, "warm", env, args.mode)
             warm["llm_requests_seen_by_server"] = len(fake.chat_requests) - calls_after_cold
         report("replay benchmark", {
-            "messages": args.messages, "conversations": args.conversations, "llm_latency_s": args.llm_latency,
+            "mode": args.mode, "messages": args.messages, "conversations": args.conversations,
+            "llm_latency_s": args.llm_latency,
             "llm_concurrency": args.concurrency, "cold_cache": cold, "warm_cache": warm,
         })
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -72,7 +73,9 @@ class MemoryProjector:
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         """In log order; the statements go out in one pipeline (no round trip per event)."""
         letters = []
-        async with conn.pipeline():
+        # One event (the live path, mostly) goes as a plain statement: a pipeline's sync
+        # would be a second round trip.
+        async with conn.pipeline() if len(records) > 1 else contextlib.nullcontext():
             for record in records:
                 try:
                     event = decode(record.value, max_event_bytes=self.settings.kafka.max_event_bytes)

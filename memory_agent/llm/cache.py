@@ -9,12 +9,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from memory_agent.llm.port import ChatMessage, JsonOutput, SummaryCall, SummaryOutput
 
 log = logging.getLogger(__name__)
+
+
+async def _orjson_loads(conn) -> None:
+    """Cached answers come back as jsonb: parse them with orjson (a wave reads thousands)."""
+    set_json_loads(orjson.loads, conn)
 
 
 def cache_key(kind: str, model: str, prompt_version: str, inputs: Any) -> str:
@@ -44,7 +49,7 @@ class LlmCache:
 
     async def _connection(self):
         if self._pool is None:
-            self._pool = AsyncConnectionPool(self.dsn, min_size=0, max_size=4, open=False)
+            self._pool = AsyncConnectionPool(self.dsn, min_size=0, max_size=4, open=False, configure=_orjson_loads)
             await self._pool.open()
         return self._pool.connection()
 
