@@ -114,14 +114,15 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
     check_batchable(settings)
     changelog = TopicSpec(changelog_topic(settings, WINDOW_TABLE), settings.kafka.partitions, {"cleanup.policy": "compact"})
     asyncio.run(ensure_topics(settings, [*topic_specs(settings), changelog]))
+    partitions = asyncio.run(_partitions_of_the_log(settings))
     context = multiprocessing.get_context("spawn")
     taken = context.Value("i", 0)  # partitions handed out so far
-    children = [context.Process(target=_child, args=(settings, taken), name=f"batch-replay-{n}")
-                for n in range(1, max(1, min(settings.window.replay_batch_processes, settings.kafka.partitions)))]
+    children = [context.Process(target=_child, args=(settings, taken, partitions), name=f"batch-replay-{n}")
+                for n in range(1, max(1, min(settings.window.replay_batch_processes, partitions)))]
     for child in children:  # they import and connect while this process starts on the first partitions
         child.start()
     try:
-        reports = asyncio.run(run_batch_replay(settings, _Claims(taken, settings.kafka.partitions)))
+        reports = asyncio.run(run_batch_replay(settings, _Claims(taken, partitions)))
     finally:
         for child in children:
             child.join()
@@ -146,10 +147,21 @@ class _Claims:
             return partition
 
 
-def _child(settings: Settings, taken) -> None:
+async def _partitions_of_the_log(settings: Settings) -> int:
+    """As the topic has them (it may predate the current MEMORY_KAFKA__PARTITIONS)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        (described,) = await admin.describe_topics([settings.kafka.conversation_topic])
+    finally:
+        await admin.close()
+    return len(described["partitions"])
+
+
+def _child(settings: Settings, taken, partitions: int) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLogger().level))
-    asyncio.run(run_batch_replay(settings, _Claims(taken, settings.kafka.partitions)))
+    asyncio.run(run_batch_replay(settings, _Claims(taken, partitions)))
 
 
 async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] | None = None) -> list[PartitionReport]:
@@ -157,7 +169,7 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
     handed over yet."""
     check_batchable(settings)
     if claim is None:
-        claim = iter([*range(settings.kafka.partitions), None]).__next__
+        claim = iter([*range(await _partitions_of_the_log(settings)), None]).__next__
     hand_over = _HandOver(settings)
     summarizer = make_summarizer(settings)
     kafka = settings.kafka
