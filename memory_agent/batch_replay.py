@@ -38,7 +38,7 @@ from memory_agent.settings import Settings
 from projections.db import connect
 from projections.memory import MemoryProjector, load_settled
 from projections.messages import MessagesProjector
-from projections.runner import apply_records, save_positions
+from projections.runner import apply_records, load_offsets, save_positions
 from schemas.codec import Event, encode
 from schemas.envelope import Envelope
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
@@ -228,9 +228,9 @@ class _HandOver:
         """The agents resume at `cut` of the log and `derived_end` of their own topic; the
         stages have nothing left to answer before `derived_end`."""
         derived = TopicPartition(self.derived, source.partition)
-        await _commit(self.settings, self.agents_group, {source: cut, derived: derived_end})
         for group in self.stage_groups:
             await _commit(self.settings, group, {derived: derived_end})
+        await _commit(self.settings, self.agents_group, {source: cut, derived: derived_end})  # last: "done"
 
 
 async def _commit(settings: Settings, group: str, offsets: dict[TopicPartition, int]) -> None:
@@ -301,6 +301,12 @@ class _Partition:
         return records, decoded, end
 
     async def _project_messages(self, conn, records, decoded, cut: int) -> None:
+        """As the messages projector would, from where it stands (an interrupted batch may
+        have projected part of the partition: applying it again would count duplicates)."""
+        async with conn.transaction():
+            start = (await load_offsets(conn, self.messages.name)).get(self.source, 0)
+        first = next((i for i, record in enumerate(records) if record.offset >= start), len(records))
+        records, decoded = records[first:], decoded[first:]
         for i in range(0, len(records), _CHUNK):
             chunk, events = records[i:i + _CHUNK], decoded[i:i + _CHUNK]
             await apply_records(conn, self.producer, self.settings, self.messages, chunk,

@@ -222,6 +222,8 @@ async def test_a_batch_replay_killed_midway_resumes_and_loses_nothing(settings):
     state = settings.model_copy(update={"state_dir": _state_dir(settings)})
     with FakeOpenAI(latency_s=1.0) as fake:  # 3 waves of 1 s per partition: time to catch it midway
         await talk(settings, conversations=8, rounds=8)
+        async with MemoryClient(settings) as client:
+            await client.send_raw(b"not an event", key=conversation_key("tenant-a", "conv-3"))
         try:
             await cli(settings, fake, "replay", "start", "--generation", k1, "--mode", "batch", "--detach")
 
@@ -243,9 +245,11 @@ async def test_a_batch_replay_killed_midway_resumes_and_loses_nothing(settings):
             await _summaries_settled(settings, b1)
             diff = json.loads(await cli(settings, fake, "generations", "diff", k1, b1, "--json"))
             assert diff["empty"] is True, diff
-            for table in ("messages", "memory", "conversations"):
+            for table in ("messages", "memory", "conversations", "projection_anomalies"):
                 counts = [await _rows(settings, f"SELECT count(*) FROM gen_{name}.{table}") for name in (k1, b1)]
                 assert counts[0] == counts[1] and counts[0][0][0] > 0, table
+            # Redone partitions did not count their own messages again as duplicates.
+            assert await _rows(settings, f"SELECT kind FROM gen_{k1}.projection_anomalies") == [("invalid",)]
             assert (await _rows(settings, f"SELECT count(*) FROM gen_{k1}.memory"))[0][0] == 8 * 3
         finally:
             for name in (k1, b1):
