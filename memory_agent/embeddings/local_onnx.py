@@ -123,6 +123,10 @@ class LocalOnnxEmbedder:
                 options = ort.SessionOptions()
                 options.intra_op_num_threads = self._threads
                 options.inter_op_num_threads = 1
+                # Idle pool threads sleep instead of spinning: under concurrent requests (one
+                # embedding per request, on threads of their own) spinning burnt the cores the
+                # other requests and PostgreSQL needed (docs/retrieval.md).
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 session = ort.InferenceSession(
                     str(self._model_path or default_model_path()),
                     sess_options=options,
