@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
@@ -11,6 +13,21 @@ from memory_agent.settings import Settings
 def connect_kwargs(settings: Settings) -> dict:
     """Every connection resolves unqualified names in this generation's schema first."""
     return {"options": f"-c search_path={settings.pg_schema},public", "autocommit": False}
+
+
+async def copy_insert(cur: psycopg.AsyncCursor, table: str, columns: str, rows: Iterable[Sequence],
+                      returning: str = "") -> None:
+    """Insert many rows: COPY into a scratch table (emptied at commit; call inside a
+    transaction), then one `INSERT … ON CONFLICT DO NOTHING [RETURNING …]` into `table`.
+    Per row COPY costs a fraction of the Python time of statement parameters."""
+    scratch = f"{table}_incoming"
+    await cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {scratch} ON COMMIT DELETE ROWS"
+                      f" AS SELECT {columns} FROM {table} WITH NO DATA")
+    async with cur.copy(f"COPY {scratch} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            await copy.write_row(row)
+    await cur.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {scratch} ON CONFLICT DO NOTHING"
+                      + (f" RETURNING {returning}" if returning else ""))
 
 
 async def connect(settings: Settings) -> psycopg.AsyncConnection:

@@ -11,6 +11,7 @@ import psycopg
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent.settings import Settings
+from projections.db import copy_insert
 from projections.dead_letter import DeadLetter
 from schemas.codec import Event, decode
 from schemas.envelope import InvalidEvent
@@ -54,11 +55,6 @@ _SETTLED_COLUMNS = (
     " model, request_event_id, status, memory_text, generation_time_ms, source_event_ids, result_event_id, error,"
     " completed_at"
 )
-_SETTLED_SCRATCH = ("CREATE TEMP TABLE IF NOT EXISTS memory_incoming ON COMMIT DELETE ROWS"
-                    " AS SELECT " + _SETTLED_COLUMNS + " FROM memory WITH NO DATA")
-_SETTLED_COPY = "COPY memory_incoming (" + _SETTLED_COLUMNS + ") FROM STDIN"
-_SETTLED_INSERT = ("INSERT INTO memory (" + _SETTLED_COLUMNS + ") SELECT " + _SETTLED_COLUMNS
-                   + " FROM memory_incoming ON CONFLICT DO NOTHING")
 
 
 class MemoryProjector:
@@ -94,22 +90,22 @@ async def load_settled(conn: psycopg.AsyncConnection, settled: Sequence[tuple[Ev
     'processing'."""
     now = datetime.now(UTC)
     completed_windows: set[tuple] = set()
-    await conn.execute(_SETTLED_SCRATCH)
-    async with conn.cursor() as cur, cur.copy(_SETTLED_COPY) as copy:
-        for request, result in settled:
-            e, r, p = request.envelope, request.payload, result.payload
-            row = [e.tenant_id, e.conversation_id, r.memory_id, r.start_seq, r.end_seq, r.base_memory_id, r.attempt,
-                   r.prompt_version, r.model, e.event_id, "processing", None, None, [], None, None, None]
-            window = (e.tenant_id, e.conversation_id, r.start_seq, r.end_seq, p.prompt_version)
-            if result.type == SUMMARY_COMPLETED and window not in completed_windows:
-                completed_windows.add(window)
-                row[7:9] = [p.prompt_version, p.model]
-                row[10:] = ["completed", p.text, p.generation_time_ms, p.source_event_ids,
-                            result.envelope.event_id, None, now]
-            elif result.type == SUMMARY_FAILED:
-                row[10:] = ["failed", None, None, [], result.envelope.event_id, p.error, None]
-            await copy.write_row(row)
-    await conn.execute(_SETTLED_INSERT)
+    rows = []
+    for request, result in settled:
+        e, r, p = request.envelope, request.payload, result.payload
+        asked = (e.tenant_id, e.conversation_id, r.memory_id, r.start_seq, r.end_seq, r.base_memory_id, r.attempt)
+        window = (e.tenant_id, e.conversation_id, r.start_seq, r.end_seq, p.prompt_version)
+        if result.type == SUMMARY_COMPLETED and window not in completed_windows:
+            completed_windows.add(window)
+            rows.append((*asked, p.prompt_version, p.model, e.event_id, "completed", p.text, p.generation_time_ms,
+                         p.source_event_ids, result.envelope.event_id, None, now))
+        elif result.type == SUMMARY_FAILED:
+            rows.append((*asked, r.prompt_version, r.model, e.event_id, "failed", None, None, [],
+                         result.envelope.event_id, p.error, None))
+        else:
+            rows.append((*asked, r.prompt_version, r.model, e.event_id, "processing", None, None, [], None, None, None))
+    async with conn.cursor() as cur:
+        await copy_insert(cur, "memory", _SETTLED_COLUMNS, rows)
 
 
 def _statement(event) -> tuple[str, dict]:

@@ -90,7 +90,7 @@ def _pending(conversation: Conversation, request: Event) -> Pending:
     if r.base_memory_id is not None:
         base = conversation.results.get(r.base_memory_id)
         if base is None or base.type != SUMMARY_COMPLETED:
-            error = base_failed(r.base_memory_id) if base is not None else (
+            error = "inputs: " + base_failed(r.base_memory_id) if base is not None else (
                 f"inputs: base summary {r.base_memory_id} is not part of this history")
             return Pending(conversation, request, None, [], error)
         previous = base.payload.text

@@ -124,7 +124,7 @@ class SummaryStage:
             )
             row = await cur.fetchone()
             if row is not None and row[0] == "failed":
-                raise InputsNotReady(f"base summary {request.base_memory_id} failed")
+                raise InputsNotReady(base_failed(request.base_memory_id))
             previous = row[1] if row and row[0] == "completed" else None
         cur = await conn.execute(
             "SELECT seq, event_id, role, content FROM messages WHERE tenant_id = %s"
@@ -146,8 +146,8 @@ def first_new_seq(request: SummaryRequested) -> int:
 
 
 def base_failed(base_memory_id: int) -> str:
-    """The error of a request whose base summary failed (a chain stops there)."""
-    return f"inputs: base summary {base_memory_id} failed"
+    """Why a request whose base summary failed fails too (a chain stops there)."""
+    return f"base summary {base_memory_id} failed"
 
 
 def completed_event(cause: Envelope, request: SummaryRequested, output: SummaryOutput, elapsed_s: float,
