@@ -13,6 +13,7 @@ WORKDIR /app
 COPY pyproject.toml README.md* ./
 COPY memory_agent ./memory_agent
 COPY schemas ./schemas
+COPY domain ./domain
 COPY streams ./streams
 COPY projections ./projections
 COPY infra ./infra
