@@ -6,6 +6,10 @@ from prometheus_client import Counter, Gauge, Histogram
 
 PROJECTED = Counter("memory_projected_events_total", "Records applied by a projector", ["projector"])
 DEAD_LETTERS = Counter("memory_dead_letters_total", "Records sent to the dead-letter topic", ["stage", "reason"])
+SKIPPED_INVALID = Counter(
+    "memory_records_skipped_total", "Invalid records a stream agent or stage skipped (a projector dead-letters them)",
+    ["reason"],
+)
 DUPLICATES = Counter("memory_duplicate_events_total", "Redelivered events ignored", ["projector"])
 SEQ_CONFLICTS = Counter("memory_seq_conflicts_total", "Different events claiming one (conversation, seq)")
 SEQ_GAPS = Counter("memory_seq_gaps_total", "Missing seq numbers observed in conversations")

@@ -22,6 +22,9 @@ class KafkaSettings(BaseModel):
     replication_factor: int = Field(default=1, ge=1)
     # Broker-side cap is 1 MiB by default; the codec refuses bigger events first.
     max_event_bytes: int = Field(default=512 * 1024, ge=1024)
+    # A dead letter bigger than this carries a cut original with its size and hash (the
+    # record cap of brokers and producers is ~1 MiB).
+    max_dead_letter_bytes: int = Field(default=900 * 1024, ge=16 * 1024)
     # Longest a stream agent's fetch waits at the broker for new records (faust's own is 1.5 s,
     # which adds up to that much latency per hop: streams/kafka_transport.py).
     fetch_max_wait_ms: int = Field(default=50, ge=1, le=10_000)
@@ -62,6 +65,8 @@ class ApiSettings(BaseModel):
 
 class LimitsSettings(BaseModel):
     max_content_chars: int = Field(default=32_000, ge=1)
+    # A message's metadata, JSON-encoded (HTTP answers 413 above it).
+    max_metadata_bytes: int = Field(default=64 * 1024, ge=256)
     max_id_chars: int = Field(default=200, ge=8)
 
 

@@ -16,6 +16,7 @@ from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
 from schemas import facts_events as fe
 from schemas.codec import Event, decode
+from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
 from streams.facts import decisions as rules
 from streams.facts.dedup import (
@@ -100,8 +101,7 @@ class FactsProjector:
             if record.value is not None and record.value.startswith(_MESSAGE_PREFIX):
                 continue  # most of the truth: skip without validating it
             try:
-                event = decode(record.value, max_event_bytes=self.settings.kafka.max_event_bytes,
-                               max_content_chars=self.settings.limits.max_content_chars)
+                event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
             except InvalidEvent:
                 continue  # the messages and memory projectors dead-letter invalid input once
             if event.type != fe.CHUNK_RECORDED and event.type not in fe.MANAGEMENT_TYPES:

@@ -14,6 +14,7 @@ from memory_agent.settings import Settings
 from projections.db import copy_insert
 from projections.dead_letter import DeadLetter
 from schemas.codec import Event, decode
+from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
 
@@ -62,6 +63,7 @@ class MemoryProjector:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.limits = Limits.of(settings)
 
     def topics(self, settings: Settings) -> list[str]:
         return [settings.kafka.memory_topic(settings.generation)]
@@ -74,7 +76,7 @@ class MemoryProjector:
         async with conn.pipeline() if len(records) > 1 else contextlib.nullcontext():
             for record in records:
                 try:
-                    event = decode(record.value, max_event_bytes=self.settings.kafka.max_event_bytes)
+                    event = decode(record.value, key=record.key, limits=self.limits)
                 except InvalidEvent as exc:
                     letters.append(DeadLetter(record, exc.reason, exc.detail))
                     continue

@@ -15,6 +15,7 @@ from memory_agent.settings import Settings
 from projections.db import copy_insert
 from projections.dead_letter import DeadLetter
 from schemas.codec import Event, decode
+from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
 from schemas.registry import MESSAGE_APPENDED
 
@@ -52,6 +53,7 @@ class MessagesProjector:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.limits = Limits.of(settings)
 
     def topics(self, settings: Settings) -> list[str]:
         return [settings.kafka.conversation_topic]
@@ -61,11 +63,7 @@ class MessagesProjector:
 
     def decode(self, record: ConsumerRecord) -> Event | InvalidEvent:
         try:
-            return decode(
-                record.value,
-                max_event_bytes=self.settings.kafka.max_event_bytes,
-                max_content_chars=self.settings.limits.max_content_chars,
-            )
+            return decode(record.value, key=record.key, limits=self.limits)
         except InvalidEvent as exc:
             return exc
 

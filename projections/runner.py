@@ -18,7 +18,7 @@ from aiokafka.structs import ConsumerRecord
 
 from memory_agent import metrics
 from memory_agent.settings import Settings
-from projections import dead_letter
+from projections import dead_letter, isolation
 from projections.db import connect
 from projections.dead_letter import DeadLetter
 
@@ -66,16 +66,51 @@ async def apply_records(
     records: Sequence[ConsumerRecord], apply: Callable[[], Awaitable[list[DeadLetter]]] | None = None,
 ) -> None:
     """One projector batch in one transaction: rows, dead letters of refused records, offsets.
-    `apply` replaces `projector.apply(conn, records)` (for a caller that decoded them already)."""
+    `apply` replaces `projector.apply(conn, records)` (for a caller that decoded them already).
+    A record the database refuses is found and dead-lettered; the others are applied
+    (projections/isolation.py)."""
+    try:
+        await apply_batch(conn, producer, settings, projector, records, apply)
+    except Exception as exc:  # noqa: BLE001 - sorted into the record's fault or not
+        if not isolation.is_record_error(exc):
+            raise
+        log.warning("%s: a batch of %d failed (%s); isolating the record", projector.name, len(records),
+                    isolation.describe(exc))
+        await isolation.isolate(
+            records, exc, lambda part: apply_batch(conn, producer, settings, projector, part),
+            lambda record, error: refuse_record(conn, producer, settings, projector, record, error),
+        )
+
+
+async def apply_batch(
+    conn: psycopg.AsyncConnection, producer: AIOKafkaProducer, settings: Settings, projector: Projector,
+    records: Sequence[ConsumerRecord], apply: Callable[[], Awaitable[list[DeadLetter]]] | None = None,
+) -> None:
     name = projector.name
     async with conn.transaction():
         letters = await (apply() if apply is not None else projector.apply(conn, records))
         if letters:
-            await dead_letter.publish(producer, settings.kafka.dead_letter_topic, letters, stage=f"projector.{name}")
-            for letter in letters:
-                metrics.DEAD_LETTERS.labels(stage=name, reason=letter.reason).inc()
+            await publish_letters(producer, settings, name, letters)
         await save_offsets(conn, name, records)
     metrics.PROJECTED.labels(projector=name).inc(len(records))
+
+
+async def refuse_record(
+    conn: psycopg.AsyncConnection, producer: AIOKafkaProducer, settings: Settings, projector: Projector,
+    record: ConsumerRecord, error: BaseException,
+) -> None:
+    """The record could not be applied: its dead letter and its offset, in one transaction."""
+    async with conn.transaction():
+        letter = DeadLetter(record, "apply_failed", isolation.describe(error))
+        await publish_letters(producer, settings, projector.name, [letter])
+        await save_offsets(conn, projector.name, [record])
+
+
+async def publish_letters(producer: AIOKafkaProducer, settings: Settings, name: str, letters: list[DeadLetter]) -> None:
+    await dead_letter.publish(producer, settings.kafka.dead_letter_topic, letters, stage=f"projector.{name}",
+                              max_bytes=settings.kafka.max_dead_letter_bytes)
+    for letter in letters:
+        metrics.DEAD_LETTERS.labels(stage=name, reason=letter.reason).inc()
 
 
 class _SeekFromPostgres(ConsumerRebalanceListener):

@@ -12,6 +12,7 @@ from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
 from schemas import topic_events as te
 from schemas.codec import Event, decode, peek_type
+from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
 from streams.topics_memory.archive import compress_bytes, merge_messages, to_json_bytes
 from streams.topics_memory.state import TopicMessage
@@ -102,7 +103,7 @@ class TopicsProjector:
             if kind is not None and kind not in PROJECTED:
                 continue
             try:
-                event = decode(record.value, max_event_bytes=self.settings.kafka.max_event_bytes)
+                event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
             except InvalidEvent:
                 continue
             if event.type in PROJECTED:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,10 +12,21 @@ from pydantic import ValidationError
 
 from schemas.envelope import Envelope, InvalidEvent
 from schemas.events import MessageAppended, Payload
-from schemas.registry import REGISTRY
+from schemas.limits import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_CONTENT_CHARS,
+    DEFAULT_MAX_EVENT_BYTES,
+    Limits,
+    check_key,
+    check_metadata,
+    check_size,
+    check_storable,
+    raw_needs_walk,
+)
+from schemas.registry import MESSAGE_APPENDED, REGISTRY
 
-DEFAULT_MAX_EVENT_BYTES = 512 * 1024
-DEFAULT_MAX_CONTENT_CHARS = 32_000
+__all__ = ["DEFAULT_MAX_CONTENT_CHARS", "DEFAULT_MAX_EVENT_BYTES", "UNCHECKED", "Event", "Limits", "decode",
+           "encode", "encode_checked", "new_event", "validate"]
 
 
 @dataclass(frozen=True)
@@ -74,17 +85,39 @@ def new_event(
     )
 
 
+class _Unchecked:
+    def __repr__(self) -> str:
+        return "UNCHECKED"
+
+
+# `decode(raw)` without a key: for callers that hold no record (tests, tools). Every consumer
+# of a topic passes the record's key.
+UNCHECKED: Any = _Unchecked()
+
+
+def _limits(limits: Limits | None, max_event_bytes: int | None, max_content_chars: int | None) -> Limits:
+    limits = limits or DEFAULT_LIMITS
+    if max_event_bytes is not None or max_content_chars is not None:
+        limits = replace(limits, max_event_bytes=max_event_bytes or limits.max_event_bytes,
+                         max_content_chars=max_content_chars or limits.max_content_chars)
+    return limits
+
+
 def decode(
     raw: bytes,
     *,
-    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-    max_content_chars: int = DEFAULT_MAX_CONTENT_CHARS,
+    key: bytes | None = UNCHECKED,
+    limits: Limits | None = None,
+    max_event_bytes: int | None = None,
+    max_content_chars: int | None = None,
 ) -> Event:
-    """Decode and validate one Kafka value; raise InvalidEvent with a stable reason."""
+    """Decode and validate one Kafka value (and its key: the event's own conversation);
+    raise InvalidEvent with a stable reason (schemas/limits.py has the rules)."""
+    limits = _limits(limits, max_event_bytes, max_content_chars)
     if raw is None:
         raise InvalidEvent("not_json", "empty value (tombstone)")
-    if len(raw) > max_event_bytes:
-        raise InvalidEvent("oversized", f"{len(raw)} bytes > limit {max_event_bytes}")
+    if len(raw) > limits.max_event_bytes:
+        raise InvalidEvent("oversized", f"{len(raw)} bytes > limit {limits.max_event_bytes}")
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -95,18 +128,32 @@ def decode(
         raise InvalidEvent("not_json", str(exc)) from None
     if not isinstance(data, dict):
         raise InvalidEvent("not_an_object", f"top level is {type(data).__name__}")
-    return validate(data, max_content_chars=max_content_chars)
+    event = validate(data, limits=limits, check_text=raw_needs_walk(raw), encoded_size=len(raw))
+    if key is not UNCHECKED:
+        check_key(key, event.envelope)
+    return event
 
 
-def validate(data: dict[str, Any], *, max_content_chars: int = DEFAULT_MAX_CONTENT_CHARS) -> Event:
-    """Upcast a raw dict to the current version of its type and validate it."""
+def validate(
+    data: dict[str, Any],
+    *,
+    limits: Limits | None = None,
+    max_content_chars: int | None = None,
+    check_text: bool = True,
+    encoded_size: int | None = None,
+) -> Event:
+    """Upcast a raw dict to the current version of its type and validate it against every
+    rule of schemas/limits.py but the size of the encoded event (`encode_checked` adds it).
+    `check_text=False` skips the walk over texts and integers (the raw bytes showed none
+    that could fail)."""
+    limits = _limits(limits, None, max_content_chars)
     event_type = data.get("type")
     spec = REGISTRY.get(event_type) if isinstance(event_type, str) else None
     if spec is None:
-        raise InvalidEvent("unknown_type", f"type {event_type!r} is not one of {sorted(REGISTRY)}")
+        raise InvalidEvent("unknown_type", f"type {_shown(event_type)} is not one of {sorted(REGISTRY)}")
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
-        raise InvalidEvent("invalid_field", f"schema_version must be an integer, got {version!r}")
+        raise InvalidEvent("invalid_field", f"schema_version must be an integer, got {_shown(version)}")
     if version > spec.version or (version < spec.version and version not in spec.upcasters):
         raise InvalidEvent(
             "unknown_schema_version", f"{event_type} v{version} (this reader knows v1..v{spec.version})"
@@ -121,11 +168,37 @@ def validate(data: dict[str, Any], *, max_content_chars: int = DEFAULT_MAX_CONTE
         raise InvalidEvent("invalid_field", _describe(exc)) from None
     if spec.requires_seq and envelope.seq is None:
         raise InvalidEvent("invalid_field", "seq: required for " + spec.type)
-    if isinstance(payload, MessageAppended) and len(payload.content) > max_content_chars:
-        raise InvalidEvent(
-            "content_too_long", f"content has {len(payload.content)} chars > limit {max_content_chars}"
-        )
+    if isinstance(payload, MessageAppended):
+        if len(payload.content) > limits.max_content_chars:
+            raise InvalidEvent(
+                "content_too_long", f"content has {len(payload.content)} chars > limit {limits.max_content_chars}"
+            )
+        check_metadata(payload.metadata, limits, encoded_size)
+    if check_text:
+        check_storable(envelope, payload)
     return Event(envelope=envelope, payload=payload)
+
+
+def encode_checked(envelope: Envelope, limits: Limits | None = None) -> bytes:
+    """`encode` for a producer: the bytes, once every rule a consumer checks holds (raises
+    InvalidEvent otherwise), so nothing is sent that a consumer would refuse."""
+    limits = limits or DEFAULT_LIMITS
+    if envelope.type not in REGISTRY:
+        raise InvalidEvent("unknown_type", f"type {_shown(envelope.type)} is not one of {sorted(REGISTRY)}")
+    raw = encode(envelope)
+    check_size(raw, limits)
+    check_storable(envelope, envelope.payload)
+    if envelope.type == MESSAGE_APPENDED:
+        content = envelope.payload.get("content")
+        if isinstance(content, str) and len(content) > limits.max_content_chars:
+            raise InvalidEvent("content_too_long", f"content has {len(content)} chars > limit {limits.max_content_chars}")
+        check_metadata(envelope.payload.get("metadata") or {}, limits, len(raw))
+    return raw
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _describe(exc: ValidationError) -> str:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, StringConstraints, field_validator
 
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 Identifier = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=200, pattern=IDENTIFIER)]
@@ -30,6 +31,12 @@ class Envelope(BaseModel):
     occurred_at: datetime
     payload: dict[str, Any]
 
+    @field_validator("occurred_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        """A time without a zone is taken as UTC: consumers compare it with aware times."""
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
     @property
     def key(self) -> bytes:
         return conversation_key(self.tenant_id, self.conversation_id)
@@ -38,6 +45,17 @@ class Envelope(BaseModel):
 def conversation_key(tenant_id: str, conversation_id: str) -> bytes:
     """Kafka key: one conversation always lands on one partition, in order."""
     return f"{tenant_id}/{conversation_id}".encode()
+
+
+_KEY = re.compile(r"([A-Za-z0-9][A-Za-z0-9._:@-]{0,199})/([A-Za-z0-9][A-Za-z0-9._:@-]{0,199})")
+
+
+def parse_conversation_key(key: object) -> tuple[str, str] | None:
+    """(tenant, conversation) of a well-formed key, else None (a timer scanning state skips it)."""
+    if not isinstance(key, bytes):
+        return None
+    match = _KEY.fullmatch(key.decode("utf-8", "replace"))
+    return (match.group(1), match.group(2)) if match else None
 
 
 class InvalidEvent(ValueError):
@@ -52,6 +70,11 @@ class InvalidEvent(ValueError):
         "unknown_schema_version",
         "invalid_field",
         "content_too_long",
+        "metadata_too_large",
+        "out_of_range",
+        "invalid_text",
+        "key_missing",
+        "key_mismatch",
     )
 
     def __init__(self, reason: str, detail: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from schemas.envelope import Envelope
+from schemas.limits import PG_INT_MAX
 from schemas.registry import REGISTRY
 from schemas.spec import EventSpec
 
@@ -22,7 +23,7 @@ def event_schema(spec: EventSpec) -> dict[str, Any]:
     schema["properties"]["schema_version"] = {"const": spec.version, "title": "Schema Version", "type": "integer"}
     schema["properties"]["payload"] = payload
     if spec.requires_seq:
-        schema["properties"]["seq"] = {"type": "integer", "minimum": 0, "title": "Seq"}
+        schema["properties"]["seq"] = {"type": "integer", "minimum": 0, "maximum": PG_INT_MAX, "title": "Seq"}
         schema["required"] = sorted({*schema.get("required", []), "seq"})
     if defs:
         schema["$defs"] = defs

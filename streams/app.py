@@ -46,6 +46,7 @@ def make_app(settings: Settings) -> faust.App:
         conversation_and_memory_events=app.topic(
             kafka.conversation_topic, memory_topic, key_serializer="raw", value_serializer="raw"
         ),
+        dead_letters=app.topic(kafka.dead_letter_topic, key_serializer="raw", value_serializer="raw"),
     )
     for system in settings.systems:
         REGISTRARS[system](app, ctx)
@@ -53,6 +54,7 @@ def make_app(settings: Settings) -> faust.App:
         StageRunner(
             stage, topic=memory_topic, group_id=stage_group(settings, stage.name),
             bootstrap_servers=kafka.bootstrap_servers, decode_if=ctx.decode_if, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+            dead_letter_topic=kafka.dead_letter_topic, max_dead_letter_bytes=kafka.max_dead_letter_bytes,
         )
         for stage in ctx.stages
     ]

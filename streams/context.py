@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import faust
 from psycopg_pool import AsyncConnectionPool
 
+from memory_agent import metrics
 from memory_agent.settings import Settings
 from projections.db import make_pool
+from projections.dead_letter import DeadLetter, dead_letter_value, letter_key
+from projections.isolation import describe, is_record_error
 from schemas.codec import Event, decode, peek_type
 from schemas.envelope import InvalidEvent
+from schemas.limits import Limits
 from streams.stages import Stage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -26,26 +35,55 @@ class StreamContext:
     conversation_and_memory_events: faust.TopicT
     # The systems' concurrent stages; the app runs them outside faust (streams/stages.py).
     stages: list[Stage] = field(default_factory=list)
+    # Where an agent's refusals go (`applying`).
+    dead_letters: faust.TopicT | None = None
     _pool: AsyncConnectionPool | None = field(default=None, repr=False)
+    _limits: Limits | None = field(default=None, repr=False)
 
-    def decode(self, value: bytes) -> Event | None:
-        """The event, or None for invalid input (the messages projector dead-letters it)."""
+    @property
+    def limits(self) -> Limits:
+        if self._limits is None:
+            self._limits = Limits.of(self.settings)
+        return self._limits
+
+    def decode(self, value: bytes | None, *, key: bytes | None) -> Event | None:
+        """The event, or None for invalid input or a key that is not the event's own
+        conversation (the messages and memory projectors dead-letter those, once). Every
+        consumer passes the record's key: a fold keys its state by it."""
         try:
-            return decode(
-                value,
-                max_event_bytes=self.settings.kafka.max_event_bytes,
-                max_content_chars=self.settings.limits.max_content_chars,
-            )
-        except InvalidEvent:
+            return decode(value, key=key, limits=self.limits)
+        except InvalidEvent as exc:
+            metrics.SKIPPED_INVALID.labels(reason=exc.reason).inc()
             return None
 
-    def decode_if(self, value: bytes | None, types: frozenset[str]) -> Event | None:
+    def decode_if(self, value: bytes | None, types: frozenset[str], *, key: bytes | None) -> Event | None:
         """The event if it is one of `types`; others are skipped without parsing them."""
         kind = peek_type(value)
         if kind is not None and kind not in types:
             return None
-        event = self.decode(value) if value else None
+        event = self.decode(value, key=key) if value else None
         return event if event is not None and event.type in types else None
+
+    @contextlib.asynccontextmanager
+    async def applying(self, stream: faust.StreamT, agent: str) -> AsyncIterator[None]:
+        """Around one event's fold step: an error the record causes (projections/isolation.py)
+        dead-letters the record and the stream goes on; any other error propagates."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - sorted into the record's fault or not
+            if not is_record_error(exc):
+                raise
+            message = stream.current_event.message
+            log.warning("agent %s refused %s[%d]@%d: %s", agent, message.topic, message.partition, message.offset,
+                        describe(exc))
+            await self.refuse(message, "apply_failed", describe(exc), stage=f"agent.{agent}")
+
+    async def refuse(self, record, reason: str, detail: str, *, stage: str) -> None:
+        """Send a record's dead letter (`record`: anything with topic, partition, offset, key, value)."""
+        value = dead_letter_value(DeadLetter(record, reason, detail), stage=stage,
+                                  max_bytes=self.settings.kafka.max_dead_letter_bytes)
+        await self.dead_letters.send(key=letter_key(record), value=value, headers=[("reason", reason.encode())])
+        metrics.DEAD_LETTERS.labels(stage=stage, reason=reason).inc()
 
     async def pool(self) -> AsyncConnectionPool:
         """A shared pool on this generation's schema, opened on first use."""

@@ -31,9 +31,14 @@ from aiokafka import (
     ConsumerRebalanceListener,
     TopicPartition,
 )
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.structs import ConsumerRecord
 
 from memory_agent import metrics
+from projections import dead_letter
+from projections.dead_letter import DeadLetter
+from projections.isolation import describe, is_record_error
+from schemas.limits import DEFAULT_MAX_DEAD_LETTER_BYTES
 from schemas.codec import Event, encode
 from schemas.envelope import Envelope
 
@@ -152,10 +157,14 @@ class StageRunner:
 
     def __init__(
         self, stage: Stage, *, topic: str, group_id: str, bootstrap_servers: str,
-        decode_if: Callable[[bytes | None, frozenset[str]], Event | None], fetch_max_wait_ms: int = 50,
+        decode_if: Callable[..., Event | None], fetch_max_wait_ms: int = 50,
         commit_interval_s: float = 0.5, settle_timeout_s: float = 30.0,
+        dead_letter_topic: str | None = None, max_dead_letter_bytes: int = DEFAULT_MAX_DEAD_LETTER_BYTES,
     ) -> None:
+        """`decode_if(value, types, key=key)`: the event, or None (skipped) for other types,
+        invalid records and keys that are not the event's conversation."""
         self.stage, self.topic, self.group_id = stage, topic, group_id
+        self.dead_letter_topic, self.max_dead_letter_bytes = dead_letter_topic, max_dead_letter_bytes
         self.bootstrap_servers, self.decode_if = bootstrap_servers, decode_if
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.commit_interval_s, self.settle_timeout_s = commit_interval_s, settle_timeout_s
@@ -200,12 +209,12 @@ class StageRunner:
             for tp, records in fetched.items():
                 chosen = []
                 for record in records:
-                    event = self.decode_if(record.value, self.stage.wanted)
+                    event = self.decode_if(record.value, self.stage.wanted, key=record.key)
                     if event is None:
                         self.offsets.seen(tp, record.offset)
                     else:
                         self.offsets.started(tp, record.offset)
-                        chosen.append((record.offset, event))
+                        chosen.append((record, event))
                 for batch in batches(chosen, self.stage.batch_size):
                     await self._slots.acquire()
                     task = asyncio.create_task(self._process(tp, batch), name=f"stage-{self.stage.name}")
@@ -215,7 +224,7 @@ class StageRunner:
                 await self.commit()
                 next_commit = loop.time() + self.commit_interval_s
 
-    async def _process(self, tp: TopicPartition, batch: list[tuple[int, Event]]) -> None:
+    async def _process(self, tp: TopicPartition, batch: list[tuple[ConsumerRecord, Event]]) -> None:
         self._in_flight_gauge.inc()
         try:
             events = [event for _, event in batch]
@@ -223,27 +232,47 @@ class StageRunner:
                 try:
                     results = await self.stage.handle(events)
                     break
-                except Exception:  # a bug or an outage the handler did not turn into a result
+                except Exception as exc:  # a bug or an outage the handler did not turn into a result
                     self._errors.inc()
                     if attempt == self.stage.max_attempts:
                         log.exception("stage %s dropped %d request(s) of %s after %d attempts; the fold's"
                                       " timer re-issues them", self.stage.name, len(events), tp, attempt)
+                        if is_record_error(exc):  # the requests' fault: keep them where they can be seen
+                            await self._refuse([record for record, _ in batch], "apply_failed", describe(exc))
                         results = []
                         break
                     log.warning("stage %s failed on %s (attempt %d), retrying", self.stage.name, tp, attempt,
                                 exc_info=True)
                     await asyncio.sleep(self.stage.retry_backoff_s * 2 ** (attempt - 1))
             try:
-                sent = [await self.producer.send(self.topic, key=e.key, value=encode(e)) for e in results]
-                await asyncio.gather(*sent)
+                await self._send(results)
+            except MessageSizeTooLargeError as exc:  # the requests' fault, not the broker's
+                await self._refuse([record for record, _ in batch], "result_too_large", describe(exc))
             except KafkaError as exc:  # the producer already retried: stop, nothing is committed
                 self._fatal = exc
                 return
-            for offset, _ in batch:
-                self.offsets.finished(tp, offset)
+            for record, _ in batch:
+                self.offsets.finished(tp, record.offset)
         finally:
             self._in_flight_gauge.dec()
             self._slots.release()
+
+    async def _send(self, results: list[Envelope]) -> None:
+        """Each result keyed by its conversation (a result too large for a record raises
+        MessageSizeTooLargeError before anything of it is sent)."""
+        sent = [await self.producer.send(self.topic, key=e.key, value=encode(e)) for e in results]
+        await asyncio.gather(*sent)
+
+    async def _refuse(self, records: list[ConsumerRecord], reason: str, detail: str) -> None:
+        """Dead-letter requests this stage cannot answer, so they do not come back forever."""
+        if self.dead_letter_topic is None:
+            log.error("stage %s refused %d request(s) (%s) and has no dead-letter topic", self.stage.name,
+                      len(records), detail)
+            return
+        letters = [DeadLetter(record, reason, detail) for record in records]
+        await dead_letter.publish(self.producer, self.dead_letter_topic, letters, stage=f"stage.{self.stage.name}",
+                                  max_bytes=self.max_dead_letter_bytes)
+        metrics.DEAD_LETTERS.labels(stage=self.stage.name, reason=reason).inc(len(letters))
 
     async def commit(self) -> None:
         positions = self.offsets.to_commit()

@@ -10,6 +10,7 @@ import orjson
 from memory_agent.embeddings.factory import make_embedder
 from memory_agent.llm.factory import make_json_completer
 from schemas.codec import encode
+from schemas.envelope import parse_conversation_key
 from schemas.facts_events import CHUNK_REQUESTED
 from streams.context import StreamContext
 from streams.facts.agent import (
@@ -40,16 +41,17 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     async def fold_chunks(stream):
         """Ordered per conversation: one state read, one fold step, one state write per event."""
         async for key, value in stream.items():
-            event = ctx.decode(value)
+            event = ctx.decode(value, key=key)
             if event is None:
                 continue
-            raw_state = chunks.get(key)
-            state = ChunkState.from_dict(orjson.loads(raw_state)) if raw_state else ChunkState()
-            new_state, outgoing = fold_event(config, state, event, time.time(), prompt_version, model)
-            if new_state != state:
-                chunks[key] = orjson.dumps(new_state.to_dict())
-            for envelope in outgoing:
-                await ctx.memory_events.send(key=key, value=encode(envelope))
+            async with ctx.applying(stream, "fold-chunks"):
+                raw_state = chunks.get(key)
+                state = ChunkState.from_dict(orjson.loads(raw_state)) if raw_state else ChunkState()
+                new_state, outgoing = fold_event(config, state, event, time.time(), prompt_version, model)
+                if new_state != state:
+                    chunks[key] = orjson.dumps(new_state.to_dict())
+                for envelope in outgoing:
+                    await ctx.memory_events.send(key=key, value=encode(envelope))
 
     async def build_stage() -> ChunkStage:
         extractor = ChunkExtractor(settings, make_json_completer(settings))
@@ -70,6 +72,8 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         """Timed-out requests and backed-off retries are re-issued by the fold when it sees a tick."""
         now = time.time()
         for key, raw_state in list(chunks.items()):
+            conversation = parse_conversation_key(key)
+            if conversation is None or raw_state is None:
+                continue  # not a conversation's state (a bad key from before keys were checked)
             if needs_tick(ChunkState.from_dict(orjson.loads(raw_state)), now, config):
-                tenant, _, conversation = key.decode().partition("/")
-                await ctx.memory_events.send(key=key, value=encode(tick_event(tenant, conversation)))
+                await ctx.memory_events.send(key=key, value=encode(tick_event(*conversation)))

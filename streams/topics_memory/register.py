@@ -10,6 +10,7 @@ import faust
 from memory_agent.embeddings.factory import make_embedder
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
+from schemas.envelope import parse_conversation_key
 from streams.context import StreamContext
 from streams.stages import Lazy, Stage, one_by_one
 from streams.topics_memory import codec
@@ -37,18 +38,19 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         """Ordered per conversation: events out first, then the state (a crash in between
         re-sends on redelivery instead of losing them)."""
         async for key, value in stream.items():
-            event = ctx.decode_if(value, RELEVANT)
+            event = ctx.decode_if(value, RELEVANT, key=key)
             if event is None:
                 continue
-            raw_state = states.get(key)
-            state = decoded.get(key, raw_state, event.envelope.conversation_id)
-            new_state, outgoing = handle(config, state, event, time.time())
-            for envelope in outgoing:
-                await ctx.memory_events.send(key=key, value=encode(envelope))
-            if new_state != state:
-                raw = codec.dumps(new_state)
-                states[key] = raw
-                decoded.put(key, raw, new_state)
+            async with ctx.applying(stream, "fold-topics"):
+                raw_state = states.get(key)
+                state = decoded.get(key, raw_state, event.envelope.conversation_id)
+                new_state, outgoing = handle(config, state, event, time.time())
+                for envelope in outgoing:
+                    await ctx.memory_events.send(key=key, value=encode(envelope))
+                if new_state != state:
+                    raw = codec.dumps(new_state)
+                    states[key] = raw
+                    decoded.put(key, raw, new_state)
 
     embedding_stage = Lazy(_async(lambda: EmbeddingStage(make_embedder(settings))))
     compaction_stage = Lazy(lambda: _compaction_stage(summarizer, ctx))
@@ -73,9 +75,12 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         """A request that never came back is re-issued by the fold when it sees a tick."""
         wall = time.time()
         for key, raw_state in list(states.items()):
+            conversation = parse_conversation_key(key)
+            if conversation is None:
+                continue  # not a conversation's state (a bad key from before keys were checked)
             if raw_state and needs_tick(decoded.get(key, raw_state, ""), wall, config):
-                tenant, _, conversation = key.decode().partition("/")
-                tick = new_event(te.TOPIC_TICKED, te.TopicTicked(), tenant_id=tenant, conversation_id=conversation,
+                tenant, conversation_id = conversation
+                tick = new_event(te.TOPIC_TICKED, te.TopicTicked(), tenant_id=tenant, conversation_id=conversation_id,
                                  user_id="system")
                 await ctx.memory_events.send(key=key, value=encode(tick))
 

@@ -10,6 +10,7 @@ import orjson
 from memory_agent import metrics
 from memory_agent.llm.factory import make_summarizer
 from schemas.codec import encode
+from schemas.envelope import parse_conversation_key
 from schemas.registry import SUMMARY_REQUESTED
 from streams.context import StreamContext
 from streams.stages import Lazy, Stage, one_by_one
@@ -54,17 +55,18 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     async def fold_windows(stream):
         """Ordered per conversation: one state read, one fold step, one state write per event."""
         async for key, value in stream.items():
-            event = ctx.decode(value)
+            event = ctx.decode(value, key=key)
             if event is None:
                 continue
-            state = load(key)
-            new_state, outgoing = fold_event(config, state, event, time.time(), settings.replay_until)
-            if new_state != state:
-                raw = orjson.dumps(new_state.to_dict())
-                windows[key] = raw
-                decoded[key] = (raw, new_state)
-            for envelope in outgoing:
-                await ctx.memory_events.send(key=key, value=encode(envelope))
+            async with ctx.applying(stream, "fold-windows"):
+                state = load(key)
+                new_state, outgoing = fold_event(config, state, event, time.time(), settings.replay_until)
+                if new_state != state:
+                    raw = orjson.dumps(new_state.to_dict())
+                    windows[key] = raw
+                    decoded[key] = (raw, new_state)
+                for envelope in outgoing:
+                    await ctx.memory_events.send(key=key, value=encode(envelope))
 
     stage = Lazy(lambda: _summary_stage(summarizer, ctx))
 
@@ -81,11 +83,13 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         now = time.time()
         in_flight = 0
         for key, raw_state in list(windows.items()):
+            conversation = parse_conversation_key(key)
+            if conversation is None or raw_state is None:
+                continue  # not a conversation's state (a bad key from before keys were checked)
             state = WindowState.from_dict(orjson.loads(raw_state))
             in_flight += state.in_flight is not None
             if looks_stuck(state, now, config):
-                tenant, _, conversation = key.decode().partition("/")
-                await ctx.memory_events.send(key=key, value=encode(tick_event(tenant, conversation, "system")))
+                await ctx.memory_events.send(key=key, value=encode(tick_event(*conversation, "system")))
         metrics.WINDOWS_AWAITING_SUMMARY.set(in_flight)
 
 

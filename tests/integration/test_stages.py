@@ -17,8 +17,8 @@ from streams.stages import Stage, StageRunner
 from tests.integration.conftest import wait_until
 
 
-def _decode_if(value, types):
-    event = decode(value)
+def _decode_if(value, types, *, key):
+    event = decode(value, key=key)
     return event if event.type in types else None
 
 
