@@ -11,7 +11,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
 from memory_agent.settings import Settings
-from schemas.codec import encode, validate
+from schemas.codec import encode_checked, validate
+from schemas.limits import Limits
 from schemas.envelope import Envelope
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
 
@@ -24,6 +25,7 @@ class MemoryClient:
 
     def __init__(self, settings: Settings, *, linger_ms: int = 5) -> None:
         self.settings = settings
+        self.limits = Limits.of(settings)
         self.linger_ms = linger_ms
         self._producer: AIOKafkaProducer | None = None
 
@@ -65,7 +67,8 @@ class MemoryClient:
         event_id: str | None = None,
         occurred_at: datetime | None = None,
     ) -> Envelope:
-        """Build and validate a message.appended envelope (raises InvalidEvent on bad input)."""
+        """Build and validate a message.appended envelope against every rule a consumer checks
+        (schemas/limits.py); raises InvalidEvent with a reason code and a clear message."""
         raw = {
             "type": MESSAGE_APPENDED,
             "schema_version": REGISTRY[MESSAGE_APPENDED].version,
@@ -78,7 +81,13 @@ class MemoryClient:
             "occurred_at": (occurred_at or datetime.now(UTC)).isoformat(),
             "payload": {"role": role, "content": content, "metadata": metadata or {}},
         }
-        return validate(raw, max_content_chars=self.settings.limits.max_content_chars).envelope
+        return self.validate_event(raw)
+
+    def validate_event(self, data: dict[str, Any]) -> Envelope:
+        """A full event as a dict (any version) -> its checked envelope, or InvalidEvent."""
+        envelope = validate(data, limits=self.limits).envelope
+        encode_checked(envelope, self.limits)
+        return envelope
 
     async def append_message(self, **fields: Any) -> RecordMetadata:
         """Validate, send and wait for the broker's acknowledgement."""
@@ -92,12 +101,12 @@ class MemoryClient:
         """Queue one event in log order; await the returned future for its acknowledgement.
 
         Call it sequentially (not from concurrent tasks) when order matters: the
-        producer keeps the order of enqueueing within each partition.
+        producer keeps the order of enqueueing within each partition. Raises InvalidEvent
+        (nothing sent) for an event a consumer would refuse.
         """
+        value = encode_checked(envelope, self.limits)  # nothing a consumer would refuse is sent
         await self.start()
-        return await self._producer.send(
-            self.settings.kafka.conversation_topic, value=encode(envelope), key=envelope.key
-        )
+        return await self._producer.send(self.settings.kafka.conversation_topic, value=value, key=envelope.key)
 
     async def send_raw(self, value: bytes, key: bytes | None = None) -> RecordMetadata:
         """Append bytes as they are (tests and replaying foreign producers' data)."""

@@ -11,7 +11,6 @@ from tqdm import tqdm
 
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
-from schemas.codec import validate
 from schemas.envelope import Envelope, InvalidEvent
 
 _MESSAGE_FIELDS = ("user_id", "seq", "role", "content", "subject_id", "metadata", "event_id", "occurred_at")
@@ -33,7 +32,7 @@ def parse_line(client: MemoryClient, line: bytes, default_tenant: str | None) ->
     if not isinstance(data, dict):
         raise InvalidEvent("not_an_object", "each line must be a JSON object")
     if "type" in data:
-        return validate(data, max_content_chars=client.settings.limits.max_content_chars).envelope
+        return client.validate_event(data)
     tenant = data.get("tenant_id", default_tenant)
     if tenant is None:
         raise InvalidEvent("invalid_field", "tenant_id: missing (or pass --tenant)")

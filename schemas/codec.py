@@ -185,7 +185,10 @@ def encode_checked(envelope: Envelope, limits: Limits | None = None) -> bytes:
     limits = limits or DEFAULT_LIMITS
     if envelope.type not in REGISTRY:
         raise InvalidEvent("unknown_type", f"type {_shown(envelope.type)} is not one of {sorted(REGISTRY)}")
-    raw = encode(envelope)
+    try:
+        raw = encode(envelope)
+    except orjson.JSONEncodeError as exc:  # e.g. an integer beyond 64 bits in metadata
+        raise InvalidEvent("invalid_field", f"cannot be encoded as JSON: {exc}") from None
     check_size(raw, limits)
     check_storable(envelope, envelope.payload)
     if envelope.type == MESSAGE_APPENDED:

@@ -80,7 +80,10 @@ def check_metadata(metadata: dict[str, Any], limits: Limits, encoded_size: int |
     encoding it again."""
     if not metadata or (encoded_size is not None and encoded_size <= limits.max_metadata_bytes):
         return
-    size = len(orjson.dumps(metadata))
+    try:
+        size = len(orjson.dumps(metadata))
+    except orjson.JSONEncodeError as exc:  # e.g. an integer beyond 64 bits
+        raise InvalidEvent("invalid_field", f"metadata cannot be encoded as JSON: {exc}") from None
     if size > limits.max_metadata_bytes:
         raise InvalidEvent("metadata_too_large", f"metadata is {size} bytes > limit {limits.max_metadata_bytes}")
 

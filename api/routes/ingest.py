@@ -1,18 +1,66 @@
-"""HTTP ingest for chat services that are not written in Python."""
+"""HTTP ingest for chat services that are not written in Python.
+
+Every rule a consumer checks (schemas/limits.py) is checked here, before anything is
+appended: a body or metadata over its limit is a 413, any other refusal a 422, both as
+`{"detail": {"reason", "message"}}` with the reason codes of the dead-letter topic.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi.responses import ORJSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.deps import ClientDep, TenantDep
 from memory_agent import metrics
 from schemas.envelope import InvalidEvent
 
-router = APIRouter(prefix="/v1/conversations", tags=["ingest"])
+TOO_LARGE_REASONS = frozenset({"oversized", "metadata_too_large"})
+# JSON around the event's own fields (the envelope adds about as much as the body's keys).
+BODY_SLACK_BYTES = 4096
+
+
+def _refusal(reason: str, message: str) -> dict:
+    return {"detail": {"reason": reason, "message": message}}
+
+
+class _BodyLimitedRoute(APIRoute):
+    """Refuses a body larger than an event may be (413) before it is read whole or parsed."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def limited(request: Request) -> Response:
+            limit = request.app.state.settings.kafka.max_event_bytes + BODY_SLACK_BYTES
+            declared = request.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                return _too_large(int(declared), limit)
+            if request.method == "POST":
+                body = bytearray()
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > limit:
+                        return _too_large(len(body), limit, at_least=True)
+                request._body = bytes(body)  # what FastAPI's body parsing reads
+            return await handler(request)
+
+        return limited
+
+
+def _too_large(size: int, limit: int, *, at_least: bool = False) -> Response:
+    said = f"at least {size}" if at_least else str(size)
+    return ORJSONResponse(
+        _refusal("oversized", f"request body of {said} bytes > limit {limit} (MEMORY_KAFKA__MAX_EVENT_BYTES)"),
+        status_code=status.HTTP_413_CONTENT_TOO_LARGE,
+    )
+
+
+router = APIRouter(prefix="/v1/conversations", tags=["ingest"], route_class=_BodyLimitedRoute)
 
 
 class MessageIn(BaseModel):
@@ -21,11 +69,13 @@ class MessageIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     user_id: Any = Field(description="The user who owns the conversation")
-    seq: Any = Field(description="0-based position in the conversation, set by the producer")
+    seq: Any = Field(description="0-based position in the conversation, set by the producer; at most 2147483647")
     role: Any = Field(description="user | assistant | system | tool")
-    content: Any
+    content: Any = Field(description="Text without NUL (\\u0000); at most MEMORY_LIMITS__MAX_CONTENT_CHARS characters")
     subject_id: Any = None
-    metadata: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = Field(
+        None, description="Free-form JSON without NUL; at most MEMORY_LIMITS__MAX_METADATA_BYTES encoded (413 above)"
+    )
     event_id: Any = Field(None, description="Idempotency key; generated when omitted")
     occurred_at: datetime | None = None
 
@@ -38,15 +88,27 @@ class Appended(BaseModel):
     offset: int
 
 
-@router.post("/{conversation_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=Appended)
+class Refusal(BaseModel):
+    reason: str = Field(description="The dead-letter topic's reason code, e.g. invalid_field, out_of_range")
+    message: str
+
+
+class Refused(BaseModel):
+    detail: Refusal
+
+
+@router.post(
+    "/{conversation_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=Appended,
+    responses={413: {"model": Refused, "description": "Body or metadata over its limit; nothing appended"},
+               503: {"description": "The log (Kafka) is unavailable"}},
+)
 async def append_message(conversation_id: str, body: MessageIn, tenant: TenantDep, client: ClientDep) -> Appended:
-    """Validate and append to the conversation log. 422 with a reason code on bad input."""
+    """Validate and append to the conversation log. 413 or 422 with a reason code on bad input."""
     try:
         envelope = client.message_event(tenant_id=tenant, conversation_id=conversation_id, **body.model_dump())
     except InvalidEvent as exc:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, detail={"reason": exc.reason, "message": exc.detail}
-        ) from None
+        code = status.HTTP_413_CONTENT_TOO_LARGE if exc.reason in TOO_LARGE_REASONS else status.HTTP_422_UNPROCESSABLE_CONTENT
+        raise HTTPException(code, detail={"reason": exc.reason, "message": exc.detail}) from None
     try:
         meta = await client.append(envelope)
     except Exception as exc:  # noqa: BLE001 - Kafka unavailable, timeouts
