@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request, Response, status
-from fastapi.responses import ORJSONResponse
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,7 +54,7 @@ class _BodyLimitedRoute(APIRoute):
 
 def _too_large(size: int, limit: int, *, at_least: bool = False) -> Response:
     said = f"at least {size}" if at_least else str(size)
-    return ORJSONResponse(
+    return JSONResponse(
         _refusal("oversized", f"request body of {said} bytes > limit {limit} (MEMORY_KAFKA__MAX_EVENT_BYTES)"),
         status_code=status.HTTP_413_CONTENT_TOO_LARGE,
     )

@@ -1,0 +1,212 @@
+"""No input can stop a consumer (issue 11): every poison input is refused at the doors
+(HTTP, SDK) with nothing appended, and as a raw record it is dead-lettered with its reason
+while the worker, a real process, goes on projecting every tenant's next messages."""
+
+from __future__ import annotations
+
+import hashlib
+
+import httpx
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+import schemas.codec
+from memory_agent.client import MemoryClient
+from projections.dead_letter import decode_dead_letter
+from schemas.envelope import InvalidEvent, conversation_key
+from tests.integration.conftest import running_api, running_projectors, scalar, wait_until, worker_process
+from tests.support.poison import CASES, GOOD, message_value, raw_records
+
+A = {"X-API-Key": "key-a"}
+WORKER_ENV = {  # a chunk once more than 6 messages are unsummarized; the offline models answer
+    "MEMORY_FACTS__SUMMARIZATION_THRESHOLD": "6",
+    "MEMORY_FACTS__BATCH_SIZE": "4",
+    "MEMORY_LLM__CACHE_ENABLED": "false",
+}
+
+
+async def _appended(settings) -> int:
+    """Records in the conversation topic: the doors must leave it empty."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await consumer.start()
+    try:
+        topic = settings.kafka.conversation_topic
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or range(4)]
+        return sum((await consumer.end_offsets(partitions)).values())
+    finally:
+        await consumer.stop()
+
+
+async def _dead_letters(settings, expected: int, timeout_s: float = 120.0) -> list[dict]:
+    consumer = AIOKafkaConsumer(settings.kafka.dead_letter_topic, bootstrap_servers=settings.kafka.bootstrap_servers,
+                                auto_offset_reset="earliest", enable_auto_commit=False, max_partition_fetch_bytes=2**21)
+    await consumer.start()
+    letters: list[dict] = []
+    try:
+        async def enough() -> bool:
+            batch = await consumer.getmany(timeout_ms=200)
+            letters.extend(decode_dead_letter(r.value) for recs in batch.values() for r in recs)
+            return len(letters) >= expected
+
+        await wait_until(enough, timeout_s, f"{expected} dead letters")
+        extra = await consumer.getmany(timeout_ms=1000)  # and no more
+        letters.extend(decode_dead_letter(r.value) for recs in extra.values() for r in recs)
+    finally:
+        await consumer.stop()
+    return letters
+
+
+@pytest.mark.asyncio
+async def test_the_doors_refuse_every_poison_input_and_append_nothing(settings):
+    async with running_api(settings) as base, MemoryClient(settings) as client, \
+            httpx.AsyncClient(base_url=base, timeout=60) as http:
+        for case in CASES:
+            body = orjson.dumps({**GOOD, "seq": 1, **case.changes})
+            response = await http.post("/v1/conversations/victim/messages", headers=A | {
+                "content-type": "application/json"}, content=body)
+            assert response.status_code == case.http_status, (case.name, response.text[:300])
+            assert response.json()["detail"]["reason"] == case.http_reason, case.name
+            assert response.json()["detail"]["message"]
+
+            with pytest.raises(InvalidEvent) as refused:
+                await client.append_message(tenant_id="tenant-a", conversation_id="victim",
+                                            **({**GOOD, "seq": 1} | case.changes))
+            assert refused.value.reason == case.sdk_reason, case.name
+
+        # What only HTTP can carry: a lone surrogate, a NUL in the path, a body without a length.
+        surrogate = b'{"user_id": "u1", "seq": 1, "role": "user", "content": "a\\ud800b"}'
+        response = await http.post("/v1/conversations/victim/messages", headers=A | {
+            "content-type": "application/json"}, content=surrogate)
+        assert response.status_code == 422 and response.json()["detail"]["reason"] == "invalid_text"
+        response = await http.post("/v1/conversations/a%00b/messages", headers=A, json={**GOOD, "seq": 1})
+        assert response.status_code == 422 and response.json()["detail"]["reason"] == "invalid_field"
+
+        async def chunked():
+            yield b'{"user_id": "u1", "seq": 1, "role": "user", "content": "'
+            for _ in range(80):
+                yield b"x" * 10_000
+            yield b'"}'
+        response = await http.post("/v1/conversations/victim/messages", headers=A | {
+            "content-type": "application/json"}, content=chunked())
+        assert response.status_code == 413 and response.json()["detail"]["reason"] == "oversized"
+
+        assert await _appended(settings) == 0  # nothing reached the log
+
+        good = await http.post("/v1/conversations/victim/messages", headers=A, json={**GOOD, "seq": 1})
+        assert good.status_code == 202, good.text
+        await client.append_message(tenant_id="tenant-a", conversation_id="victim", **{**GOOD, "seq": 2})
+        assert await _appended(settings) == 2
+
+
+async def _count(settings, sql: str, params=()) -> int:
+    return int(await scalar(settings, sql, params) or 0)
+
+
+@pytest.mark.asyncio
+async def test_raw_poison_records_are_dead_lettered_and_the_worker_goes_on(settings):
+    topic = settings.kafka.conversation_topic
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all",
+                                max_request_size=2**21)
+    async with worker_process(settings, extra_env=WORKER_ENV) as worker, MemoryClient(settings) as client:
+        await producer.start()
+        try:
+            async def say(tenant: str, conversation: str, seqs: range) -> None:
+                for seq in seqs:
+                    await client.append_message(tenant_id=tenant, conversation_id=conversation, user_id="u1",
+                                                seq=seq, role="user" if seq % 2 == 0 else "assistant",
+                                                content=f"{conversation} message {seq} about gardening and tomatoes")
+
+            await say("tenant-a", "victim", range(4))
+            await wait_until(lambda: _has(settings, "SELECT count(*) FROM messages", 4), 120, "the first 4 messages")
+
+            poison = raw_records("tenant-a", "victim", 4)
+            sent = {}
+            for name, reason, key, value in poison:
+                meta = await (await producer.send(topic, value=value, key=key))
+                sent[(meta.partition, meta.offset)] = (name, reason, value)
+            await say("tenant-a", "victim", range(4, 12))
+            await say("tenant-b", "bystander", range(12))
+
+            # The next good messages of the same and of another tenant are projected, all the way.
+            await wait_until(lambda: _has(settings, "SELECT count(*) FROM messages", 24), 180, "24 messages")
+            for tenant, conversation in (("tenant-a", "victim"), ("tenant-b", "bystander")):
+                where = (tenant, conversation)
+                await wait_until(lambda: _has(settings, "SELECT count(*) FROM memory WHERE tenant_id = %s AND"
+                                              " conversation_id = %s", 1, where), 180, f"a summary of {where}")
+                await wait_until(lambda: _has(settings, "SELECT count(*) FROM conversation_chunks WHERE"
+                                              " tenant_id = %s AND conversation_id = %s", 1, where), 180,
+                                 f"a chunk of {where}")
+                await wait_until(lambda: _has(settings, "SELECT count(*) FROM topic_messages WHERE"
+                                              " tenant_id = %s AND conversation_id = %s", 1, where), 180,
+                                 f"topic placements of {where}")
+            letters = await _dead_letters(settings, len(poison))
+            assert worker.returncode is None, open(worker.log_path).read()[-3000:]
+        finally:
+            await producer.stop()
+
+    # Each poison record exactly once, with its reason, from the messages projector.
+    by_source = {}
+    for letter in letters:
+        source = (letter["source"]["partition"], letter["source"]["offset"])
+        assert source not in by_source, f"dead-lettered twice: {letter['reason']}"
+        by_source[source] = letter
+    assert set(by_source) == set(sent)
+    for source, (name, reason, value) in sent.items():
+        letter = by_source[source]
+        assert (name, letter["reason"]) == (name, reason), letter["detail"]
+        assert letter["stage"] == "projector.messages" and letter["source"]["topic"] == topic
+        assert letter["original_size"] == len(value)
+        assert letter["original_sha256"] == hashlib.sha256(value).hexdigest()
+        if len(value) < 800_000:
+            assert letter["original_bytes"] == value and not letter["original_truncated"]
+        else:  # the ~1 MiB record: its letter is cut, with the reference to the whole
+            assert letter["original_truncated"] and value.startswith(letter["original_bytes"])
+    mismatch = next(by_source[s] for s, (name, _, _) in sent.items() if name == "key_mismatch")
+    assert "tenant-a/victim" in mismatch["detail"] and "tenant-c/conv-c" in mismatch["detail"]
+
+    # Tenant C's payload under tenant A's key reached nobody's state.
+    for table in ("messages", "conversations", "memory", "conversation_chunks", "topic_messages"):
+        assert await _count(settings, f"SELECT count(*) FROM {table} WHERE tenant_id = 'tenant-c'") == 0, table
+    assert await _count(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'victim'") == 12
+    assert await _count(settings, "SELECT message_count FROM conversations WHERE conversation_id = 'victim'") == 12
+    assert await _count(settings, "SELECT max(seq) FROM messages") == 11
+
+
+async def _has(settings, sql: str, at_least: int, params=()) -> bool:
+    return await _count(settings, sql, params) >= at_least
+
+
+@pytest.mark.asyncio
+async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_applied(settings, monkeypatch):
+    # Switch the storable rules off so that the database itself meets the poison: the
+    # projector's own safety net (projections/isolation.py) must hold without them.
+    monkeypatch.setattr(schemas.codec, "check_storable", lambda *args: None)
+    key = conversation_key("tenant-a", "net")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        values = [message_value("tenant-a", "net", seq) for seq in range(5)]
+        values += [message_value("tenant-a", "net", 5, {"seq": 2**31}),
+                   message_value("tenant-a", "net", 5, {"content": "a\u0000b"}),
+                   message_value("tenant-a", "net", 5, {"metadata": {"k": "v\u0000"}})]
+        values += [message_value("tenant-a", "net", seq) for seq in range(5, 10)]
+        for value in values:  # one partition, one batch
+            await (await producer.send(settings.kafka.conversation_topic, value=value, key=key))
+    finally:
+        await producer.stop()
+
+    async with running_projectors(settings) as task:
+        await wait_until(lambda: _has(settings, "SELECT count(*) FROM messages", 10), 120, "10 messages")
+        letters = await _dead_letters(settings, 3)
+        await wait_until(lambda: _has(settings, "SELECT sum(next_offset) FROM projector_offsets WHERE"
+                                      " projector = 'messages'", len(values)), 60, "the messages offset at the end")
+        assert not task.done()
+    assert sorted(letter["source"]["offset"] for letter in letters) == [5, 6, 7]
+    assert {letter["reason"] for letter in letters} == {"apply_failed"}
+    details = " ".join(letter["detail"] for letter in letters)
+    assert "NumericValueOutOfRange" in details and ("NUL" in details or "0x00" in details), details
+    print(details)
+    assert await _count(settings, "SELECT message_count FROM conversations WHERE conversation_id = 'net'") == 10
+    assert await _count(settings, "SELECT gap_count FROM conversations WHERE conversation_id = 'net'") == 0
+    assert await _count(settings, "SELECT count(DISTINCT seq) FROM messages") == 10
