@@ -4,6 +4,7 @@ while the worker, a real process, goes on projecting every tenant's next message
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import httpx
@@ -14,7 +15,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 import schemas.codec
 from memory_agent.client import MemoryClient
 from projections.dead_letter import decode_dead_letter
+from schemas import topic_events as te
+from schemas.codec import encode, new_event
 from schemas.envelope import InvalidEvent, conversation_key
+from schemas.events import WindowTicked
+from schemas.registry import WINDOW_TICKED
+from streams.context import StreamContext
+from streams.stages import Stage, StageRunner
 from tests.integration.conftest import running_api, running_projectors, scalar, wait_until, worker_process
 from tests.support.poison import CASES, GOOD, message_value, raw_records
 
@@ -210,3 +217,68 @@ async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_appl
     assert await _count(settings, "SELECT message_count FROM conversations WHERE conversation_id = 'net'") == 10
     assert await _count(settings, "SELECT gap_count FROM conversations WHERE conversation_id = 'net'") == 0
     assert await _count(settings, "SELECT count(DISTINCT seq) FROM messages") == 10
+
+
+@pytest.mark.asyncio
+async def test_a_stage_dead_letters_requests_it_cannot_answer_and_skips_wrongly_keyed_ones(settings):
+    topic = settings.kafka.memory_topic(settings.generation)
+    requests = {i: new_event(WINDOW_TICKED, WindowTicked(), tenant_id="t", conversation_id="c1", user_id="u",
+                             event_id=f"req-{i}") for i in range(6)}
+    keys = {i: requests[i].key for i in requests} | {4: b"t/somebody-else", 5: None}
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        sent = {i: await (await producer.send(topic, key=keys[i], value=encode(r))) for i, r in requests.items()}
+        await (await producer.send(topic, key=requests[0].key, value=b"\xff not even json"))
+    finally:
+        await producer.stop()
+
+    handled: list[str] = []
+
+    async def handle(events):
+        out = []
+        for event in events:
+            handled.append(event.envelope.event_id)
+            if event.envelope.event_id == "req-1":  # an answer no record can hold
+                out.append(new_event(te.TOPIC_TICKED, te.TopicTicked(reason="x" * 1_200_000), tenant_id="t",
+                                     conversation_id="c1", user_id="u"))
+            elif event.envelope.event_id == "req-2":
+                raise ValueError("this request cannot be answered")
+            else:
+                out.append(new_event(te.TOPIC_TICKED, te.TopicTicked(), tenant_id="t", conversation_id="c1",
+                                     user_id="u", event_id=f"answer-{event.envelope.event_id}"))
+        return out
+
+    ctx = StreamContext(settings, None, None, None)
+    stage = Stage("poisoned", frozenset({WINDOW_TICKED}), handle, max_attempts=2, retry_backoff_s=0.05)
+    runner = StageRunner(stage, topic=topic, group_id=f"{settings.kafka.topic_prefix}.stage.poisoned",
+                         bootstrap_servers=settings.kafka.bootstrap_servers, decode_if=ctx.decode_if,
+                         dead_letter_topic=settings.kafka.dead_letter_topic)
+    task = asyncio.create_task(runner.run())
+    try:
+        letters = await _dead_letters(settings, 2)
+        assert not task.done(), task.exception() if task.done() else None
+        answered = {"answer-req-0", "answer-req-3"}
+        await wait_until(lambda: _answered(settings, topic, answered), 60, "the other requests answered")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert sorted(set(handled)) == ["req-0", "req-1", "req-2", "req-3"]  # the wrongly keyed ones never
+    by_offset = {letter["source"]["offset"]: letter for letter in letters}
+    assert by_offset[sent[1].offset]["reason"] == "result_too_large"
+    assert by_offset[sent[2].offset]["reason"] == "apply_failed"
+    assert "cannot be answered" in by_offset[sent[2].offset]["detail"]
+    assert {letter["stage"] for letter in letters} == {"stage.poisoned"}
+
+
+async def _answered(settings, topic: str, wanted: set[str]) -> bool:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka.bootstrap_servers,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        found = set()
+        for records in (await consumer.getmany(timeout_ms=1000)).values():
+            found |= {r.value for r in records if r.value and b"answer-req" in r.value}
+        return all(any(w.encode() in f for f in found) for w in wanted)
+    finally:
+        await consumer.stop()

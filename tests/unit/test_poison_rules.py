@@ -162,3 +162,43 @@ def test_record_errors_and_infrastructure_errors_are_told_apart():
     assert not is_record_error(psycopg.errors.AdminShutdown("x"))
     assert not is_record_error(TimeoutError())
     assert not is_record_error(ConnectionError())
+
+
+class _Topic:
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    async def send(self, *, key, value, headers):
+        self.sent.append((key, decode_dead_letter(value), headers))
+
+
+@pytest.mark.asyncio
+async def test_an_agent_dead_letters_what_its_fold_cannot_apply_and_lets_outages_through():
+    from types import SimpleNamespace
+
+    from streams.context import StreamContext
+
+    topic = _Topic()
+    ctx = StreamContext(Settings(environment="test"), None, None, None, dead_letters=topic)
+    stream = SimpleNamespace(current_event=SimpleNamespace(message=_record(b'{"x": 1}', key=b"t/c", offset=42)))
+    async with ctx.applying(stream, "fold-things"):
+        raise ValueError("this event makes no sense to the fold")
+    [(key, letter, headers)] = topic.sent
+    assert key == b"t/c" and headers == [("reason", b"apply_failed")]
+    assert letter["stage"] == "agent.fold-things" and letter["source"]["offset"] == 42
+    assert "makes no sense" in letter["detail"] and letter["original_bytes"] == b'{"x": 1}'
+    with pytest.raises(psycopg.OperationalError):
+        async with ctx.applying(stream, "fold-things"):
+            raise psycopg.OperationalError("the database is down: not the record's fault")
+    assert len(topic.sent) == 1
+
+
+def test_agents_skip_records_whose_key_is_not_their_conversation():
+    from streams.context import StreamContext
+
+    ctx = StreamContext(Settings(environment="test"), None, None, None)
+    value = message_value("tenant-c", "conv-c", 3)
+    assert ctx.decode(value, key=b"tenant-a/conv-alice") is None
+    assert ctx.decode(value, key=None) is None
+    assert ctx.decode_if(value, frozenset({"message.appended"}), key=b"tenant-a/conv-alice") is None
+    assert ctx.decode(value, key=b"tenant-c/conv-c").envelope.seq == 3
