@@ -17,6 +17,7 @@ from schemas.limits import (
     DEFAULT_MAX_CONTENT_CHARS,
     DEFAULT_MAX_EVENT_BYTES,
     Limits,
+    check_integers,
     check_key,
     check_metadata,
     check_size,
@@ -128,7 +129,7 @@ def decode(
         raise InvalidEvent("not_json", str(exc)) from None
     if not isinstance(data, dict):
         raise InvalidEvent("not_an_object", f"top level is {type(data).__name__}")
-    event = validate(data, limits=limits, check_text=raw_needs_walk(raw), encoded_size=len(raw))
+    event = validate(data, limits=limits, walk_texts=raw_needs_walk(raw), encoded_size=len(raw))
     if key is not UNCHECKED:
         check_key(key, event.envelope)
     return event
@@ -139,13 +140,12 @@ def validate(
     *,
     limits: Limits | None = None,
     max_content_chars: int | None = None,
-    check_text: bool = True,
+    walk_texts: bool = True,
     encoded_size: int | None = None,
 ) -> Event:
     """Upcast a raw dict to the current version of its type and validate it against every
     rule of schemas/limits.py but the size of the encoded event (`encode_checked` adds it).
-    `check_text=False` skips the walk over texts and integers (the raw bytes showed none
-    that could fail)."""
+    `walk_texts=False` checks the integers only (the raw bytes showed no text that could fail)."""
     limits = _limits(limits, None, max_content_chars)
     event_type = data.get("type")
     spec = REGISTRY.get(event_type) if isinstance(event_type, str) else None
@@ -174,8 +174,10 @@ def validate(
                 "content_too_long", f"content has {len(payload.content)} chars > limit {limits.max_content_chars}"
             )
         check_metadata(payload.metadata, limits, encoded_size)
-    if check_text:
+    if walk_texts:
         check_storable(envelope, payload)
+    else:
+        check_integers(envelope, payload)
     return Event(envelope=envelope, payload=payload)
 
 
