@@ -14,7 +14,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 import schemas.codec
 from memory_agent.client import MemoryClient
-from projections.dead_letter import decode_dead_letter
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
 from schemas.envelope import InvalidEvent, conversation_key
@@ -22,6 +21,7 @@ from schemas.events import WindowTicked
 from schemas.registry import WINDOW_TICKED
 from streams.context import StreamContext
 from streams.stages import Stage, StageRunner
+from tests.integration.test_backbone import read_dead_letters
 from tests.integration.conftest import running_api, running_projectors, scalar, wait_until, worker_process
 from tests.support.poison import CASES, GOOD, message_value, raw_records
 
@@ -43,25 +43,6 @@ async def _appended(settings) -> int:
         return sum((await consumer.end_offsets(partitions)).values())
     finally:
         await consumer.stop()
-
-
-async def _dead_letters(settings, expected: int, timeout_s: float = 120.0) -> list[dict]:
-    consumer = AIOKafkaConsumer(settings.kafka.dead_letter_topic, bootstrap_servers=settings.kafka.bootstrap_servers,
-                                auto_offset_reset="earliest", enable_auto_commit=False, max_partition_fetch_bytes=2**21)
-    await consumer.start()
-    letters: list[dict] = []
-    try:
-        async def enough() -> bool:
-            batch = await consumer.getmany(timeout_ms=200)
-            letters.extend(decode_dead_letter(r.value) for recs in batch.values() for r in recs)
-            return len(letters) >= expected
-
-        await wait_until(enough, timeout_s, f"{expected} dead letters")
-        extra = await consumer.getmany(timeout_ms=1000)  # and no more
-        letters.extend(decode_dead_letter(r.value) for recs in extra.values() for r in recs)
-    finally:
-        await consumer.stop()
-    return letters
 
 
 @pytest.mark.asyncio
@@ -147,7 +128,7 @@ async def test_raw_poison_records_are_dead_lettered_and_the_worker_goes_on(setti
                 await wait_until(lambda: _has(settings, "SELECT count(*) FROM topic_messages WHERE"
                                               " tenant_id = %s AND conversation_id = %s", 1, where), 180,
                                  f"topic placements of {where}")
-            letters = await _dead_letters(settings, len(poison))
+            letters = await read_dead_letters(settings, len(poison), 120)
             assert worker.returncode is None, open(worker.log_path).read()[-3000:]
         finally:
             await producer.stop()
@@ -189,6 +170,7 @@ async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_appl
     # Switch the storable rules off so that the database itself meets the poison: the
     # projector's own safety net (projections/isolation.py) must hold without them.
     monkeypatch.setattr(schemas.codec, "check_storable", lambda *args: None)
+    monkeypatch.setattr(schemas.codec, "check_integers", lambda *args: None)
     key = conversation_key("tenant-a", "net")
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
     await producer.start()
@@ -205,7 +187,7 @@ async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_appl
 
     async with running_projectors(settings) as task:
         await wait_until(lambda: _has(settings, "SELECT count(*) FROM messages", 10), 120, "10 messages")
-        letters = await _dead_letters(settings, 3)
+        letters = await read_dead_letters(settings, 3)
         await wait_until(lambda: _has(settings, "SELECT sum(next_offset) FROM projector_offsets WHERE"
                                       " projector = 'messages'", len(values)), 60, "the messages offset at the end")
         assert not task.done()
@@ -256,7 +238,7 @@ async def test_a_stage_dead_letters_requests_it_cannot_answer_and_skips_wrongly_
                          dead_letter_topic=settings.kafka.dead_letter_topic)
     task = asyncio.create_task(runner.run())
     try:
-        letters = await _dead_letters(settings, 2)
+        letters = await read_dead_letters(settings, 2)
         assert not task.done(), task.exception() if task.done() else None
         answered = {"answer-req-0", "answer-req-3"}
         await wait_until(lambda: _answered(settings, topic, answered), 60, "the other requests answered")
