@@ -7,11 +7,13 @@ appended: a body or metadata over its limit is a 413, any other refusal a 422, b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,7 +32,9 @@ def _refusal(reason: str, message: str) -> dict:
 
 
 class _BodyLimitedRoute(APIRoute):
-    """Refuses a body larger than an event may be (413) before it is read whole or parsed."""
+    """Refuses a body larger than an event may be (413) before it is read whole or parsed,
+    parses it strictly (orjson: UTF-8, nesting ≤ 1024), and answers every refusal in the
+    one `{"detail": {"reason", "message"}}` shape."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -47,9 +51,45 @@ class _BodyLimitedRoute(APIRoute):
                     if len(body) > limit:
                         return _too_large(len(body), limit, at_least=True)
                 request._body = bytes(body)  # what FastAPI's body parsing reads
-            return await handler(request)
+                refused = _parse(request, request._body)
+                if refused is not None:
+                    return refused
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:  # the body's shape (MessageIn), before any rule
+                return _unprocessable("invalid_field", _describe(exc.errors()))
 
         return limited
+
+
+def _parse(request: Request, body: bytes) -> Response | None:
+    """The body as JSON for FastAPI (`request._json`), or the refusal."""
+    if not body:
+        return None  # FastAPI says which field is missing
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _unprocessable("bad_utf8", f"request body is not UTF-8: {exc}")
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return _unprocessable("not_json", f"request body is not JSON: {exc}")
+    if not isinstance(data, dict):
+        return _unprocessable("not_an_object", f"request body is a JSON {type(data).__name__}, not an object")
+    request._json = data  # what FastAPI's body parsing reads (Starlette caches it there)
+    return None
+
+
+def _describe(errors: Sequence[Any]) -> str:
+    parts = []
+    for error in list(errors)[:5]:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def _unprocessable(reason: str, message: str) -> Response:
+    return JSONResponse(_refusal(reason, message[:2000]), status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
 def _too_large(size: int, limit: int, *, at_least: bool = False) -> Response:
@@ -100,6 +140,8 @@ class Refused(BaseModel):
 @router.post(
     "/{conversation_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=Appended,
     responses={413: {"model": Refused, "description": "Body or metadata over its limit; nothing appended"},
+               422: {"model": Refused, "description": "Refused input (reason codes of docs/backbone.md); nothing"
+                                                      " appended"},
                503: {"description": "The log (Kafka) is unavailable"}},
 )
 async def append_message(conversation_id: str, body: MessageIn, tenant: TenantDep, client: ClientDep) -> Appended:

@@ -62,13 +62,25 @@ async def test_the_doors_refuse_every_poison_input_and_append_nothing(settings):
                                             **({**GOOD, "seq": 1} | case.changes))
             assert refused.value.reason == case.sdk_reason, case.name
 
-        # What only HTTP can carry: a lone surrogate, a NUL in the path, a body without a length.
-        surrogate = b'{"user_id": "u1", "seq": 1, "role": "user", "content": "a\\ud800b"}'
-        response = await http.post("/v1/conversations/victim/messages", headers=A | {
-            "content-type": "application/json"}, content=surrogate)
-        assert response.status_code == 422 and response.json()["detail"]["reason"] == "invalid_text"
+        # What only HTTP can carry: broken bodies, a NUL in the path, a body without a length.
+        for body, reason in (
+            (b'{"user_id": "u1", "seq": 1, "role": "user", "content": "a\\ud800b"}', "not_json"),  # lone surrogate
+            (b'{"user_id": "u1", "seq": 1, "role": "user", "content": "\xff\xfe"}', "bad_utf8"),
+            (b"[" * 5000 + b"]" * 5000, "not_json"),  # deeper than any parser should go
+            (b'[{"user_id": "u1"}]', "not_an_object"),
+            (orjson.dumps({**GOOD, "seq": 1, "metadata": "not an object"}), "invalid_field"),
+            (orjson.dumps({**GOOD, "seq": 1, "surprise": True}), "invalid_field"),
+            (orjson.dumps({"seq": 1, "role": "user", "content": "no user"}), "invalid_field"),
+        ):
+            response = await http.post("/v1/conversations/victim/messages", headers=A | {
+                "content-type": "application/json"}, content=body)
+            assert response.status_code == 422, (body[:60], response.text[:300])
+            assert response.json()["detail"]["reason"] == reason, (body[:60], response.json())
+            assert response.json()["detail"]["message"]
         response = await http.post("/v1/conversations/a%00b/messages", headers=A, json={**GOOD, "seq": 1})
         assert response.status_code == 422 and response.json()["detail"]["reason"] == "invalid_field"
+        documented = (await http.get("/openapi.json")).json()["paths"]["/v1/conversations/{conversation_id}/messages"]
+        assert {"202", "413", "422", "503"} <= set(documented["post"]["responses"])
 
         async def chunked():
             yield b'{"user_id": "u1", "seq": 1, "role": "user", "content": "'
