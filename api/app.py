@@ -23,6 +23,7 @@ def make_api_pool(settings: Settings) -> AsyncConnectionPool:
     checked before it is handed out (the first request after a PostgreSQL restart succeeds)."""
     kwargs = connect_kwargs(settings)
     kwargs["options"] += f" -c statement_timeout={settings.api.statement_timeout_ms}"
+    kwargs["application_name"] = f"memory-agent-api/{settings.generation}"  # pg_stat_activity
     return AsyncConnectionPool(
         settings.postgres.dsn, min_size=settings.postgres.pool_min_size, max_size=settings.postgres.pool_max_size,
         kwargs=kwargs, check=AsyncConnectionPool.check_connection, timeout=settings.api.pool_timeout_s, open=False,

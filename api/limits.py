@@ -29,7 +29,10 @@ class TenantSlots:
         self._users[tenant] = self._users.get(tenant, 0) + 1
         try:
             try:
-                await asyncio.wait_for(slots.acquire(), self.queue_s)
+                if slots.locked():  # wait in line, at most queue_s
+                    await asyncio.wait_for(slots.acquire(), self.queue_s)
+                else:
+                    await slots.acquire()  # free: returns at once
             except TimeoutError:
                 raise HTTPException(
                     status.HTTP_429_TOO_MANY_REQUESTS,
