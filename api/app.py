@@ -4,21 +4,40 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
-from prometheus_client import make_asgi_app
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg_pool import AsyncConnectionPool
 
+from api import errors
+from api.auth import KeyRing
 from api.generation import ActiveGeneration
+from api.limits import TenantSlots
 from api.routes import admin, context, facts, health, ingest, messages, topics
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
-from projections.db import make_pool
+from projections.db import connect_kwargs
+
+
+def make_api_pool(settings: Settings) -> AsyncConnectionPool:
+    """The API's pool: every statement bounded by the statement timeout, and every connection
+    checked before it is handed out (the first request after a PostgreSQL restart succeeds)."""
+    kwargs = connect_kwargs(settings)
+    kwargs["options"] += f" -c statement_timeout={settings.api.statement_timeout_ms}"
+    kwargs["application_name"] = f"memory-agent-api/{settings.generation}"  # pg_stat_activity
+    return AsyncConnectionPool(
+        settings.postgres.dsn, min_size=settings.postgres.pool_min_size, max_size=settings.postgres.pool_max_size,
+        kwargs=kwargs, check=AsyncConnectionPool.check_connection, timeout=settings.api.pool_timeout_s, open=False,
+    )
 
 
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.settings = settings
-        app.state.pool = make_pool(settings)
+        app.state.keys = KeyRing.for_api(settings.api)
+        app.state.admin_keys = KeyRing.for_admin(settings.api)
+        app.state.tenant_slots = TenantSlots(settings.api.tenant_max_connections, settings.api.tenant_queue_ms / 1000)
+        app.state.pool = make_api_pool(settings)
         app.state.generation = ActiveGeneration(settings)
         await app.state.pool.open(wait=False)
         # The producer connects on first ingest, so reads keep working while Kafka is down.
@@ -37,5 +56,12 @@ def create_app(settings: Settings) -> FastAPI:
     )
     for module in (context, messages, ingest, facts, topics, admin, health):
         app.include_router(module.router)
-    app.mount("/metrics", make_asgi_app())
+
+    @app.get("/metrics", tags=["health"], response_class=Response,
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})
+    def metrics() -> Response:
+        """Prometheus metrics of this process."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    errors.install(app)
     return app

@@ -1,46 +1,85 @@
-"""FastAPI dependencies: settings, a pooled connection, the caller's tenant, the producer."""
+"""FastAPI dependencies: settings, the caller (principal), a pooled connection, the producer."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 import psycopg
-from fastapi import Depends, Header, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, Security, status
+from fastapi.security import APIKeyHeader
+from aiokafka.structs import RecordMetadata
+from psycopg_pool import PoolTimeout
 
+from api.auth import Principal
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
+from schemas.envelope import Envelope
+
+api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error=False,
+                              description="API key: selects the tenant and, if bound, the user")
+admin_key_header = APIKeyHeader(name="X-Admin-Key", scheme_name="AdminKey", auto_error=False, description="operator key (/v1/admin)")
 
 
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_conn(request: Request) -> AsyncIterator[psycopg.AsyncConnection]:
-    """A pooled connection reading the generation that is active right now."""
-    async with request.app.state.pool.connection() as conn:
-        await request.app.state.generation.use(conn)
-        yield conn
-
-
-def get_tenant(
-    request: Request, x_api_key: Annotated[str | None, Header(description="API key; selects the tenant")] = None
-) -> str:
-    tenant = request.app.state.settings.api.api_keys.get(x_api_key or "")
-    if tenant is None:
+def get_principal(request: Request, x_api_key: Annotated[str | None, Security(api_key_header)] = None) -> Principal:
+    principal = request.app.state.keys.lookup(x_api_key)
+    if principal is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             detail="missing or unknown X-API-Key header",
             headers={"WWW-Authenticate": "ApiKey"},
         )
-    return tenant
+    return principal
+
+
+def get_tenant(principal: Annotated[Principal, Depends(get_principal)]) -> str:
+    return principal.tenant
+
+
+async def get_conn(
+    request: Request, principal: Annotated[Principal, Depends(get_principal)]
+) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A pooled connection reading the generation that is active right now, within the
+    caller's tenant share of the pool (429 past it) and the pool's wait (503 past it)."""
+    state = request.app.state
+    async with state.tenant_slots.hold(principal.tenant):
+        try:
+            conn = await state.pool.getconn(timeout=state.settings.api.pool_timeout_s)
+        except PoolTimeout:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail="no database connection free; retry shortly",
+                                headers={"Retry-After": "1"}) from None
+        try:
+            async with conn:  # commit on success, roll back on error (as pool.connection() does)
+                await state.generation.use(conn)
+                yield conn
+        finally:
+            await state.pool.putconn(conn)
 
 
 def get_client(request: Request) -> MemoryClient:
     return request.app.state.client
 
 
+async def append_or_503(request: Request, envelope: Envelope) -> RecordMetadata:
+    """Append to the log within `api.produce_timeout_s`: with the broker down the caller gets a
+    503 promptly (the event may still be appended later: retry with the same event_id)."""
+    timeout = request.app.state.settings.api.produce_timeout_s
+    try:
+        return await asyncio.wait_for(request.app.state.client.append(envelope), timeout)
+    except TimeoutError:
+        detail = f"the log did not acknowledge within {timeout:g} s; retry with the same event_id"
+    except Exception as exc:  # noqa: BLE001 - Kafka unavailable
+        detail = f"could not append to the log: {type(exc).__name__}: {exc}"
+    raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=detail, headers={"Retry-After": "1"})
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
 ConnDep = Annotated[psycopg.AsyncConnection, Depends(get_conn)]
 TenantDep = Annotated[str, Depends(get_tenant)]
 ClientDep = Annotated[MemoryClient, Depends(get_client)]

@@ -19,7 +19,7 @@ def sample_rounds() -> list[tuple[str, str]]:
 
 
 async def run_demo(settings: Settings, api_url: str, conversation_id: str) -> None:
-    api_key, tenant = next(iter(settings.api.api_keys.items()))
+    api_key, tenant = next((key, grant.tenant) for key, grant in settings.api.grants().items())
     rounds = sample_rounds()
     async with MemoryClient(settings) as client:
         seq = 0

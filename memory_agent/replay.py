@@ -15,6 +15,7 @@ import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from domain.secrets import split_overrides, with_secrets_from
 from memory_agent.batch_replay import BATCH_SYSTEMS, BatchReplayError, check_batchable
 from memory_agent.settings import Settings
 from projections import generations
@@ -84,6 +85,7 @@ async def start_replay(
         )
     await asyncio.to_thread(migrate, replay)
     await ensure_topics(replay)
+    public_overrides, secret_names = split_overrides(overrides)
     config = {
         "summary_prompt_version": replay.llm.summary_prompt_version,
         "chunk_facts_prompt_version": replay.llm.chunk_facts_prompt_version,
@@ -91,7 +93,10 @@ async def start_replay(
         "llm_model": replay.llm.model,
         "embedding_model": replay.embedding.model,
         "replay_mode": mode,
-        "overrides": overrides,
+        # Secrets (API keys, DSNs...) are recorded by name only; `replay resume` reads them
+        # from the environment again (domain/secrets.py).
+        "overrides": public_overrides,
+        "secret_overrides": secret_names,
     }
     with psycopg.connect(settings.postgres.dsn) as conn:
         generations.record_replay(conn, settings.kafka.topic_prefix, name, config, replay.replay_until)
@@ -108,7 +113,12 @@ def resume_replay(settings: Settings, name: str) -> tuple[Path, str]:
         raise generations.GenerationError(f"generation {name!r} was not built by `replay start`")
     if worker_running(settings, name):
         raise generations.GenerationError(f"the worker of {name!r} is running (pid file {pid_file(settings, name)})")
-    overrides = generation.config.get("overrides", {})
+    overrides, missing = with_secrets_from(dict(os.environ), generation.config)
+    if missing:
+        raise generations.GenerationError(
+            f"generation {name!r} was started with secret setting(s) {', '.join(missing)}, which are not stored:"
+            " set them in the environment and resume again"
+        )
     mode = generation.config.get("replay_mode", "stream")
     replay = generation_settings(Settings(**_with_env(overrides)), name, replay_until=generation.replay_until)
     return _spawn_worker(settings, replay.model_copy(update={"replay_mode": mode}), overrides), mode

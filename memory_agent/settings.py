@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,40}$")
@@ -52,15 +53,101 @@ class PostgresSettings(BaseModel):
     pool_max_size: int = Field(default=10, ge=1)
 
 
+ActAs = Literal["nobody", "conversation_owner", "any_user"]
+HASHED_PREFIX = "sha256:"
+DEV_API_KEY, DEV_ADMIN_KEY = "dev-key", "dev-admin-key"
+
+
+def key_digest(entry: str) -> bytes:
+    """The SHA-256 digest a configured key stands for: `sha256:<64 hex>` is a digest already
+    (keys hashed at rest), anything else is a plain key (accepted outside production)."""
+    if entry.startswith(HASHED_PREFIX):
+        return bytes.fromhex(entry.removeprefix(HASHED_PREFIX))
+    return hashlib.sha256(entry.encode()).digest()
+
+
+def _check_key_entry(entry: str) -> str:
+    if not entry or not entry.strip():
+        raise ValueError("an API key must not be empty (an empty key would let requests without a key in)")
+    if entry.startswith(HASHED_PREFIX):
+        digest = entry.removeprefix(HASHED_PREFIX)
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
+            raise ValueError(f"{HASHED_PREFIX}... must be followed by the 64 hex digits of a SHA-256 digest")
+        if digest.lower() == hashlib.sha256(b"").hexdigest():
+            raise ValueError("that is the SHA-256 of the empty key: refused")
+    return entry
+
+
+class ApiKeyGrant(BaseModel):
+    """What one API key may do (docs/security.md). A key bound to `user` acts only as that user;
+    a service key (no user) acts for users as far as `act_as` grants:
+    "nobody" (ingest only), "conversation_owner" (read a conversation as its owner, the
+    default) or "any_user" (may name any user of the tenant; every such act is logged)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tenant: str = Field(min_length=1, max_length=200)
+    user: str | None = Field(None, min_length=1, max_length=200)
+    act_as: ActAs | None = None
+    # Shown in logs instead of the key (default: the first 8 hex digits of its digest).
+    name: str | None = Field(None, max_length=100)
+
+    @model_validator(mode="after")
+    def _users_act_for_themselves(self) -> "ApiKeyGrant":
+        if self.user is not None and self.act_as is not None:
+            raise ValueError("a key bound to a user acts only as that user: drop act_as")
+        return self
+
+    @property
+    def scope(self) -> ActAs:
+        return self.act_as or "conversation_owner"
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8080
-    # API key -> tenant id. Every read and write is scoped to the key's tenant.
-    api_keys: dict[str, str] = Field(default_factory=lambda: {"dev-key": "demo"})
-    # Keys for the operator endpoints (/v1/admin: generations and replay progress).
-    admin_keys: list[str] = Field(default_factory=lambda: ["dev-admin-key"])
+    # API key -> tenant id, or -> a grant {"tenant", "user"?, "act_as"?, "name"?}. A key is
+    # plain (development and tests) or "sha256:<hex digest>" (hashed at rest; production
+    # takes only these). Every read and write is scoped to the key's tenant; a plain tenant
+    # string is a service key acting as each conversation's owner (docs/security.md).
+    api_keys: dict[str, str | ApiKeyGrant] = Field(
+        default_factory=lambda: {DEV_API_KEY: ApiKeyGrant(tenant="demo", act_as="any_user", name="dev")}
+    )
+    # Keys for the operator endpoints (/v1/admin: generations and replay progress), plain or hashed.
+    admin_keys: list[str] = Field(default_factory=lambda: [DEV_ADMIN_KEY])
     # How long /context may wait for the projection to reach ?min_seq.
     max_wait_ms: int = Field(default=2000, ge=0)
+    # /context waits for min_seq only when it is at most this far past the conversation's
+    # last projected seq (further is not reachable within a wait; answered at once).
+    max_seq_ahead: int = Field(default=10_000, ge=0)
+    # Every statement of the API's pool is cancelled after this long (answered 503).
+    statement_timeout_ms: int = Field(default=5000, ge=100)
+    # Longest a request waits for a pooled connection before a 503 with Retry-After.
+    pool_timeout_s: float = Field(default=5.0, gt=0)
+    # Pooled connections one tenant may hold at once, and how long a request waits for one
+    # of its tenant's slots before a 429 with Retry-After (keeps one tenant from starving others).
+    tenant_max_connections: int = Field(default=6, ge=1)
+    tenant_queue_ms: int = Field(default=2000, ge=0)
+    # Longest an ingest or fact decision waits for the broker's acknowledgement (then 503).
+    produce_timeout_s: float = Field(default=5.0, gt=0)
+    # /readyz: longest each dependency check may take.
+    ready_timeout_s: float = Field(default=2.0, gt=0)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _no_empty_api_keys(cls, value: dict) -> dict:
+        for entry in value:
+            _check_key_entry(entry)
+        return value
+
+    @field_validator("admin_keys")
+    @classmethod
+    def _no_empty_admin_keys(cls, value: list[str]) -> list[str]:
+        return [_check_key_entry(entry) for entry in value]
+
+    def grants(self) -> dict[str, ApiKeyGrant]:
+        """Every API key with its grant (a plain tenant string is a service key)."""
+        return {k: ApiKeyGrant(tenant=g) if isinstance(g, str) else g for k, g in self.api_keys.items()}
 
 
 class LimitsSettings(BaseModel):
@@ -270,10 +357,18 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _no_default_secrets_in_production(self) -> "Settings":
-        if self.environment == "production" and "dev-key" in self.api.api_keys:
-            raise ValueError("refusing the development API key 'dev-key' in production")
-        if self.environment == "production" and "dev-admin-key" in self.api.admin_keys:
-            raise ValueError("refusing the development admin key 'dev-admin-key' in production")
+        if self.environment != "production":
+            return self
+        for entries, dev, what in ((list(self.api.api_keys), DEV_API_KEY, "API"),
+                                   (self.api.admin_keys, DEV_ADMIN_KEY, "admin")):
+            if key_digest(dev) in {key_digest(e) for e in entries}:
+                raise ValueError(f"refusing the development {what} key {dev!r} in production")
+            plain = [e for e in entries if not e.startswith(HASHED_PREFIX)]
+            if plain:
+                raise ValueError(
+                    f"production takes {what} keys hashed at rest only: write each key as"
+                    f" 'sha256:' + the hex SHA-256 of the key (printf %s KEY | sha256sum), see docs/security.md"
+                )
         return self
 
     @property

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import class_row
+
+from domain.secrets import redact_config
 
 
 class GenerationError(RuntimeError):
@@ -32,7 +34,9 @@ def list_generations(conn: psycopg.Connection, prefix: str) -> list[Generation]:
             " FROM public.memory_generations WHERE topic_prefix = %s ORDER BY created_at",
             (prefix,),
         )
-        return cur.fetchall()
+        rows = cur.fetchall()
+    # No secret leaves the registry, whenever it was recorded (domain/secrets.py).
+    return [replace(g, config=redact_config(g.config or {})) for g in rows]
 
 
 def get_generation(conn: psycopg.Connection, prefix: str, name: str) -> Generation:
@@ -50,6 +54,7 @@ def active_generation(conn: psycopg.Connection, prefix: str) -> str | None:
 
 
 def record_replay(conn: psycopg.Connection, prefix: str, name: str, config: dict, replay_until: datetime) -> None:
+    config = redact_config(config)  # never a secret value in the registry
     with conn.transaction():
         conn.execute(
             "UPDATE public.memory_generations SET config = %s, replay_until = %s, status = 'building'"

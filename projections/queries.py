@@ -62,15 +62,31 @@ async def list_messages(
 
 
 async def missing_seqs(
-    conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, up_to_seq: int, *, after_seq: int = -1
+    conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, up_to_seq: int, *, after_seq: int = -1,
+    limit: int = 1000,
 ) -> list[int]:
-    """Seqs in after_seq+1..up_to_seq that are not projected (gaps, or not yet arrived)."""
+    """The first `limit` seqs in after_seq+1..up_to_seq that are not projected (gaps, or not yet
+    arrived). Reads only the projected messages of the range (gaps between neighbours), never a
+    series as long as the range: a hostile up_to_seq costs nothing."""
     cur = await conn.execute(
-        "SELECT s FROM generate_series(%s::int, %s::int) AS s WHERE NOT EXISTS ("
-        " SELECT 1 FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq = s) ORDER BY s LIMIT 1000",
-        (after_seq + 1, up_to_seq, tenant_id, conversation_id),
+        "SELECT prev + 1, seq - 1 FROM (SELECT seq, lag(seq, 1, %s::int) OVER (ORDER BY seq) AS prev"
+        " FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq > %s AND seq <= %s) AS s"
+        " WHERE seq > prev + 1 ORDER BY seq LIMIT %s",
+        (after_seq, tenant_id, conversation_id, after_seq, up_to_seq, limit),
     )
-    return [row[0] for row in await cur.fetchall()]
+    ranges = await cur.fetchall()
+    cur = await conn.execute(
+        "SELECT max(seq) FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq > %s AND seq <= %s",
+        (tenant_id, conversation_id, after_seq, up_to_seq),
+    )
+    last = (await cur.fetchone())[0]
+    ranges.append(((after_seq if last is None else last) + 1, up_to_seq))  # the tail nothing has reached
+    missing: list[int] = []
+    for start, end in ranges:
+        missing.extend(range(start, min(end, start + limit - len(missing) - 1) + 1))
+        if len(missing) >= limit:
+            break
+    return missing[:limit]
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ import asyncio
 from typing import Annotated
 
 import psycopg
-from fastapi import APIRouter, Depends, Header, HTTPException, status
+from fastapi import APIRouter, Depends, HTTPException, Request, Security, status
 
-from api.deps import SettingsDep
+from api.deps import SettingsDep, admin_key_header
 from memory_agent import replay as replays
 from memory_agent.settings import Settings
 from projections import generations as gens
@@ -16,8 +16,9 @@ from projections import generations as gens
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 
-def require_admin(settings: SettingsDep, x_admin_key: Annotated[str | None, Header()] = None) -> Settings:
-    if not x_admin_key or x_admin_key not in settings.api.admin_keys:
+def require_admin(request: Request, settings: SettingsDep,
+                  x_admin_key: Annotated[str | None, Security(admin_key_header)] = None) -> Settings:
+    if request.app.state.admin_keys.lookup(x_admin_key) is None:
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail="missing or unknown X-Admin-Key header")
     return settings
 

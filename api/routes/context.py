@@ -6,47 +6,57 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 
-from api.deps import ConnDep, SettingsDep, TenantDep
+from api.auth import conversation_user
+from api.deps import ConnDep, PrincipalDep, SettingsDep
 from api.schemas import ContextOut
 from api.sections.request import ContextRequest
-from projections import queries
 from api.turn_context import build_turn_context
+from projections import queries
+from schemas.envelope import IDENTIFIER
 
 router = APIRouter(prefix="/v1/conversations", tags=["context"])
+MAX_SEQ = 2**31 - 1  # the seq column's range: nothing past it can exist
+ConversationId = Path(pattern=IDENTIFIER, max_length=200, description="The conversation")
 
 
 @router.get("/{conversation_id}/context", response_model=ContextOut)
 async def turn_context(
-    conversation_id: str,
-    tenant: TenantDep,
+    principal: PrincipalDep,
     conn: ConnDep,
     settings: SettingsDep,
+    conversation_id: str = ConversationId,
     before_seq: int | None = Query(
-        None, ge=0, description="The current message's seq: it and anything after are left out"
+        None, ge=0, le=MAX_SEQ, description="The current message's seq: it and anything after are left out"
     ),
     min_seq: int | None = Query(
-        None, ge=0, description="The caller has written up to this seq: wait briefly for the projection"
+        None, ge=0, le=MAX_SEQ, description="The caller has written up to this seq: wait briefly for the projection"
     ),
-    wait_ms: int = Query(1000, ge=0, description="How long to wait for min_seq (capped by the server)"),
+    wait_ms: int = Query(1000, ge=0, le=60_000, description="How long to wait for min_seq (capped by the server)"),
     query: str | None = Query(
         None, max_length=8000, description="The current message: retrieval finds facts and memories relevant to it"
     ),
-    user_id: str | None = Query(None, description="Whose memory (default: the conversation's user)"),
-    subject_id: str | None = Query(None, description="Who or what it is about (default: the conversation's)"),
+    user_id: str | None = Query(None, pattern=IDENTIFIER, max_length=200,
+                                description="Whose memory (default: the conversation's user; another user only"
+                                            " with a service key granted act_as any_user)"),
+    subject_id: str | None = Query(None, pattern=IDENTIFIER, max_length=200,
+                                   description="Who or what it is about (default: the conversation's)"),
     budget_tokens: int = Query(500, ge=0, le=8000, description="Token budget for retrieved items"),
     *,
     request: Request,
 ) -> ContextOut:
     """Latest completed summary + the gap messages after it, relevant memories and the active topic,
     with the watermark it reflects."""
-    conversation = await _wait_for(conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms))
-    if conversation is None:
+    tenant = principal.tenant
+    conversation = await _wait_for(conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms),
+                                   settings.api.max_seq_ahead)
+    user = None if conversation is None else conversation_user(principal, conversation.user_id, user_id, "context")
+    if conversation is None or user is None:
         raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
     wanted = ContextRequest(
         conversation=conversation,
-        user_id=user_id or conversation.user_id,
+        user_id=user,
         subject_id=subject_id if subject_id is not None else conversation.subject_id,
         query=query,
         before_seq=before_seq,
@@ -56,12 +66,17 @@ async def turn_context(
     return await build_turn_context(conn, wanted, min_seq=min_seq, app_state=request.app.state)
 
 
-async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None, wait_ms: int):
+async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None, wait_ms: int, max_ahead: int):
+    """The conversation once it reaches min_seq, or as it is when waiting cannot help: no min_seq
+    (an unknown conversation is a 404 at once), min_seq further ahead of the projection than
+    `max_ahead` (no wait can cover it), or the wait is over."""
     deadline = time.monotonic() + wait_ms / 1000
     while True:
         conversation = await queries.get_conversation(conn, tenant, conversation_id)
         await conn.rollback()  # a fresh snapshot on every poll
-        reached = conversation is not None and (min_seq is None or conversation.last_seq >= min_seq)
-        if reached or time.monotonic() >= deadline:
+        if min_seq is None:
+            return conversation
+        last = -1 if conversation is None else conversation.last_seq
+        if last >= min_seq or min_seq - last > max_ahead or time.monotonic() >= deadline:
             return conversation
         await asyncio.sleep(0.02)

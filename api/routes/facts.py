@@ -1,6 +1,7 @@
 """Fact management (seed 003's review UI): list, read, edit, share/unshare, delete — owners only.
 
-The API key selects the tenant; `X-User-Id` names the acting user. Writes are checked against
+The API key selects the tenant and the acting user: a key bound to a user acts as it; a service
+key granted `act_as: any_user` names the user with `X-User-Id` (docs/security.md). Writes are checked against
 the read model and appended to the conversation log as events (a replay keeps them).
 """
 
@@ -14,7 +15,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import ClientDep, ConnDep, TenantDep
+from api.auth import Principal, named_user
+from api.deps import ConnDep, PrincipalDep, append_or_503
 from projections import fact_queries as q
 from retrieval.service import embedder_for
 from schemas import facts_events as fe
@@ -97,13 +99,10 @@ def _out(row: q.FactRow, user_id: str, links: list[q.LinkRow]) -> FactOut:
     return FactOut(**fields, mine=row.owner_user_id == user_id, links=own_links)
 
 
-def _acting_user(header: str | None, query: str | None = None) -> str:
+def _acting_user(principal: Principal, action: str, header: str | None, query: str | None = None) -> str:
     if header and query and header != query:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="X-User-Id and user_id name different users")
-    user = header or query
-    if not user:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="the X-User-Id header names the acting user")
-    return user
+    return named_user(principal, header or query, action)
 
 
 async def _visible(conn, tenant: str, fact_id: str, user: str) -> q.FactRow:
@@ -122,13 +121,13 @@ async def _owned(conn, tenant: str, fact_id: str, user: str) -> q.FactRow:
 
 @router.get("", response_model=FactsOut)
 async def list_facts(
-    tenant: TenantDep, conn: ConnDep, x_user_id: UserHeader = None,
+    principal: PrincipalDep, conn: ConnDep, x_user_id: UserHeader = None,
     user_id: str | None = Query(None, pattern=IDENTIFIER, description="Same as X-User-Id"),
     subject_id: str | None = Query(None, description="Only this subject (default: every subject)"),
     include_superseded: bool = Query(False, description="Also my superseded facts (history)"),
 ) -> FactsOut:
     """My facts plus the facts other users shared (seed 003), current ones first by validity."""
-    user = _acting_user(x_user_id, user_id)
+    user, tenant = _acting_user(principal, "list facts", x_user_id, user_id), principal.tenant
     rows = await q.list_facts(conn, tenant, user, subject_id, any_subject=subject_id is None,
                               include_superseded=include_superseded)
     links = await q.links_of(conn, [r.fact_id for r in rows])
@@ -136,13 +135,13 @@ async def list_facts(
 
 
 @router.get("/{fact_id}", response_model=FactOut)
-async def get_fact(fact_id: str, tenant: TenantDep, conn: ConnDep, x_user_id: UserHeader = None) -> FactOut:
-    user = _acting_user(x_user_id)
-    row = await _visible(conn, tenant, fact_id, user)
+async def get_fact(fact_id: str, principal: PrincipalDep, conn: ConnDep, x_user_id: UserHeader = None) -> FactOut:
+    user = _acting_user(principal, "read fact", x_user_id)
+    row = await _visible(conn, principal.tenant, fact_id, user)
     return _out(row, user, await q.links_of(conn, [fact_id]))
 
 
-async def _append(conn, client, row: q.FactRow, user: str, event_type: str, wait: bool, wait_ms: int,
+async def _append(conn, request: Request, row: q.FactRow, user: str, event_type: str, wait: bool, wait_ms: int,
                   **fields: Any) -> Accepted:
     """Append one management event (keyed by the fact's source conversation); optionally wait."""
     stored = await q.stored_embedding(conn, row.tenant_id, row.fact_id)
@@ -153,10 +152,7 @@ async def _append(conn, client, row: q.FactRow, user: str, event_type: str, wait
     envelope = new_event(event_type, payload, tenant_id=row.tenant_id, user_id=user, subject_id=row.subject_id,
                          conversation_id=row.source_conversation_id or f"fact-{row.fact_id}")
     await conn.rollback()
-    try:
-        await client.append(envelope)
-    except Exception as exc:  # noqa: BLE001 - Kafka unavailable, timeouts
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=f"could not append to the log: {exc}") from None
+    await append_or_503(request, envelope)
     projected = False
     if wait:
         deadline = time.monotonic() + min(wait_ms, MAX_WAIT_MS) / 1000
@@ -178,38 +174,38 @@ WaitMsQuery = Annotated[int, Query(ge=0, le=MAX_WAIT_MS, description="How long t
 
 
 @router.patch("/{fact_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted)
-async def edit_fact(fact_id: str, body: ContentIn, request: Request, tenant: TenantDep, conn: ConnDep,
-                    client: ClientDep, x_user_id: UserHeader = None,
+async def edit_fact(fact_id: str, body: ContentIn, request: Request, principal: PrincipalDep, conn: ConnDep,
+                    x_user_id: UserHeader = None,
                     wait: WaitQuery = False, wait_ms: WaitMsQuery = 5000) -> Accepted:
     """Rewrite the content (owner only); the new wording is embedded here so every replay gets the same vector."""
-    user = _acting_user(x_user_id)
-    row = await _owned(conn, tenant, fact_id, user)
+    user = _acting_user(principal, "edit fact", x_user_id)
+    row = await _owned(conn, principal.tenant, fact_id, user)
     content = " ".join(body.content.split())
     embedder = embedder_for(request.app.state)  # the one retrieval uses: one model per API process
     try:
         vector = to_vector((await embedder.embed_documents([content]))[0], embedder.model)
     except Exception as exc:  # noqa: BLE001 - embedding provider down
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=f"could not embed the content: {exc}") from None
-    return await _append(conn, client, row, user, fe.FACT_EDITED, wait, wait_ms,
+    return await _append(conn, request, row, user, fe.FACT_EDITED, wait, wait_ms,
                          new_content=content, new_embedding=vector)
 
 
 @router.patch("/{fact_id}/visibility", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted)
-async def change_visibility(fact_id: str, body: VisibilityIn, tenant: TenantDep, conn: ConnDep,
-                            client: ClientDep, x_user_id: UserHeader = None,
+async def change_visibility(fact_id: str, body: VisibilityIn, request: Request, principal: PrincipalDep,
+                            conn: ConnDep, x_user_id: UserHeader = None,
                             wait: WaitQuery = False, wait_ms: WaitMsQuery = 5000) -> Accepted:
     """Share with the subject's other users, or make private again (owner only)."""
-    user = _acting_user(x_user_id)
-    row = await _owned(conn, tenant, fact_id, user)
-    return await _append(conn, client, row, user, fe.FACT_VISIBILITY_CHANGED, wait, wait_ms,
+    user = _acting_user(principal, "change fact visibility", x_user_id)
+    row = await _owned(conn, principal.tenant, fact_id, user)
+    return await _append(conn, request, row, user, fe.FACT_VISIBILITY_CHANGED, wait, wait_ms,
                          visibility=body.visibility)
 
 
 @router.delete("/{fact_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted)
-async def delete_fact(fact_id: str, tenant: TenantDep, conn: ConnDep, client: ClientDep,
+async def delete_fact(fact_id: str, request: Request, principal: PrincipalDep, conn: ConnDep,
                       x_user_id: UserHeader = None, wait: WaitQuery = False,
                       wait_ms: WaitMsQuery = 5000) -> Accepted:
     """Hide the fact everywhere (owner only); its history is kept."""
-    user = _acting_user(x_user_id)
-    row = await _owned(conn, tenant, fact_id, user)
-    return await _append(conn, client, row, user, fe.FACT_DELETED, wait, wait_ms)
+    user = _acting_user(principal, "delete fact", x_user_id)
+    row = await _owned(conn, principal.tenant, fact_id, user)
+    return await _append(conn, request, row, user, fe.FACT_DELETED, wait, wait_ms)

@@ -18,7 +18,10 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.deps import ClientDep, TenantDep
+from api.auth import writer_may_append
+from api.deps import ClientDep, PrincipalDep, append_or_503
+from api.routes.context import ConversationId
+from projections import queries
 from memory_agent import metrics
 from schemas.envelope import InvalidEvent
 
@@ -144,19 +147,32 @@ class Refused(BaseModel):
                                                       " appended"},
                503: {"description": "The log (Kafka) is unavailable"}},
 )
-async def append_message(conversation_id: str, body: MessageIn, tenant: TenantDep, client: ClientDep) -> Appended:
+async def append_message(body: MessageIn, principal: PrincipalDep, client: ClientDep, request: Request,
+                         conversation_id: str = ConversationId) -> Appended:
     """Validate and append to the conversation log. 413 or 422 with a reason code on bad input."""
+    tenant = principal.tenant
+    await _may_append(request, principal, conversation_id, body.user_id)
     try:
         envelope = client.message_event(tenant_id=tenant, conversation_id=conversation_id, **body.model_dump())
     except InvalidEvent as exc:
         code = status.HTTP_413_CONTENT_TOO_LARGE if exc.reason in TOO_LARGE_REASONS else status.HTTP_422_UNPROCESSABLE_CONTENT
         raise HTTPException(code, detail={"reason": exc.reason, "message": exc.detail}) from None
-    try:
-        meta = await client.append(envelope)
-    except Exception as exc:  # noqa: BLE001 - Kafka unavailable, timeouts
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail=f"could not append to the log: {exc}") from None
+    meta = await append_or_503(request, envelope)
     metrics.INGESTED.inc()
     return Appended(
         event_id=envelope.event_id, conversation_id=conversation_id, seq=envelope.seq,
         partition=meta.partition, offset=meta.offset,
     )
+
+
+async def _may_append(request: Request, principal, conversation_id: str, user_id: object) -> None:
+    """A key bound to a user appends as that user, to its own conversations only."""
+    if principal.user is None:
+        return
+    owner = None
+    if user_id == principal.user:
+        async with request.app.state.pool.connection(timeout=request.app.state.settings.api.pool_timeout_s) as conn:
+            await request.app.state.generation.use(conn)
+            found = await queries.get_conversation(conn, principal.tenant, conversation_id)
+            owner = found.user_id if found else None
+    writer_may_append(principal, user_id, owner)

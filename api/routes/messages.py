@@ -8,7 +8,9 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel
 
-from api.deps import ConnDep, TenantDep
+from api.auth import conversation_user
+from api.deps import ConnDep, PrincipalDep
+from api.routes.context import MAX_SEQ, ConversationId
 from projections import queries
 
 router = APIRouter(prefix="/v1/conversations", tags=["history"])
@@ -32,15 +34,17 @@ class HistoryOut(BaseModel):
 
 @router.get("/{conversation_id}/messages", response_model=HistoryOut)
 async def history(
-    conversation_id: str,
-    tenant: TenantDep,
+    principal: PrincipalDep,
     conn: ConnDep,
-    after_seq: int = Query(-1, ge=-1, description="Return messages with seq > after_seq"),
+    conversation_id: str = ConversationId,
+    after_seq: int = Query(-1, ge=-1, le=MAX_SEQ, description="Return messages with seq > after_seq"),
     limit: int = Query(100, ge=1, le=1000),
 ) -> HistoryOut:
-    """Projected messages in seq order, paged by `after_seq`."""
+    """Projected messages in seq order, paged by `after_seq` (the conversation's owner, or a key
+    allowed to act as that owner)."""
+    tenant = principal.tenant
     conversation = await queries.get_conversation(conn, tenant, conversation_id)
-    if conversation is None:
+    if conversation is None or conversation_user(principal, conversation.user_id, None, "history") is None:
         raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
     rows = await queries.list_messages(conn, tenant, conversation_id, after_seq=after_seq, limit=limit)
     more = len(rows) == limit and rows[-1].seq < conversation.last_seq

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel
 
-from api.deps import ConnDep, SettingsDep, TenantDep
+from api.auth import Principal, conversation_user
+from api.deps import ConnDep, PrincipalDep, SettingsDep
+from api.routes.context import ConversationId
 from api.sections.topic import TopicMessageOut, TopicStatsOut, message_out, stats_out
 from projections import queries
 from projections import topic_queries as tq
@@ -34,21 +36,24 @@ class TopicHistoryOut(BaseModel):
     messages: list[TopicMessageOut]
 
 
-async def _conversation_or_404(conn, tenant: str, conversation_id: str) -> None:
-    if await queries.get_conversation(conn, tenant, conversation_id) is None:
+async def _conversation_or_404(conn, principal: Principal, conversation_id: str, action: str) -> str:
+    """The tenant, once the key may read this conversation (as its owner); 404 otherwise."""
+    conversation = await queries.get_conversation(conn, principal.tenant, conversation_id)
+    if conversation is None or conversation_user(principal, conversation.user_id, None, action) is None:
         raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
+    return principal.tenant
 
 
 @router.get("/{conversation_id}/topics", response_model=TopicsOut)
 async def list_topics(
-    conversation_id: str,
-    tenant: TenantDep,
+    principal: PrincipalDep,
     conn: ConnDep,
     settings: SettingsDep,
+    conversation_id: str = ConversationId,
     include_evicted: bool = Query(True, description="Also list topics evicted from the working set"),
 ) -> TopicsOut:
     """Every topic of the conversation with seed 004's stats (memory type, half-life, priority...)."""
-    await _conversation_or_404(conn, tenant, conversation_id)
+    tenant = await _conversation_or_404(conn, principal, conversation_id, "topics")
     state = await tq.get_topic_conversation(conn, tenant, conversation_id)
     rows = await tq.list_topics(conn, tenant, conversation_id, include_evicted=include_evicted)
     now, config = datetime.now(UTC), TopicConfig.from_settings(settings.topics)
@@ -61,9 +66,10 @@ async def list_topics(
 
 
 @router.get("/{conversation_id}/topics/{topic_id}/history", response_model=TopicHistoryOut)
-async def topic_history(conversation_id: str, topic_id: str, tenant: TenantDep, conn: ConnDep) -> TopicHistoryOut:
+async def topic_history(principal: PrincipalDep, conn: ConnDep, conversation_id: str = ConversationId,
+                        topic_id: str = Path(max_length=200)) -> TopicHistoryOut:
     """The whole topic, nothing lost: its compressed archive decompressed, then its active messages."""
-    await _conversation_or_404(conn, tenant, conversation_id)
+    tenant = await _conversation_or_404(conn, principal, conversation_id, "topic history")
     row = await tq.get_topic(conn, tenant, conversation_id, topic_id)
     if row is None:
         raise HTTPException(404, detail=f"topic {topic_id!r} not found in conversation {conversation_id!r}")

@@ -20,7 +20,9 @@ from memory_agent.worker import run_projectors
 from projections.migrate import migrate
 from streams.topics import ensure_topics
 
-API_KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
+# Service keys that may name any user of their tenant (X-User-Id); tests/integration/test_auth.py
+# covers user-bound keys and the narrower scopes.
+API_KEYS = {"key-a": {"tenant": "tenant-a", "act_as": "any_user"}, "key-b": {"tenant": "tenant-b", "act_as": "any_user"}}
 
 
 def make_settings(stack, **overrides) -> Settings:
@@ -134,7 +136,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix,
         MEMORY_KAFKA__PARTITIONS=str(settings.kafka.partitions),
         MEMORY_POSTGRES__DSN=settings.postgres.dsn,
-        MEMORY_API__API_KEYS=json.dumps(settings.api.api_keys),
+        MEMORY_API__API_KEYS=json.dumps(settings.api.model_dump(mode="json")["api_keys"]),
         MEMORY_LOG_LEVEL="INFO",
         MEMORY_STATE_DIR=f"/tmp/memory-agent-test/{settings.generation}",
     )

@@ -1,0 +1,50 @@
+"""Per-tenant share of the API's connection pool: one tenant cannot starve the others."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import HTTPException, status
+
+
+class TenantSlots:
+    """At most `per_tenant` pooled connections held by one tenant at once; a request beyond it
+    waits up to `queue_s` for a slot of its own tenant, then gets 429 with Retry-After."""
+
+    def __init__(self, per_tenant: int, queue_s: float) -> None:
+        self.per_tenant = per_tenant
+        self.queue_s = queue_s
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._users: dict[str, int] = {}
+
+    def in_use(self, tenant: str) -> int:
+        slots = self._slots.get(tenant)
+        return 0 if slots is None else self.per_tenant - slots._value  # noqa: SLF001 - read only
+
+    @contextlib.asynccontextmanager
+    async def hold(self, tenant: str) -> AsyncIterator[None]:
+        slots = self._slots.setdefault(tenant, asyncio.Semaphore(self.per_tenant))
+        self._users[tenant] = self._users.get(tenant, 0) + 1
+        try:
+            try:
+                if slots.locked():  # wait in line, at most queue_s
+                    await asyncio.wait_for(slots.acquire(), self.queue_s)
+                else:
+                    await slots.acquire()  # free: returns at once
+            except TimeoutError:
+                raise HTTPException(
+                    status.HTTP_429_TOO_MANY_REQUESTS,
+                    detail=f"this tenant already has {self.per_tenant} database reads in progress; retry shortly",
+                    headers={"Retry-After": "1"},
+                ) from None
+            try:
+                yield
+            finally:
+                slots.release()
+        finally:
+            self._users[tenant] -= 1
+            if not self._users[tenant]:  # forget idle tenants (no unbounded growth)
+                del self._users[tenant]
+                self._slots.pop(tenant, None)
