@@ -75,6 +75,10 @@ class WindowSettings(BaseModel):
     max_attempts: int = Field(default=3, ge=1)
     # Replay: a summary every this many seqs of historic messages (deterministic windows).
     replay_stride: int = Field(default=4, ge=1)
+    # Catch-up: when a summary completes or fails (or the timer ticks) and at least this many
+    # live messages lie past the latest completed summary, the newest round end's window is
+    # requested at once (docs/summaries.md, "Catch-up"). None: window_size.
+    catch_up_backlog: int | None = Field(default=None, ge=1)
     # Batch replay (memory_agent/batch_replay.py): processes sharing the partitions.
     replay_batch_processes: int = Field(default=2, ge=1)
 

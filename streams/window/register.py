@@ -17,6 +17,7 @@ from streams.window.agent import (
     SUMMARY_STAGE,
     WINDOW_TABLE,
     fold_event,
+    looks_due,
     looks_stuck,
     tick_event,
     window_config,
@@ -77,13 +78,14 @@ def register(app: faust.App, ctx: StreamContext) -> None:
 
     @app.timer(interval=max(1.0, settings.window.request_timeout_s / 4))
     async def tick_stuck_windows():
-        """A request that never came back is re-issued by the fold when it sees a tick."""
+        """A request that never came back is re-issued by the fold when it sees a tick; a
+        backlog left by failures is caught up once their backoff is over."""
         now = time.time()
         in_flight = 0
         for key, raw_state in list(windows.items()):
             state = WindowState.from_dict(orjson.loads(raw_state))
             in_flight += state.in_flight is not None
-            if looks_stuck(state, now, config):
+            if looks_stuck(state, now, config) or looks_due(state, now, config):
                 tenant, _, conversation = key.decode().partition("/")
                 await ctx.memory_events.send(key=key, value=encode(tick_event(tenant, conversation, "system")))
         metrics.WINDOWS_AWAITING_SUMMARY.set(in_flight)
