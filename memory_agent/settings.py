@@ -79,6 +79,10 @@ class WindowSettings(BaseModel):
     # live messages lie past the latest completed summary, the newest round end's window is
     # requested at once (docs/summaries.md, "Catch-up"). None: window_size.
     catch_up_backlog: int | None = Field(default=None, ge=1)
+    # Turn-start context: the verbatim gap after the summary keeps at most its newest this
+    # many messages / bytes (JSON) and names the seqs it left out (docs/summaries.md).
+    context_max_gap_messages: int = Field(default=40, ge=0, le=1000)
+    context_max_gap_bytes: int = Field(default=32_768, ge=0, le=1_048_576)
     # Batch replay (memory_agent/batch_replay.py): processes sharing the partitions.
     replay_batch_processes: int = Field(default=2, ge=1)
 
