@@ -25,6 +25,9 @@ class KafkaSettings(BaseModel):
     # Longest a stream agent's fetch waits at the broker for new records (faust's own is 1.5 s,
     # which adds up to that much latency per hop: streams/kafka_transport.py).
     fetch_max_wait_ms: int = Field(default=50, ge=1, le=10_000)
+    # A consumer that stops heartbeating (a killed worker) leaves its group after this long;
+    # until then a restarted worker waits in "(Re-)joining group" (faust's own default: 60 s).
+    session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"

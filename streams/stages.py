@@ -34,6 +34,7 @@ from aiokafka import (
 from aiokafka.errors import KafkaError
 
 from memory_agent import metrics
+from projections.outage import Backoff, is_transient, retry_transient
 from schemas.codec import Event, encode
 from schemas.envelope import Envelope
 
@@ -153,12 +154,13 @@ class StageRunner:
     def __init__(
         self, stage: Stage, *, topic: str, group_id: str, bootstrap_servers: str,
         decode_if: Callable[[bytes | None, frozenset[str]], Event | None], fetch_max_wait_ms: int = 50,
-        commit_interval_s: float = 0.5, settle_timeout_s: float = 30.0,
+        commit_interval_s: float = 0.5, settle_timeout_s: float = 30.0, session_timeout_s: float = 10.0,
     ) -> None:
         self.stage, self.topic, self.group_id = stage, topic, group_id
         self.bootstrap_servers, self.decode_if = bootstrap_servers, decode_if
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.commit_interval_s, self.settle_timeout_s = commit_interval_s, settle_timeout_s
+        self.session_timeout_s = session_timeout_s
         self.offsets = OffsetTracker()
         self._slots = asyncio.Semaphore(stage.concurrency)
         self._tasks: dict[asyncio.Task, TopicPartition] = {}
@@ -178,6 +180,7 @@ class StageRunner:
             auto_offset_reset="earliest", fetch_max_wait_ms=self.fetch_max_wait_ms, max_poll_records=500,
             # All slots busy means no poll: allow the slowest LLM call with its retries (4 x 60 s + backoff).
             max_poll_interval_ms=15 * 60 * 1000,
+            session_timeout_ms=int(self.session_timeout_s * 1000),
         )
         self.consumer.subscribe([self.topic], listener=_Revocations(self))
         await self.producer.start()
@@ -196,7 +199,7 @@ class StageRunner:
         while True:
             if self._fatal is not None:
                 raise RuntimeError(f"stage {self.stage.name} could not send its results") from self._fatal
-            fetched = await self.consumer.getmany(timeout_ms=200)
+            fetched = await self._fetch()
             for tp, records in fetched.items():
                 chosen = []
                 for record in records:
@@ -221,9 +224,9 @@ class StageRunner:
             events = [event for _, event in batch]
             for attempt in range(1, self.stage.max_attempts + 1):
                 try:
-                    results = await self.stage.handle(events)
+                    results = await self.handle_through_outages(events, tp)
                     break
-                except Exception:  # a bug or an outage the handler did not turn into a result
+                except Exception:  # a bug the handler did not turn into a result
                     self._errors.inc()
                     if attempt == self.stage.max_attempts:
                         log.exception("stage %s dropped %d request(s) of %s after %d attempts; the fold's"
@@ -234,9 +237,8 @@ class StageRunner:
                                 exc_info=True)
                     await asyncio.sleep(self.stage.retry_backoff_s * 2 ** (attempt - 1))
             try:
-                sent = [await self.producer.send(self.topic, key=e.key, value=encode(e)) for e in results]
-                await asyncio.gather(*sent)
-            except KafkaError as exc:  # the producer already retried: stop, nothing is committed
+                await self.send_through_outages(results, tp)
+            except KafkaError as exc:  # refused for good (not an outage): stop, nothing is committed
                 self._fatal = exc
                 return
             for offset, _ in batch:
@@ -244,6 +246,35 @@ class StageRunner:
         finally:
             self._in_flight_gauge.dec()
             self._slots.release()
+
+    # --- outages: PostgreSQL or Kafka down means wait and retry, never an exit ---------------
+
+    async def handle_through_outages(self, events: list[Event], tp: TopicPartition) -> list[Envelope]:
+        """`stage.handle`, repeated while PostgreSQL or the broker is away (not counted as one
+        of the stage's attempts: those are for failures a retry might not fix)."""
+        return await retry_transient(lambda: self.stage.handle(events), what=f"stage {self.stage.name} on {tp}")
+
+    async def send_through_outages(self, results: list[Envelope], tp: TopicPartition) -> None:
+        """Results to the memory topic, re-sent until the broker takes them. A repeat is harmless:
+        the folds ignore a result they have already seen."""
+        async def send() -> None:
+            sent = [await self.producer.send(self.topic, key=e.key, value=encode(e)) for e in results]
+            await asyncio.gather(*sent)
+        if results:
+            await retry_transient(send, what=f"stage {self.stage.name} results for {tp}")
+
+    async def _fetch(self) -> dict:
+        """The next records; an unreachable broker is waited out (aiokafka reconnects itself)."""
+        backoff = Backoff()
+        while True:
+            try:
+                return await self.consumer.getmany(timeout_ms=200)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                delay = backoff.next_delay()
+                log.warning("stage %s: fetch failed (%s); retrying in %.1fs", self.stage.name, exc, delay)
+                await asyncio.sleep(delay)
 
     async def commit(self) -> None:
         positions = self.offsets.to_commit()

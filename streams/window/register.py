@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import faust
@@ -9,6 +10,7 @@ import orjson
 
 from memory_agent import metrics
 from memory_agent.llm.factory import make_summarizer
+from projections.outage import is_transient
 from schemas.codec import encode
 from schemas.registry import SUMMARY_REQUESTED
 from streams.context import StreamContext
@@ -24,6 +26,8 @@ from streams.window.agent import (
 )
 from streams.window.fold import WindowState
 from streams.window.summarize import SummaryStage
+
+log = logging.getLogger(__name__)
 
 
 def register(app: faust.App, ctx: StreamContext) -> None:
@@ -82,12 +86,17 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         backlog left by failures is caught up once their backoff is over."""
         now = time.time()
         in_flight = 0
-        for key, raw_state in list(windows.items()):
-            state = WindowState.from_dict(orjson.loads(raw_state))
-            in_flight += state.in_flight is not None
-            if looks_stuck(state, now, config) or looks_due(state, now, config):
-                tenant, _, conversation = key.decode().partition("/")
-                await ctx.memory_events.send(key=key, value=encode(tick_event(tenant, conversation, "system")))
+        try:
+            for key, raw_state in list(windows.items()):
+                state = WindowState.from_dict(orjson.loads(raw_state))
+                in_flight += state.in_flight is not None
+                if looks_stuck(state, now, config) or looks_due(state, now, config):
+                    tenant, _, conversation = key.decode().partition("/")
+                    await ctx.memory_events.send(key=key, value=encode(tick_event(tenant, conversation, "system")))
+        except Exception as exc:  # the broker is away: the next tick sends them again
+            if not is_transient(exc):
+                raise
+            log.warning("window ticks not sent (%s); retrying at the next tick", exc)
         metrics.WINDOWS_AWAITING_SUMMARY.set(in_flight)
 
 
