@@ -32,6 +32,13 @@ class Watermark(BaseModel):
     requested_min_seq: int | None
     complete: bool
     missing_seqs: list[int]
+    # The gap is bounded (MEMORY_WINDOW__CONTEXT_MAX_GAP_MESSAGES / _BYTES): `messages` starts
+    # at verbatim_from_seq; the older gap messages gap_omitted_from_seq..gap_omitted_to_seq
+    # (gap_omitted_count of them) were left out. None/0 when nothing was left out.
+    verbatim_from_seq: int | None = None
+    gap_omitted_from_seq: int | None = None
+    gap_omitted_to_seq: int | None = None
+    gap_omitted_count: int = 0
 
 
 class ContextOut(BaseModel):

@@ -29,8 +29,20 @@ async def build_turn_context(
         r.end_seq for r in rows if r.status == "completed" and (before_seq is None or r.end_seq < before_seq)
     ]
     after = max(completed_ends, default=-1)
-    messages = await queries.list_messages(conn, tenant, conversation_id, after_seq=after, before_seq=before_seq)
-    assembled = assemble_context(rows, [Message(m.seq, m.role, m.content) for m in messages], before_seq)
+    limits = app_state.settings.window
+    # One more than the limit: assemble_context then sees that older messages were left out.
+    messages = await queries.list_newest_messages(
+        conn, tenant, conversation_id, after_seq=after, before_seq=before_seq,
+        limit=limits.context_max_gap_messages + 1,
+    )
+    assembled = assemble_context(
+        rows, [Message(m.seq, m.role, m.content) for m in messages], before_seq,
+        max_messages=limits.context_max_gap_messages, max_bytes=limits.context_max_gap_bytes,
+    )
+    # The first gap seq returned verbatim (older ones are summarized or named as omitted).
+    verbatim_from_seq = assembled.gap[0].seq if assembled.gap else None
+    omitted = assembled.omitted
+    omitted_count = await queries.count_messages(conn, tenant, conversation_id, *omitted) if omitted else 0
 
     expected_up_to = max(conversation.last_seq, min_seq if min_seq is not None else -1)
     if before_seq is not None:
@@ -62,6 +74,10 @@ async def build_turn_context(
             requested_min_seq=min_seq,
             complete=not missing,
             missing_seqs=missing,
+            verbatim_from_seq=verbatim_from_seq,
+            gap_omitted_from_seq=omitted[0] if omitted else None,
+            gap_omitted_to_seq=omitted[1] if omitted else None,
+            gap_omitted_count=omitted_count,
         ),
         retrieved=await retrieval_section(conn, request, app_state),
         active_topic=await topic_section(conn, request, app_state),

@@ -29,6 +29,9 @@ class KafkaSettings(BaseModel):
     # Longest a stream agent's fetch waits at the broker for new records (faust's own is 1.5 s,
     # which adds up to that much latency per hop: streams/kafka_transport.py).
     fetch_max_wait_ms: int = Field(default=50, ge=1, le=10_000)
+    # A consumer that stops heartbeating (a killed worker) leaves its group after this long;
+    # until then a restarted worker waits in "(Re-)joining group" (faust's own default: 60 s).
+    session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"
@@ -167,6 +170,14 @@ class WindowSettings(BaseModel):
     max_attempts: int = Field(default=3, ge=1)
     # Replay: a summary every this many seqs of historic messages (deterministic windows).
     replay_stride: int = Field(default=4, ge=1)
+    # Catch-up: when a summary completes or fails (or the timer ticks) and at least this many
+    # live messages lie past the latest completed summary, the newest round end's window is
+    # requested at once (docs/summaries.md, "Catch-up"). None: window_size.
+    catch_up_backlog: int | None = Field(default=None, ge=1)
+    # Turn-start context: the verbatim gap after the summary keeps at most its newest this
+    # many messages / bytes (JSON) and names the seqs it left out (docs/summaries.md).
+    context_max_gap_messages: int = Field(default=40, ge=0, le=1000)
+    context_max_gap_bytes: int = Field(default=32_768, ge=0, le=1_048_576)
     # Batch replay (memory_agent/batch_replay.py): processes sharing the partitions.
     replay_batch_processes: int = Field(default=2, ge=1)
 

@@ -44,10 +44,12 @@ UPDATE memory m
                       AND o.end_sequence = m.end_sequence AND o.prompt_version = %(prompt_version)s)
 """
 
+# As in the fold: a failure of an attempt that was already re-issued says nothing about the
+# newer attempt (which may still complete: the fold would then chain on it).
 _FAILED = """
 UPDATE memory SET status = 'failed', error = %(error)s, result_event_id = %(event_id)s, updated_at = now()
  WHERE tenant_id = %(tenant)s AND conversation_id = %(conversation)s AND memory_id = %(memory_id)s
-   AND status = 'processing'
+   AND status = 'processing' AND attempt <= %(attempt)s
 """
 
 
@@ -120,4 +122,4 @@ def _statement(event) -> tuple[str, dict]:
         return _REQUESTED, params | dict(start=p.start_seq, end=p.end_seq, base=p.base_memory_id, attempt=p.attempt)
     if event.type == SUMMARY_COMPLETED:
         return _COMPLETED, params | dict(text=p.text, ms=p.generation_time_ms, sources=p.source_event_ids)
-    return _FAILED, params | dict(error=p.error)
+    return _FAILED, params | dict(error=p.error, attempt=p.attempt)

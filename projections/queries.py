@@ -61,6 +61,31 @@ async def list_messages(
         return await cur.fetchall()
 
 
+async def list_newest_messages(
+    conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, *, after_seq: int, before_seq: int | None,
+    limit: int,
+) -> list[MessageRow]:
+    """The newest `limit` messages with after_seq < seq < before_seq, in seq order."""
+    async with conn.cursor(row_factory=class_row(MessageRow)) as cur:
+        await cur.execute(
+            "SELECT * FROM (SELECT seq, event_id, role, content, metadata, occurred_at FROM messages"
+            " WHERE tenant_id = %s AND conversation_id = %s AND seq > %s AND (%s::int IS NULL OR seq < %s::int)"
+            " ORDER BY seq DESC LIMIT %s) newest ORDER BY seq",
+            (tenant_id, conversation_id, after_seq, before_seq, before_seq, limit),
+        )
+        return await cur.fetchall()
+
+
+async def count_messages(conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, first: int, last: int
+                         ) -> int:
+    """Projected messages with first <= seq <= last."""
+    cur = await conn.execute(
+        "SELECT count(*) FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq BETWEEN %s AND %s",
+        (tenant_id, conversation_id, first, last),
+    )
+    return (await cur.fetchone())[0]
+
+
 async def missing_seqs(
     conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, up_to_seq: int, *, after_seq: int = -1,
     limit: int = 1000,

@@ -21,6 +21,7 @@ from memory_agent.settings import Settings
 from projections import dead_letter, isolation
 from projections.db import connect
 from projections.dead_letter import DeadLetter
+from projections.outage import Backoff, is_transient, retry_transient
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +128,7 @@ class _SeekFromPostgres(ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned) -> None:
         # A connection of its own: the main connection belongs to the batch loop.
         async with self.runner.batch_lock:
-            async with await connect(self.runner.settings) as conn:
-                stored = await load_offsets(conn, self.runner.projector.name)
+            stored = await self.runner.stored_offsets()
             self.runner.applied_up_to.update(stored)
         for tp in assigned:
             if tp in stored:
@@ -157,7 +157,7 @@ class ProjectorRunner:
         self._stopping = False
 
     async def start(self) -> None:
-        self.conn = await connect(self.settings)
+        self.conn = await retry_transient(lambda: connect(self.settings), what=f"projector {self.projector.name} connect")
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka.bootstrap_servers, enable_idempotence=True, acks="all"
         )
@@ -171,6 +171,7 @@ class ProjectorRunner:
             max_partition_fetch_bytes=4 * 1024 * 1024,
             # Freshness: answer a fetch as soon as anything arrives, or after this long.
             fetch_max_wait_ms=self.settings.kafka.fetch_max_wait_ms,
+            session_timeout_ms=int(self.settings.kafka.session_timeout_s * 1000),
         )
         self.consumer.subscribe(self.projector.topics(self.settings), listener=_SeekFromPostgres(self))
         await self.consumer.start()
@@ -190,8 +191,18 @@ class ProjectorRunner:
         """Consume forever; each batch commits rows and offsets together."""
         await self.start()
         try:
+            fetch_backoff = Backoff()
             while not self._stopping:
-                batches = await self.consumer.getmany(timeout_ms=200, max_records=self.max_batch)
+                try:
+                    batches = await self.consumer.getmany(timeout_ms=200, max_records=self.max_batch)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    delay = fetch_backoff.next_delay()
+                    log.warning("%s: fetch failed (%s); retrying in %.1fs", self.projector.name, exc, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                fetch_backoff.reset()
                 self.ready.set()
                 records = [r for recs in batches.values() for r in recs]
                 if records:
@@ -206,7 +217,7 @@ class ProjectorRunner:
                 await self._apply(fresh)
 
     async def _apply(self, records: list[ConsumerRecord]) -> None:
-        await apply_records(self.conn, self.producer, self.settings, self.projector, records)
+        await self.apply_through_outages(records)
         offsets = {}
         for r in records:
             offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1
@@ -216,3 +227,33 @@ class ProjectorRunner:
             await self.consumer.commit(offsets)
         except Exception as exc:  # noqa: BLE001 - rebalance in progress etc.; harmless
             log.debug("kafka offset commit skipped: %s", exc)
+
+
+    # --- outages: PostgreSQL or Kafka down (retry the same batch), never a per-record failure ---
+
+    async def apply_through_outages(self, records: list[ConsumerRecord]) -> None:
+        """`apply_records` until it succeeds; while PostgreSQL (or the dead-letter producer's
+        broker) is away the batch waits, then runs again on a new connection. Its rows and
+        offsets commit in one transaction, so a batch cut off by the outage left nothing."""
+        await retry_transient(
+            lambda: apply_records(self.conn, self.producer, self.settings, self.projector, records),
+            what=f"projector {self.projector.name}", before_retry=self.reconnect,
+        )
+
+    async def reconnect(self) -> None:
+        """A fresh connection when the current one is closed or broken (raises while PG is down)."""
+        if self.conn is not None and not self.conn.closed and not self.conn.broken:
+            return
+        if self.conn is not None:
+            try:
+                await self.conn.close()
+            except Exception:  # noqa: BLE001 - it is broken already
+                pass
+        self.conn = await connect(self.settings)
+
+    async def stored_offsets(self) -> dict[TopicPartition, int]:
+        """The positions stored with the rows, waiting out a PostgreSQL outage."""
+        async def load() -> dict[TopicPartition, int]:
+            async with await connect(self.settings) as conn:
+                return await load_offsets(conn, self.projector.name)
+        return await retry_transient(load, what=f"projector {self.projector.name} offsets")

@@ -36,6 +36,11 @@ def make_app(settings: Settings) -> faust.App:
         # without). Redelivery after a crash is harmless: every effect is idempotent.
         broker_commit_every=10_000,
         broker_commit_interval=1.0,
+        # A SIGKILLed worker's members stay in the group until their session times out, and a
+        # restarted worker waits in "(Re-)joining group" until then: faust's default is 60 s.
+        # faust heartbeats from its consumer thread, so a busy event loop does not expire it.
+        broker_session_timeout=kafka.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, kafka.session_timeout_s / 4),
     )
     app.fetch_max_wait_ms = kafka.fetch_max_wait_ms
     memory_topic = kafka.memory_topic(settings.generation)
@@ -55,6 +60,7 @@ def make_app(settings: Settings) -> faust.App:
             stage, topic=memory_topic, group_id=stage_group(settings, stage.name),
             bootstrap_servers=kafka.bootstrap_servers, decode_if=ctx.decode_if, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
             dead_letter_topic=kafka.dead_letter_topic, max_dead_letter_bytes=kafka.max_dead_letter_bytes,
+            session_timeout_s=kafka.session_timeout_s,
         )
         for stage in ctx.stages
     ]

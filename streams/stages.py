@@ -39,6 +39,7 @@ from projections import dead_letter
 from projections.dead_letter import DeadLetter
 from projections.isolation import describe, is_record_error
 from schemas.limits import DEFAULT_MAX_DEAD_LETTER_BYTES
+from projections.outage import Backoff, is_transient, retry_transient
 from schemas.codec import Event, encode
 from schemas.envelope import Envelope
 
@@ -158,7 +159,7 @@ class StageRunner:
     def __init__(
         self, stage: Stage, *, topic: str, group_id: str, bootstrap_servers: str,
         decode_if: Callable[..., Event | None], fetch_max_wait_ms: int = 50,
-        commit_interval_s: float = 0.5, settle_timeout_s: float = 30.0,
+        commit_interval_s: float = 0.5, settle_timeout_s: float = 30.0, session_timeout_s: float = 10.0,
         dead_letter_topic: str | None = None, max_dead_letter_bytes: int = DEFAULT_MAX_DEAD_LETTER_BYTES,
     ) -> None:
         """`decode_if(value, types, key=key)`: the event, or None (skipped) for other types,
@@ -168,6 +169,7 @@ class StageRunner:
         self.bootstrap_servers, self.decode_if = bootstrap_servers, decode_if
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.commit_interval_s, self.settle_timeout_s = commit_interval_s, settle_timeout_s
+        self.session_timeout_s = session_timeout_s
         self.offsets = OffsetTracker()
         self._slots = asyncio.Semaphore(stage.concurrency)
         self._tasks: dict[asyncio.Task, TopicPartition] = {}
@@ -187,6 +189,7 @@ class StageRunner:
             auto_offset_reset="earliest", fetch_max_wait_ms=self.fetch_max_wait_ms, max_poll_records=500,
             # All slots busy means no poll: allow the slowest LLM call with its retries (4 x 60 s + backoff).
             max_poll_interval_ms=15 * 60 * 1000,
+            session_timeout_ms=int(self.session_timeout_s * 1000),
         )
         self.consumer.subscribe([self.topic], listener=_Revocations(self))
         await self.producer.start()
@@ -205,7 +208,7 @@ class StageRunner:
         while True:
             if self._fatal is not None:
                 raise RuntimeError(f"stage {self.stage.name} could not send its results") from self._fatal
-            fetched = await self.consumer.getmany(timeout_ms=200)
+            fetched = await self._fetch()
             for tp, records in fetched.items():
                 chosen = []
                 for record in records:
@@ -230,7 +233,7 @@ class StageRunner:
             events = [event for _, event in batch]
             for attempt in range(1, self.stage.max_attempts + 1):
                 try:
-                    results = await self.stage.handle(events)
+                    results = await self.handle_through_outages(events, tp)
                     break
                 except Exception as exc:  # a bug or an outage the handler did not turn into a result
                     self._errors.inc()
@@ -245,10 +248,10 @@ class StageRunner:
                                 exc_info=True)
                     await asyncio.sleep(self.stage.retry_backoff_s * 2 ** (attempt - 1))
             try:
-                await self._send(results)
+                await self.send_through_outages(results, tp)
             except MessageSizeTooLargeError as exc:  # the requests' fault, not the broker's
                 await self._refuse([record for record, _ in batch], "result_too_large", describe(exc))
-            except KafkaError as exc:  # the producer already retried: stop, nothing is committed
+            except KafkaError as exc:  # refused for good (not an outage): stop, nothing is committed
                 self._fatal = exc
                 return
             for record, _ in batch:
@@ -256,12 +259,6 @@ class StageRunner:
         finally:
             self._in_flight_gauge.dec()
             self._slots.release()
-
-    async def _send(self, results: list[Envelope]) -> None:
-        """Each result keyed by its conversation (a result too large for a record raises
-        MessageSizeTooLargeError before anything of it is sent)."""
-        sent = [await self.producer.send(self.topic, key=e.key, value=encode(e)) for e in results]
-        await asyncio.gather(*sent)
 
     async def _refuse(self, records: list[ConsumerRecord], reason: str, detail: str) -> None:
         """Dead-letter requests this stage cannot answer, so they do not come back forever."""
@@ -273,6 +270,35 @@ class StageRunner:
         await dead_letter.publish(self.producer, self.dead_letter_topic, letters, stage=f"stage.{self.stage.name}",
                                   max_bytes=self.max_dead_letter_bytes)
         metrics.DEAD_LETTERS.labels(stage=self.stage.name, reason=reason).inc(len(letters))
+
+    # --- outages: PostgreSQL or Kafka down means wait and retry, never an exit ---------------
+
+    async def handle_through_outages(self, events: list[Event], tp: TopicPartition) -> list[Envelope]:
+        """`stage.handle`, repeated while PostgreSQL or the broker is away (not counted as one
+        of the stage's attempts: those are for failures a retry might not fix)."""
+        return await retry_transient(lambda: self.stage.handle(events), what=f"stage {self.stage.name} on {tp}")
+
+    async def send_through_outages(self, results: list[Envelope], tp: TopicPartition) -> None:
+        """Results to the memory topic, re-sent until the broker takes them. A repeat is harmless:
+        the folds ignore a result they have already seen."""
+        async def send() -> None:
+            sent = [await self.producer.send(self.topic, key=e.key, value=encode(e)) for e in results]
+            await asyncio.gather(*sent)
+        if results:
+            await retry_transient(send, what=f"stage {self.stage.name} results for {tp}")
+
+    async def _fetch(self) -> dict:
+        """The next records; an unreachable broker is waited out (aiokafka reconnects itself)."""
+        backoff = Backoff()
+        while True:
+            try:
+                return await self.consumer.getmany(timeout_ms=200)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                delay = backoff.next_delay()
+                log.warning("stage %s: fetch failed (%s); retrying in %.1fs", self.stage.name, exc, delay)
+                await asyncio.sleep(delay)
 
     async def commit(self) -> None:
         positions = self.offsets.to_commit()

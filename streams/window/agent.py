@@ -15,6 +15,7 @@ from streams.window.fold import (
     RequestSummary,
     WindowConfig,
     WindowState,
+    backlog,
     observe,
     step,
 )
@@ -73,3 +74,9 @@ def tick_event(tenant_id: str, conversation_id: str, user_id: str) -> Envelope:
 
 def looks_stuck(state: WindowState, now: float, config: WindowConfig) -> bool:
     return state.in_flight is not None and now - state.in_flight.requested_at > config.request_timeout_s
+
+
+def looks_due(state: WindowState, now: float, config: WindowConfig) -> bool:
+    """Nothing in flight, the backoff over, and a backlog a tick would catch up on."""
+    return (state.in_flight is None and now >= state.not_before
+            and backlog(state) >= config.backlog_limit and state.pending_end >= config.summarize_after_seq)

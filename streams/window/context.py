@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,18 +48,51 @@ class TurnContext:
     last_seq: int | None
     # Inclusive (first, last) seq ranges the gap should hold but the projection lacks.
     missing: tuple[tuple[int, int], ...] = ()
+    # Inclusive (first, last) seqs of the gap left out to keep it within its limits (the
+    # oldest ones: the newest matter most at turn start); None when nothing was left out.
+    omitted: tuple[int, int] | None = None
+    # How many of the given messages fall in `omitted` (exact when all of them were given).
+    omitted_count: int = 0
 
     @property
     def gap_seqs(self) -> tuple[int, ...]:
         return tuple(message.seq for message in self.gap)
 
 
+# JSON around one gap message besides its content (seq, role, occurred_at and the keys).
+MESSAGE_OVERHEAD_BYTES = 96
+
+
+def message_bytes(message: Message) -> int:
+    """What one gap message adds to a JSON response, about."""
+    return len(json.dumps(message.content, ensure_ascii=False).encode()) + MESSAGE_OVERHEAD_BYTES
+
+
+def bound_gap(gap: Sequence[Message], max_messages: int | None, max_bytes: int | None) -> tuple[Message, ...]:
+    """The newest messages of `gap` (in seq order) within both limits; None means no limit.
+
+    Whole messages only: if the newest alone is over `max_bytes`, nothing is kept."""
+    kept: list[Message] = []
+    size = 0
+    for message in reversed(gap):
+        if max_messages is not None and len(kept) >= max_messages:
+            break
+        size += message_bytes(message)
+        if max_bytes is not None and size > max_bytes:
+            break
+        kept.append(message)
+    return tuple(reversed(kept))
+
+
 def assemble_context(rows: Iterable[MemoryRow], messages: Iterable[Message],
-                     before_seq: int | None = None) -> TurnContext:
+                     before_seq: int | None = None, *, max_messages: int | None = None,
+                     max_bytes: int | None = None) -> TurnContext:
     """Latest completed summary plus the messages after it, all before `before_seq`.
 
     `before_seq` is the current message's seq: it and anything later are left out, and so
     are summaries that reach it (they did not exist yet for this turn). Default: all.
+    When the summary lags, the gap keeps its newest messages within `max_messages` and
+    `max_bytes` and names the seqs it left out (`omitted`).
     """
     visible = [row for row in rows if before_seq is None or row.end_seq < before_seq]
     completed = [row for row in visible if row.status == "completed"]
@@ -71,7 +105,8 @@ def assemble_context(rows: Iterable[MemoryRow], messages: Iterable[Message],
         key=lambda m: m.seq,
     )
     first = latest.end_seq + 1 if latest else 0
-    gap = tuple(m for m in history if m.seq >= first)
+    whole = tuple(m for m in history if m.seq >= first)
+    gap = bound_gap(whole, max_messages, max_bytes)
     # Ordering of the checks matters: no completed row means raw even if one is processing.
     if latest is None:
         mode: Mode = "raw"
@@ -80,8 +115,11 @@ def assemble_context(rows: Iterable[MemoryRow], messages: Iterable[Message],
     else:
         mode = "fallback"
 
-    upper = before_seq - 1 if before_seq is not None else (gap[-1].seq if gap else first - 1)
-    missing = _holes(first, upper, [m.seq for m in gap])
+    upper = before_seq - 1 if before_seq is not None else (whole[-1].seq if whole else first - 1)
+    omitted = None
+    if len(gap) < len(whole):
+        omitted = (first, gap[0].seq - 1 if gap else upper)
+    missing = _holes(omitted[1] + 1 if omitted else first, upper, [m.seq for m in gap])
 
     summary = Summary(latest.memory_id, latest.start_seq, latest.end_seq, latest.text or "") if latest else None
     ends = [seq for seq in (latest.end_seq if latest else None, gap[-1].seq if gap else None) if seq is not None]
@@ -89,6 +127,7 @@ def assemble_context(rows: Iterable[MemoryRow], messages: Iterable[Message],
         mode=mode, summary=summary, gap=gap,
         summary_end_seq=latest.end_seq if latest else None,
         last_seq=max(ends) if ends else None, missing=missing,
+        omitted=omitted, omitted_count=len(whole) - len(gap),
     )
 
 

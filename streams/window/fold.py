@@ -24,6 +24,15 @@ class WindowConfig:
     # Replay of historic messages: a summary every `replay_stride` seqs, chained on the
     # previous request, whatever is in flight — so a replay is the same every time.
     replay_stride: int = 4
+    # Catch-up: a completion, failure or tick that finds at least this many messages since
+    # the latest completed summary requests the window of the newest round end at once
+    # (one request however long the backlog; the next round end would come too late, or
+    # never, after a bulk ingest). None: window_size.
+    catch_up_backlog: int | None = None
+
+    @property
+    def backlog_limit(self) -> int:
+        return self.window_size if self.catch_up_backlog is None else self.catch_up_backlog
 
     @classmethod
     def from_settings(cls, window: WindowSettings, prompt_version: str, model: str) -> WindowConfig:
@@ -31,6 +40,7 @@ class WindowConfig:
             window_size=window.window_size, summarize_after_seq=window.summarize_after_seq,
             request_timeout_s=window.request_timeout_s, max_attempts=window.max_attempts,
             prompt_version=prompt_version, model=model, replay_stride=window.replay_stride,
+            catch_up_backlog=window.catch_up_backlog,
         )
 
 
@@ -132,6 +142,8 @@ class InFlight:
 @dataclass(frozen=True)
 class WindowState:
     last_seq: int = -1
+    # Highest live (not historic) round end seen: the end of the window a catch-up asks for.
+    pending_end: int = -1
     next_memory_id: int = 1
     in_flight: InFlight | None = None
     latest_completed: tuple[int, int, int] | None = None  # (memory_id, start_seq, end_seq)
@@ -192,7 +204,11 @@ def evolve(state: WindowState, item: Observed | Command, now: float, config: Win
     """Apply one observed fact, or one of the fold's own commands, to the state."""
     flight = state.in_flight
     if isinstance(item, MessageSaved):
-        return state if item.seq <= state.last_seq else _with(state, last_seq=item.seq)
+        if item.seq <= state.last_seq:
+            return state
+        if not item.historic and item.role in config.trigger_roles:
+            return _with(state, last_seq=item.seq, pending_end=item.seq)
+        return _with(state, last_seq=item.seq)
     if isinstance(item, SummaryDone):
         done = state.latest_completed
         if flight is None or item.memory_id != flight.memory_id:
@@ -250,6 +266,21 @@ def _trigger(state: WindowState, seq: int, now: float, config: WindowConfig) -> 
                            1, config.prompt_version, config.model),)
 
 
+def backlog(state: WindowState) -> int:
+    """Live messages up to the newest round end that no completed summary covers yet."""
+    done_end = state.latest_completed[2] if state.latest_completed else -1
+    return max(0, state.pending_end - done_end)
+
+
+def _catch_up(state: WindowState, now: float, config: WindowConfig) -> tuple[Command, ...]:
+    """The seed trigger for the newest round end, re-checked when a summary settles (or a
+    tick comes): without it a conversation ingested in one burst, or talking faster than the
+    LLM answers, would keep its first summary until its next round end, if one ever comes."""
+    if state.in_flight is not None or backlog(state) < config.backlog_limit:
+        return ()
+    return _trigger(state, state.pending_end, now, config)
+
+
 def _replay_trigger(state: WindowState, seq: int, config: WindowConfig) -> tuple[Command, ...]:  
     """Historic messages: every `replay_stride` seqs, based on the previous request (not on
     what happened to have completed), so two replays of one log ask for the same windows."""
@@ -288,6 +319,8 @@ def _decide(state: WindowState, current: WindowState, observed: Observed, now: f
         commands = tuple(_as_replay(c) for c in commands)
     elif is_new_round_end:
         commands += _trigger(_apply(current, commands, now, config), observed.seq, now, config)
+    elif isinstance(observed, (SummaryDone, SummaryGaveUp, Tick)) or commands:
+        commands += _catch_up(_apply(current, commands, now, config), now, config)
     return commands
 
 

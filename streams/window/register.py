@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import faust
@@ -9,6 +10,7 @@ import orjson
 
 from memory_agent import metrics
 from memory_agent.llm.factory import make_summarizer
+from projections.outage import is_transient
 from schemas.codec import encode
 from schemas.envelope import parse_conversation_key
 from schemas.registry import SUMMARY_REQUESTED
@@ -18,12 +20,15 @@ from streams.window.agent import (
     SUMMARY_STAGE,
     WINDOW_TABLE,
     fold_event,
+    looks_due,
     looks_stuck,
     tick_event,
     window_config,
 )
 from streams.window.fold import WindowState
 from streams.window.summarize import SummaryStage
+
+log = logging.getLogger(__name__)
 
 
 def register(app: faust.App, ctx: StreamContext) -> None:
@@ -79,17 +84,23 @@ def register(app: faust.App, ctx: StreamContext) -> None:
 
     @app.timer(interval=max(1.0, settings.window.request_timeout_s / 4))
     async def tick_stuck_windows():
-        """A request that never came back is re-issued by the fold when it sees a tick."""
+        """A request that never came back is re-issued by the fold when it sees a tick; a
+        backlog left by failures is caught up once their backoff is over."""
         now = time.time()
         in_flight = 0
-        for key, raw_state in list(windows.items()):
-            conversation = parse_conversation_key(key)
-            if conversation is None or raw_state is None:
-                continue  # not a conversation's state (a bad key from before keys were checked)
-            state = WindowState.from_dict(orjson.loads(raw_state))
-            in_flight += state.in_flight is not None
-            if looks_stuck(state, now, config):
-                await ctx.memory_events.send(key=key, value=encode(tick_event(*conversation, "system")))
+        try:
+            for key, raw_state in list(windows.items()):
+                conversation = parse_conversation_key(key)
+                if conversation is None or raw_state is None:
+                    continue  # not a conversation's state (a bad key from before keys were checked)
+                state = WindowState.from_dict(orjson.loads(raw_state))
+                in_flight += state.in_flight is not None
+                if looks_stuck(state, now, config) or looks_due(state, now, config):
+                    await ctx.memory_events.send(key=key, value=encode(tick_event(*conversation, "system")))
+        except Exception as exc:  # the broker is away: the next tick sends them again
+            if not is_transient(exc):
+                raise
+            log.warning("window ticks not sent (%s); retrying at the next tick", exc)
         metrics.WINDOWS_AWAITING_SUMMARY.set(in_flight)
 
 
