@@ -63,6 +63,7 @@ async def build_turn_context(
             complete=not missing,
             missing_seqs=missing,
         ),
-        retrieved=await retrieval_section(conn, request, app_state),
+        retrieved=await retrieval_section(
+            conn, request, app_state, verbatim_from_seq=min((m.seq for m in assembled.gap), default=None)),
         active_topic=await topic_section(conn, request, app_state),
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Sequence
 
 from retrieval.scoring import Exclusion, ScoredItem, rank_key
@@ -30,21 +32,44 @@ class Packed:
         return "\n".join(p.line for p in self.included)
 
 
+_SPEAKER = re.compile(r"^[\w][\w .'-]{0,39}: ")
+
+
+def day(ts: float) -> str:
+    """A date as people (and answer matching) write it: "7 May 2023" (UTC), never ISO alone."""
+    d = datetime.fromtimestamp(ts, UTC)
+    return f"{d.day} {d.strftime('%B')} {d.year}"
+
+
+def date_label(start: float | None, end: float | None) -> str:
+    """"[7 May 2023] ", "[3 May 2023 - 9 May 2023] " for a range over several days, "" if unknown."""
+    if start is None and end is None:
+        return ""
+    first, last = day(start if start is not None else end), day(end if end is not None else start)
+    return f"[{first}] " if first == last else f"[{first} - {last}] "
+
+
 def render_line(item: ScoredItem) -> str:
-    """Seed 003's prompt lines: "- [category] content (shared|personal)" for facts,
-    "- (earlier conversation, seq a-b) summary" for chunks (b inclusive here, for readers),
-    "- [memory_type] content" for memories. Whitespace is collapsed to keep one line."""
+    """One prompt line per item, each with the date its source happened:
+    "- [7 May 2023] [category] content (shared|personal)" for facts (seed 003),
+    "- [3 May 2023 - 9 May 2023] summary" for chunks, "- [7 May 2023] Caroline: text" for messages
+    (the role stands in for a speaker name the text does not start with), "- [memory_type]
+    content" for memories. Whitespace is collapsed to keep one line."""
     c = item.candidate
     content = " ".join(c.content.split())
+    when = date_label(c.occurred_start, c.occurred_end)
     if c.kind == "chunk":
-        first = c.range_start if c.range_start is not None else "?"
-        last = c.range_end - 1 if c.range_end is not None else "?"
-        return f"- (earlier conversation, seq {first}-{last}) {content}"
+        if not when and c.range_start is not None and c.range_end is not None:
+            when = f"(earlier conversation, seq {c.range_start}-{c.range_end - 1}) "
+        return f"- {when}{content}"
+    if c.kind == "message":
+        speaker = "" if _SPEAKER.match(content) or not c.role else f"{c.role}: "
+        return f"- {when}{speaker}{content}"
     label = f"[{c.category}] " if c.category else ""
     if c.kind == "fact":
         source = "(shared)" if c.visibility == "shared" else "(personal)"
-        return f"- {label}{content} {source}"
-    return f"- {label}{content}"
+        return f"- {when}{label}{content} {source}"
+    return f"- {when}{label}{content}"
 
 
 def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,

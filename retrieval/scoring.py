@@ -7,7 +7,7 @@ from typing import Collection, Iterable, Literal
 
 DAY_S = 86_400.0
 
-Kind = Literal["fact", "chunk", "memory"]
+Kind = Literal["fact", "chunk", "message", "memory"]
 Reason = Literal["below_threshold", "already_surfaced", "over_budget"]
 
 
@@ -29,7 +29,9 @@ class ScoringConfig:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One retrievable item. `timestamp` is when it was created or last refreshed (merged)."""
+    """One retrievable item. `timestamp` is the event time recency is measured from (when its
+    source happened, or a fact was last refreshed by a merge); `occurred_start`/`occurred_end`
+    (unix seconds) are the dates shown on its line."""
 
     item_id: str
     kind: Kind
@@ -41,6 +43,9 @@ class Candidate:
     visibility: str | None = None  # facts: "private" or "shared"
     range_start: int | None = None  # chunks: first seq
     range_end: int | None = None  # chunks: end seq, EXCLUSIVE
+    occurred_start: float | None = None
+    occurred_end: float | None = None
+    role: str | None = None  # messages
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,14 @@ def score(candidate: Candidate, now: float, config: ScoringConfig = ScoringConfi
     imp = importance_weight(candidate.importance, config)
     rec = recency_weight(now - candidate.timestamp, config)
     return ScoreBreakdown(candidate.similarity, imp, rec, candidate.similarity * imp * rec)
+
+
+def still_visible(surfaced_seq: int | None, turn_seq: int, window_seqs: int) -> bool:
+    """Seed 001 skips what was already surfaced, to avoid repetition: an item shown at an
+    earlier turn of this conversation within the last `window_seqs` messages is still in what
+    the chat model sees, so it is skipped; older ones may come back. An item shown at this very
+    turn is not skipped (a retry, or another question at the same point, gets it again)."""
+    return surfaced_seq is not None and turn_seq - window_seqs <= surfaced_seq < turn_seq
 
 
 def rank_key(item: ScoredItem) -> tuple[float, float, str]:

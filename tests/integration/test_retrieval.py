@@ -77,7 +77,8 @@ async def test_wifi_problem_finds_the_network_configuration_memory_with_explaine
     assert "n02" in ids(retrieved)  # "Network configuration issue ...": no shared word, found by meaning
     n02 = next(item for item in retrieved["items"] if item["id"] == "n02")
     assert n02["score"]["found_by"] == ["vector"] and n02["score"]["keyword_score"] == 0
-    assert n02["line"] == f"- [infrastructure] {n02['content']} (personal)"
+    shown = datetime.fromisoformat(n02["occurred_start"])  # a fact's line shows when it was observed
+    assert n02["line"] == f"- [{shown.day} {shown:%B} {shown.year}] [infrastructure] {n02['content']} (personal)"
     for item in retrieved["items"]:
         s = item["score"]
         assert s["final"] == pytest.approx(s["similarity"] * s["importance_weight"] * s["recency_weight"])
@@ -101,25 +102,35 @@ async def test_budget_limits_what_is_packed_and_says_what_was_left_out(loaded):
     assert set(ids(small)) < set(ids(full)) and ids(small)[0] == ids(full)[0]
 
 
-async def test_second_call_skips_surfaced_items_and_access_counts_are_bumped_once_per_conversation(loaded):
+async def test_surfaced_items_are_skipped_while_still_visible_and_counted_once_per_conversation(loaded):
+    """Seed 001 avoids repetition: an item shown at an earlier turn within the window (14
+    messages) is skipped; asked again at the same turn it is shown again (a retry), and once
+    the window has moved past it, it comes back."""
     await conversation(loaded, "c1", "nox", None)
     await conversation(loaded, "c2", "nox", None)
     query = "How many partitions do the Kafka topics have?"
     async with running_api(loaded) as url:
-        first = (await context(url, "c1", query=query))["retrieved"]
-        assert "n05" in ids(first)
+        first = (await context(url, "c1", query=query, before_seq=2))["retrieved"]
+        assert "n05" in ids(first) and first["turn_seq"] == 2
         assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = 'n05'") == 1
         assert await scalar(loaded, "SELECT last_accessed_at IS NOT NULL FROM facts WHERE fact_id = 'n05'")
-        second = (await context(url, "c1", query=query))["retrieved"]
+        second = (await context(url, "c1", query=query, before_seq=4))["retrieved"]
         assert not set(ids(first)) & set(ids(second))
         skipped = {e["id"] for e in second["excluded"] if e["reason"] == "already_surfaced"}
         assert set(ids(first)) <= skipped | {e["id"] for e in second["excluded"]}
         assert "n05" in skipped
+        retry = (await context(url, "c1", query=query, before_seq=4))["retrieved"]
+        assert ids(retry) == ids(second)  # the same turn again: what it showed is not skipped
+        later = (await context(url, "c1", query=query, before_seq=2 + 14 + 1))["retrieved"]
+        assert "n05" in ids(later)  # out of the window: visible no more, so shown again
         assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = 'n05'") == 1
+        assert await scalar(loaded, "SELECT surfaced_seq FROM surfaced_items WHERE item_id = 'n05'"
+                                    " AND conversation_id = 'c1'") == 17
         other = (await context(url, "c2", query=query))["retrieved"]
     assert "n05" in ids(other)
     assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = 'n05'") == 2
-    assert await scalar(loaded, "SELECT count(*) FROM surfaced_items WHERE conversation_id = 'c1'") == len(first["items"])
+    shown = set(ids(first)) | set(ids(second)) | set(ids(later))
+    assert await scalar(loaded, "SELECT count(*) FROM surfaced_items WHERE conversation_id = 'c1'") == len(shown)
 
 
 async def test_deleted_and_superseded_facts_are_never_retrieved(loaded):
