@@ -73,22 +73,26 @@ def render_line(item: ScoredItem) -> str:
 
 
 def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,
-         count: TokenCounter = count_tokens, excluded: Sequence[Exclusion] = ()) -> Packed:
+         count: TokenCounter = count_tokens, excluded: Sequence[Exclusion] = (),
+         repeats: Sequence[ScoredItem] = ()) -> Packed:
     """Greedy by final score: each line is added if the joined text still fits, otherwise it is
     excluded as "over_budget" and smaller, lower-scored lines are still tried. The budget is
-    checked on the whole joined text, so separators can never push it over."""
+    checked on the whole joined text, so separators can never push it over. `repeats` (items
+    the model can still see from an earlier turn) only take the room every other item left;
+    those that do not fit are excluded as "already_surfaced"."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
     included: list[PackedItem] = []
     dropped = list(excluded)
     used = 0
-    for item in sorted(items, key=rank_key):
-        line = render_line(item)
-        tokens = count(line)
-        trial = count("\n".join([p.line for p in included] + [line])) if included else tokens
-        if trial <= budget:
-            included.append(PackedItem(item, line, tokens))
-            used = trial
-        else:
-            dropped.append(Exclusion(item.candidate, "over_budget", item.score, tokens))
+    for group, reason in ((items, "over_budget"), (repeats, "already_surfaced")):
+        for item in sorted(group, key=rank_key):
+            line = render_line(item)
+            tokens = count(line)
+            trial = count("\n".join([p.line for p in included] + [line])) if included else tokens
+            if trial <= budget:
+                included.append(PackedItem(item, line, tokens))
+                used = trial
+            else:
+                dropped.append(Exclusion(item.candidate, reason, item.score, tokens))
     return Packed(tuple(included), tuple(dropped), used, budget)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Iterable, Literal
+from typing import Collection, Iterable, Literal, Sequence
 
 DAY_S = 86_400.0
 
@@ -99,12 +99,12 @@ def score(candidate: Candidate, now: float, config: ScoringConfig = ScoringConfi
     return ScoreBreakdown(candidate.similarity, imp, rec, candidate.similarity * imp * rec)
 
 
-def still_visible(surfaced_seq: int | None, turn_seq: int, window_seqs: int) -> bool:
+def still_visible(surfaced_seqs: Sequence[int | None] | None, turn_seq: int, window_seqs: int) -> bool:
     """Seed 001 skips what was already surfaced, to avoid repetition: an item shown at an
     earlier turn of this conversation within the last `window_seqs` messages is still in what
-    the chat model sees, so it is skipped; older ones may come back. An item shown at this very
-    turn is not skipped (a retry, or another question at the same point, gets it again)."""
-    return surfaced_seq is not None and turn_seq - window_seqs <= surfaced_seq < turn_seq
+    the chat model sees; older ones are not. Showing it at this very turn does not count (a
+    retry, or another question at the same point, ranks as the first did)."""
+    return any(s is not None and turn_seq - window_seqs <= s < turn_seq for s in surfaced_seqs or ())
 
 
 def rank_key(item: ScoredItem) -> tuple[float, float, str]:

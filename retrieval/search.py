@@ -42,7 +42,7 @@ class SearchRow:
     keyword_score: float
     in_vector: bool  # returned by the vector search (its top k)
     in_keyword: bool  # returned by the keyword search (its top k)
-    surfaced_seq: int | None  # the turn (seq) it was last surfaced at in this conversation, if ever
+    surfaced_seqs: list[int | None] | None  # the turns (seqs) it was last shown at here: [latest, previous]
     timestamp: datetime  # event time for recency: facts updated_at, chunks occurred_end, messages occurred_at
     importance: int | None = None
     category: str | None = None
@@ -81,8 +81,7 @@ async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: s
     lexemes = (await cur.fetchone())[2]
     common = common or {}
     per_kind = {kind: tsquery_text(lexemes, common.get(table, ()), max_terms) for kind, table in _TABLE.items()}
-    searched = kept_lexemes(lexemes, set.intersection(*(set(common.get(t, ())) for t in _TABLE.values())),
-                            max_terms)
+    searched = kept_lexemes(lexemes, (), max_terms)  # common ones too: their IDF is low, not zero
     weights = await idf_weights(conn, tenant, searched) if tenant is not None and searched else {}
     return Keywords(per_kind["fact"], per_kind["chunk"], per_kind["message"], tuple(searched), weights)
 
@@ -131,19 +130,20 @@ def _message_scope(subject_id: str | None) -> str:
 
 
 def _surfaced(kind: str, item_id: str) -> str:
-    return (f"(SELECT s.surfaced_seq FROM surfaced_items s WHERE s.tenant_id = %(tenant)s"
+    """The turns it was last shown at in this conversation: [latest, the one before], or NULL."""
+    return (f"(SELECT ARRAY[s.surfaced_seq, s.previous_seq] FROM surfaced_items s WHERE s.tenant_id = %(tenant)s"
             f" AND s.conversation_id = %(conversation)s AND s.item_kind = '{kind}' AND s.item_id = {item_id})"
-            f" AS surfaced_seq")
+            f" AS surfaced_seqs")
 
 
 def _keyword_columns(keyword: bool) -> str:
-    """ts_rank (float8: a bare 0.0 literal would arrive as Decimal), the query lexemes the row
-    contains and its length in distinct lexemes."""
+    """ts_rank (float8: a bare 0.0 literal would arrive as Decimal) when the keyword search ran,
+    and always the query lexemes the row contains and its length in distinct lexemes (an item
+    found by meaning still gets credit for the words it shares with the query)."""
     tsquery = "%(keywords)s::tsquery"
-    if not keyword:
-        return "0.0::float8 AS keyword_score, NULL::text[] AS lexemes, length(t.content_tsv) AS doc_lexemes"
-    return (f"CASE WHEN t.content_tsv @@ {tsquery} THEN ts_rank(t.content_tsv, {tsquery})::float8"
-            f" ELSE 0.0::float8 END AS keyword_score,"
+    rank = (f"CASE WHEN t.content_tsv @@ {tsquery} THEN ts_rank(t.content_tsv, {tsquery})::float8"
+            f" ELSE 0.0::float8 END" if keyword else "0.0::float8")
+    return (f"{rank} AS keyword_score,"
             f" ARRAY(SELECT u.lexeme FROM unnest(t.content_tsv) u WHERE u.lexeme = ANY(%(lexemes)s::text[]))"
             f" AS lexemes, length(t.content_tsv) AS doc_lexemes")
 
@@ -280,6 +280,8 @@ async def record_surfaced(
         " SELECT %s, %s, kind, id, %s, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(kind, id, n)"
         " ORDER BY n ON CONFLICT (tenant_id, conversation_id, item_kind, item_id) DO UPDATE SET"
         " surfaced_at = GREATEST(s.surfaced_at, EXCLUDED.surfaced_at),"
+        " previous_seq = CASE WHEN EXCLUDED.surfaced_seq > s.surfaced_seq THEN s.surfaced_seq"
+        " ELSE s.previous_seq END,"
         " surfaced_seq = GREATEST(s.surfaced_seq, EXCLUDED.surfaced_seq)"
         " RETURNING item_kind, item_id, xmax = 0 AS inserted",
         (scope.tenant_id, scope.conversation_id, now, turn_seq, [k for k, _ in ordered], [i for _, i in ordered]),

@@ -217,11 +217,17 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     k = config.k_for(request.budget_tokens)
     rows = await search_rows(conn, scope, text, embedder, config, current, common, k)
     by_key = {key(r.kind, r.item_id): r for r in rows}
-    visible = {k for k, r in by_key.items() if still_visible(r.surfaced_seq, turn.seq, config.surfaced_window_seqs)}
+    visible = {k for k, r in by_key.items() if still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
     lexemes = sorted({lexeme for r in rows for lexeme in (r.lexemes or ())})
     scored = score_candidates(to_candidates(rows, config, lexemes), turn.time.timestamp(), visible, config.scoring)
-    remember_tokens([render_line(item) for item in scored.kept])
-    packed = pack(scored.kept, request.budget_tokens, count_lines, scored.excluded)
+    # What the model still sees from an earlier turn is not dropped, only put last: it fills
+    # the room new items leave (seed 001 avoids repetition; it does not want an empty section).
+    repeats = [ScoredItem(e.candidate, e.score) for e in scored.excluded
+               if e.reason == "already_surfaced" and e.score.final > config.scoring.threshold]
+    others = [e for e in scored.excluded if not (e.reason == "already_surfaced"
+                                                 and e.score.final > config.scoring.threshold)]
+    remember_tokens([render_line(item) for item in (*scored.kept, *repeats)])
+    packed = pack(scored.kept, request.budget_tokens, count_lines, others, repeats)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]

@@ -5,7 +5,8 @@
 --   message-index projector (projections/message_index.py), with the scope columns the search
 --   filters on, so a vector search never joins the log;
 -- * surfaced_items remember the turn (seq) they were last shown at: an item is skipped only
---   while the model can still see it (retrieval.surfaced_window_seqs), not for ever.
+--   while the model can still see it (retrieval.surfaced_window_seqs), not for ever; and the
+--   turn before that (previous_seq), so a retry of a turn still knows what earlier turns showed.
 -- {{EMBEDDING_DIMENSIONS}} is filled in by `memory-agent migrate` from the settings.
 
 ALTER TABLE messages
@@ -29,4 +30,4 @@ CREATE INDEX message_embeddings_scope ON message_embeddings (tenant_id, user_id,
 CREATE INDEX message_embeddings_embedding ON message_embeddings
     USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64);
 
-ALTER TABLE surfaced_items ADD COLUMN surfaced_seq integer;
+ALTER TABLE surfaced_items ADD COLUMN surfaced_seq integer, ADD COLUMN previous_seq integer;
