@@ -79,6 +79,7 @@ async def build_turn_context(
             gap_omitted_to_seq=omitted[1] if omitted else None,
             gap_omitted_count=omitted_count,
         ),
-        retrieved=await retrieval_section(conn, request, app_state),
+        retrieved=await retrieval_section(
+            conn, request, app_state, verbatim_from_seq=min((m.seq for m in assembled.gap), default=None)),
         active_topic=await topic_section(conn, request, app_state),
     )

@@ -283,10 +283,22 @@ class RetrievalSettings(BaseModel):
     # Words found in more than this share of a table's rows are not searched by keyword
     # (a stop list learnt from ANALYZE's statistics: they match too much to rank quickly).
     keyword_max_doc_fraction: float = Field(default=0.05, gt=0, le=1)
-    # Hybrid relevance: similarity = cosine + keyword_weight x keyword score (see docs).
-    keyword_weight: float = Field(default=1.0, ge=0)
+    # Hybrid relevance: similarity = cosine + keyword_weight x keyword score, the IDF-weighted
+    # share of the query's words an item contains (0..1, see docs/retrieval.md).
+    keyword_weight: float = Field(default=0.5, ge=0)
     # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.
     ef_search: int = Field(default=64, ge=1, le=1000)
+    # A bigger budget needs more candidates: hits per search per table are
+    # max(candidate_k, min(max_candidate_k, budget_tokens x this / 100)).
+    candidates_per_100_tokens: float = Field(default=5.0, ge=0)
+    max_candidate_k: int = Field(default=200, ge=1, le=1000)
+    # An item surfaced at an earlier turn within this many messages is still in what the chat
+    # model sees and is skipped (seed 001: no repetition); after that it may come back.
+    surfaced_window_seqs: int = Field(default=14, ge=0)
+    # Messages longer than this many characters are cut to their best sentences when packed.
+    message_chars: int = Field(default=400, ge=0)
+    # The message-index projector embeds every user/assistant message (the log is memory).
+    index_messages: bool = True
 
 
 class TopicSettings(BaseModel):

@@ -7,7 +7,7 @@ import logging
 import signal
 
 from memory_agent.settings import Settings
-from projections import facts, topics
+from projections import facts, message_index, topics
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
@@ -17,13 +17,15 @@ log = logging.getLogger(__name__)
 
 
 def projectors(settings: Settings) -> list:
-    """The messages projector, plus those of the enabled memory systems (`settings.systems`)."""
+    """The messages projector and the message index (retrieval searches the log), plus those of
+    the enabled memory systems (`settings.systems`)."""
     by_system = {
         "window": lambda: [MemoryProjector(settings)],
         "facts": lambda: facts.projectors(settings),
         "topics": lambda: topics.projectors(settings),
     }
-    return [MessagesProjector(settings), *(p for system in settings.systems for p in by_system[system]())]
+    return [MessagesProjector(settings), *message_index.projectors(settings),
+            *(p for system in settings.systems for p in by_system[system]())]
 
 
 async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) -> None:

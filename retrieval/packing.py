@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Sequence
 
 from retrieval.scoring import Exclusion, ScoredItem, rank_key
@@ -30,40 +32,67 @@ class Packed:
         return "\n".join(p.line for p in self.included)
 
 
+_SPEAKER = re.compile(r"^[\w][\w .'-]{0,39}: ")
+
+
+def day(ts: float) -> str:
+    """A date as people (and answer matching) write it: "7 May 2023" (UTC), never ISO alone."""
+    d = datetime.fromtimestamp(ts, UTC)
+    return f"{d.day} {d.strftime('%B')} {d.year}"
+
+
+def date_label(start: float | None, end: float | None) -> str:
+    """"[7 May 2023] ", "[3 May 2023 - 9 May 2023] " for a range over several days, "" if unknown."""
+    if start is None and end is None:
+        return ""
+    first, last = day(start if start is not None else end), day(end if end is not None else start)
+    return f"[{first}] " if first == last else f"[{first} - {last}] "
+
+
 def render_line(item: ScoredItem) -> str:
-    """Seed 003's prompt lines: "- [category] content (shared|personal)" for facts,
-    "- (earlier conversation, seq a-b) summary" for chunks (b inclusive here, for readers),
-    "- [memory_type] content" for memories. Whitespace is collapsed to keep one line."""
+    """One prompt line per item, each with the date its source happened:
+    "- [7 May 2023] [category] content (shared|personal)" for facts (seed 003),
+    "- [3 May 2023 - 9 May 2023] summary" for chunks, "- [7 May 2023] Caroline: text" for messages
+    (the role stands in for a speaker name the text does not start with), "- [memory_type]
+    content" for memories. Whitespace is collapsed to keep one line."""
     c = item.candidate
     content = " ".join(c.content.split())
+    when = date_label(c.occurred_start, c.occurred_end)
     if c.kind == "chunk":
-        first = c.range_start if c.range_start is not None else "?"
-        last = c.range_end - 1 if c.range_end is not None else "?"
-        return f"- (earlier conversation, seq {first}-{last}) {content}"
+        if not when and c.range_start is not None and c.range_end is not None:
+            when = f"(earlier conversation, seq {c.range_start}-{c.range_end - 1}) "
+        return f"- {when}{content}"
+    if c.kind == "message":
+        speaker = "" if _SPEAKER.match(content) or not c.role else f"{c.role}: "
+        return f"- {when}{speaker}{content}"
     label = f"[{c.category}] " if c.category else ""
     if c.kind == "fact":
         source = "(shared)" if c.visibility == "shared" else "(personal)"
-        return f"- {label}{content} {source}"
-    return f"- {label}{content}"
+        return f"- {when}{label}{content} {source}"
+    return f"- {when}{label}{content}"
 
 
 def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,
-         count: TokenCounter = count_tokens, excluded: Sequence[Exclusion] = ()) -> Packed:
+         count: TokenCounter = count_tokens, excluded: Sequence[Exclusion] = (),
+         repeats: Sequence[ScoredItem] = ()) -> Packed:
     """Greedy by final score: each line is added if the joined text still fits, otherwise it is
     excluded as "over_budget" and smaller, lower-scored lines are still tried. The budget is
-    checked on the whole joined text, so separators can never push it over."""
+    checked on the whole joined text, so separators can never push it over. `repeats` (items
+    the model can still see from an earlier turn) only take the room every other item left;
+    those that do not fit are excluded as "already_surfaced"."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
     included: list[PackedItem] = []
     dropped = list(excluded)
     used = 0
-    for item in sorted(items, key=rank_key):
-        line = render_line(item)
-        tokens = count(line)
-        trial = count("\n".join([p.line for p in included] + [line])) if included else tokens
-        if trial <= budget:
-            included.append(PackedItem(item, line, tokens))
-            used = trial
-        else:
-            dropped.append(Exclusion(item.candidate, "over_budget", item.score, tokens))
+    for group, reason in ((items, "over_budget"), (repeats, "already_surfaced")):
+        for item in sorted(group, key=rank_key):
+            line = render_line(item)
+            tokens = count(line)
+            trial = count("\n".join([p.line for p in included] + [line])) if included else tokens
+            if trial <= budget:
+                included.append(PackedItem(item, line, tokens))
+                used = trial
+            else:
+                dropped.append(Exclusion(item.candidate, reason, item.score, tokens))
     return Packed(tuple(included), tuple(dropped), used, budget)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Collection, Iterable, Literal
+from typing import Collection, Iterable, Literal, Sequence
 
 DAY_S = 86_400.0
 
-Kind = Literal["fact", "chunk", "memory"]
+Kind = Literal["fact", "chunk", "message", "memory"]
 Reason = Literal["below_threshold", "already_surfaced", "over_budget"]
 
 
@@ -29,7 +29,9 @@ class ScoringConfig:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One retrievable item. `timestamp` is when it was created or last refreshed (merged)."""
+    """One retrievable item. `timestamp` is the event time recency is measured from (when its
+    source happened, or a fact was last refreshed by a merge); `occurred_start`/`occurred_end`
+    (unix seconds) are the dates shown on its line."""
 
     item_id: str
     kind: Kind
@@ -41,6 +43,9 @@ class Candidate:
     visibility: str | None = None  # facts: "private" or "shared"
     range_start: int | None = None  # chunks: first seq
     range_end: int | None = None  # chunks: end seq, EXCLUSIVE
+    occurred_start: float | None = None
+    occurred_end: float | None = None
+    role: str | None = None  # messages
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,14 @@ def score(candidate: Candidate, now: float, config: ScoringConfig = ScoringConfi
     imp = importance_weight(candidate.importance, config)
     rec = recency_weight(now - candidate.timestamp, config)
     return ScoreBreakdown(candidate.similarity, imp, rec, candidate.similarity * imp * rec)
+
+
+def still_visible(surfaced_seqs: Sequence[int | None] | None, turn_seq: int, window_seqs: int) -> bool:
+    """Seed 001 skips what was already surfaced, to avoid repetition: an item shown at an
+    earlier turn of this conversation within the last `window_seqs` messages is still in what
+    the chat model sees; older ones are not. Showing it at this very turn does not count (a
+    retry, or another question at the same point, ranks as the first did)."""
+    return any(s is not None and turn_seq - window_seqs <= s < turn_seq for s in surfaced_seqs or ())
 
 
 def rank_key(item: ScoredItem) -> tuple[float, float, str]:

@@ -1,16 +1,21 @@
-"""Hybrid search SQL: pgvector HNSW kNN + full-text over facts and chunks, scoped by tenant, user and subject."""
+"""Hybrid search SQL: pgvector HNSW kNN + full-text over facts, chunks and messages, scoped by
+tenant, user and subject."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Collection, Literal, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import psycopg
 from psycopg.rows import class_row
 
-Kind = Literal["fact", "chunk"]
+from retrieval.keywords import CommonLexemes, Keywords, idf_weights, kept_lexemes, tsquery_text
+
+Kind = Literal["fact", "chunk", "message"]
+KINDS: tuple[Kind, ...] = ("fact", "chunk", "message")
+NO_SEQ = 2**31 - 1  # "no upper bound" for a message seq
 
 
 @dataclass(frozen=True)
@@ -18,13 +23,17 @@ class Scope:
     tenant_id: str
     user_id: str
     subject_id: str | None
-    conversation_id: str  # whose surfaced_items are flagged
+    conversation_id: str  # whose surfaced_items are flagged, whose older messages are searched
+    # Messages of this conversation at or after this seq are never candidates: the verbatim gap
+    # of the response and the current turn (min of before_seq and the gap's first seq).
+    messages_before_seq: int = NO_SEQ
 
 
 @dataclass(frozen=True)
 class SearchRow:
-    """One candidate with both scores: every row has its cosine, and a keyword score
-    (ts_rank, 0.0 when no query term matches), whichever search found it."""
+    """One candidate with both scores: every row has its cosine (0.0 for a message not yet
+    embedded), and a keyword score (ts_rank, 0.0 when no query term matches), whichever search
+    found it. Messages' item_id is "<conversation_id>:<seq>"."""
 
     kind: Kind
     item_id: str
@@ -33,8 +42,8 @@ class SearchRow:
     keyword_score: float
     in_vector: bool  # returned by the vector search (its top k)
     in_keyword: bool  # returned by the keyword search (its top k)
-    surfaced: bool  # already in surfaced_items for the scope's conversation
-    timestamp: datetime  # facts: updated_at (merges refresh it); chunks: created_at
+    surfaced_seqs: list[int | None] | None  # the turns (seqs) it was last shown at here: [latest, previous]
+    timestamp: datetime  # event time for recency: facts updated_at, chunks occurred_end, messages occurred_at
     importance: int | None = None
     category: str | None = None
     memory_type: str | None = None
@@ -43,16 +52,11 @@ class SearchRow:
     conversation_id: str | None = None
     range_start: int | None = None
     range_end: int | None = None  # exclusive
-
-
-def tsquery_text(lexemes: Sequence[str], common: Collection[str] = (), max_terms: int = 32) -> str | None:
-    """The query's lexemes joined with | (any may match; ts_rank rewards matching more of them;
-    an AND of a whole message would match nothing), minus those in `common`: a lexeme found in
-    a large share of the table matches too many rows to rank quickly and says little about
-    relevance (a stop list learnt from the data). Quoted for tsquery input; None if empty."""
-    kept = [lexeme for lexeme in dict.fromkeys(lexemes) if lexeme and lexeme not in common][:max_terms]
-    quoted = ("'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'" for lexeme in kept)
-    return " | ".join(quoted) or None
+    occurred_start: datetime | None = None  # when its source happened (shown on the line)
+    occurred_end: datetime | None = None
+    role: str | None = None  # messages
+    lexemes: list[str] | None = None  # the query's lexemes the row contains (keyword scoring)
+    doc_lexemes: int = 0  # distinct lexemes of the row (its length, for keyword scoring)
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -60,48 +64,15 @@ def vector_literal(vector: np.ndarray) -> str:
     return "[" + ",".join(f"{x:.7g}" for x in np.asarray(vector, dtype=np.float32).ravel()) + "]"
 
 
-@dataclass(frozen=True)
-class Keywords:
-    """Per table, the tsquery text to search with (None: no keyword search)."""
-
-    fact: str | None = None
-    chunk: str | None = None
-
-
-_COMMON = (
-    "SELECT s.tablename, c.e FROM pg_stats s,"
-    " unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS c(e, f)"
-    " WHERE s.schemaname = current_schema() AND s.attname = 'content_tsv'"
-    " AND s.tablename IN ('facts', 'conversation_chunks') AND c.e IS NOT NULL AND c.f > %s"
-)
-
-
-class CommonLexemes:
-    """Per table, the lexemes found in more than `max_doc_fraction` of its rows, from ANALYZE's
-    statistics (most_common_elems; none before the first ANALYZE), re-read every `ttl_s`.
-    One per app: the statistics query costs more than the rest of `prepare`."""
-
-    def __init__(self, max_doc_fraction: float, ttl_s: float = 60.0) -> None:
-        self.max_doc_fraction, self.ttl_s = max_doc_fraction, ttl_s
-        self._value: dict[str, frozenset[str]] | None = None
-        self._expires = 0.0
-
-    async def get(self, conn: psycopg.AsyncConnection, now: float) -> dict[str, frozenset[str]]:
-        """`now`: a monotonic clock reading."""
-        if self._value is None or now >= self._expires:
-            found: dict[str, set[str]] = {"facts": set(), "conversation_chunks": set()}
-            for table, lexeme in await (await conn.execute(_COMMON, (self.max_doc_fraction,))).fetchall():
-                found[table].add(lexeme)
-            self._value = {table: frozenset(lexemes) for table, lexemes in found.items()}
-            self._expires = now + self.ttl_s
-        return self._value
+_TABLE = {"fact": "facts", "chunk": "conversation_chunks", "message": "messages"}
 
 
 async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: str | None,
-                  common: dict[str, frozenset[str]] | None = None, max_terms: int = 32) -> Keywords:
-    """One round trip: the transaction-local HNSW breadth (an iterative scan keeps going while
-    the scope filter rejects index hits, so a filtered kNN still returns k rows: pgvector 0.8)
-    and the keyword text's English lexemes, minus each table's `common` ones."""
+                  common: dict[str, frozenset[str]] | None = None, max_terms: int = 32,
+                  tenant: str | None = None) -> Keywords:
+    """The transaction-local HNSW breadth (an iterative scan keeps going while the scope filter
+    rejects index hits, so a filtered kNN still returns k rows: pgvector 0.8), the keyword
+    text's English lexemes minus each table's `common` ones, and (given `tenant`) their IDF."""
     cur = await conn.execute(
         "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
         " ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %s)) u ORDER BY u.positions[1], u.lexeme)",
@@ -109,19 +80,30 @@ async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: s
     )
     lexemes = (await cur.fetchone())[2]
     common = common or {}
-    return Keywords(tsquery_text(lexemes, common.get("facts", ()), max_terms),
-                    tsquery_text(lexemes, common.get("conversation_chunks", ()), max_terms))
+    per_kind = {kind: tsquery_text(lexemes, common.get(table, ()), max_terms) for kind, table in _TABLE.items()}
+    searched = kept_lexemes(lexemes, (), max_terms)  # common ones too: their IDF is low, not zero
+    weights = await idf_weights(conn, tenant, searched) if tenant is not None and searched else {}
+    return Keywords(per_kind["fact"], per_kind["chunk"], per_kind["message"], tuple(searched), weights)
 
 
 _FACT_COLUMNS = (
     "'fact' AS kind, t.fact_id AS item_id, t.content, t.updated_at AS timestamp, t.importance, t.category,"
     " t.memory_type, t.visibility, t.owner_user_id, t.source_conversation_id AS conversation_id,"
-    " NULL::int AS range_start, NULL::int AS range_end"
+    " NULL::int AS range_start, NULL::int AS range_end, t.valid_from AS occurred_start,"
+    " t.valid_from AS occurred_end, NULL AS role"
 )
 _CHUNK_COLUMNS = (
-    "'chunk' AS kind, t.chunk_id AS item_id, t.content, t.created_at AS timestamp, NULL::int AS importance,"
-    " NULL AS category, NULL AS memory_type, NULL AS visibility, t.user_id AS owner_user_id, t.conversation_id,"
-    " t.message_range_start AS range_start, t.message_range_end AS range_end"
+    "'chunk' AS kind, t.chunk_id AS item_id, t.content, COALESCE(t.occurred_end, t.created_at) AS timestamp,"
+    " NULL::int AS importance, NULL AS category, NULL AS memory_type, NULL AS visibility,"
+    " t.user_id AS owner_user_id, t.conversation_id, t.message_range_start AS range_start,"
+    " t.message_range_end AS range_end, COALESCE(t.occurred_start, t.created_at) AS occurred_start,"
+    " COALESCE(t.occurred_end, t.created_at) AS occurred_end, NULL AS role"
+)
+_MESSAGE_COLUMNS = (
+    "'message' AS kind, t.conversation_id || ':' || t.seq AS item_id, t.content, t.occurred_at AS timestamp,"
+    " NULL::int AS importance, NULL AS category, NULL AS memory_type, NULL AS visibility,"
+    " t.user_id AS owner_user_id, t.conversation_id, t.seq AS range_start, t.seq + 1 AS range_end,"
+    " t.occurred_at AS occurred_start, t.occurred_at AS occurred_end, t.role"
 )
 
 
@@ -134,18 +116,47 @@ def _fact_scope(subject_id: str | None) -> str:
     return f"{live} AND t.subject_id = %(subject)s AND (t.owner_user_id = %(user)s OR t.visibility = 'shared')"
 
 
-def _chunk_scope(subject_id: str | None) -> str:
+def _user_scope(subject_id: str | None, user_column: str = "t.user_id") -> str:
     subject = "t.subject_id IS NULL" if subject_id is None else "t.subject_id = %(subject)s"
-    return f"t.tenant_id = %(tenant)s AND t.user_id = %(user)s AND {subject}"
+    return f"t.tenant_id = %(tenant)s AND {user_column} = %(user)s AND {subject}"
+
+
+def _message_scope(subject_id: str | None) -> str:
+    """This conversation's messages before the verbatim gap and the current turn, and the
+    user's other conversations of the same subject (the scope of chunks). Never another
+    user's conversation (unless it is this one), never another tenant's."""
+    return (f"t.tenant_id = %(tenant)s AND ((t.conversation_id = %(conversation)s AND t.seq < %(before)s)"
+            f" OR (t.conversation_id <> %(conversation)s AND {_user_scope(subject_id)}))")
+
+
+def _surfaced(kind: str, item_id: str) -> str:
+    """The turns it was last shown at in this conversation: [latest, the one before], or NULL."""
+    return (f"(SELECT ARRAY[s.surfaced_seq, s.previous_seq] FROM surfaced_items s WHERE s.tenant_id = %(tenant)s"
+            f" AND s.conversation_id = %(conversation)s AND s.item_kind = '{kind}' AND s.item_id = {item_id})"
+            f" AS surfaced_seqs")
+
+
+def _keyword_columns(keyword: bool) -> str:
+    """ts_rank (float8: a bare 0.0 literal would arrive as Decimal) when the keyword search ran,
+    and always the query lexemes the row contains and its length in distinct lexemes (an item
+    found by meaning still gets credit for the words it shares with the query)."""
+    tsquery = "%(keywords)s::tsquery"
+    rank = (f"CASE WHEN t.content_tsv @@ {tsquery} THEN ts_rank(t.content_tsv, {tsquery})::float8"
+            f" ELSE 0.0::float8 END" if keyword else "0.0::float8")
+    return (f"{rank} AS keyword_score,"
+            f" ARRAY(SELECT u.lexeme FROM unnest(t.content_tsv) u WHERE u.lexeme = ANY(%(lexemes)s::text[]))"
+            f" AS lexemes, length(t.content_tsv) AS doc_lexemes")
 
 
 def search_sql(kind: Kind, subject_id: str | None, *, vector: bool, keyword: bool) -> str:
     """One statement: the top k by cosine distance (HNSW), the top k by ts_rank (GIN), their
-    union with both scores and the surfaced flag. A disabled search contributes nothing."""
+    union with both scores and the surfaced seq. A disabled search contributes nothing."""
+    if kind == "message":
+        return _message_sql(subject_id, vector=vector, keyword=keyword)
     table, key, columns = (
         ("facts", "fact_id", _FACT_COLUMNS) if kind == "fact" else ("conversation_chunks", "chunk_id", _CHUNK_COLUMNS)
     )
-    scope = _fact_scope(subject_id) if kind == "fact" else _chunk_scope(subject_id)
+    scope = _fact_scope(subject_id) if kind == "fact" else _user_scope(subject_id)
     tsquery = "%(keywords)s::tsquery"
     vec = (
         f"SELECT t.{key} AS id FROM {table} t WHERE {scope}"
@@ -157,18 +168,48 @@ def search_sql(kind: Kind, subject_id: str | None, *, vector: bool, keyword: boo
         f" ORDER BY ts_rank(t.content_tsv, {tsquery}) DESC, t.{key} LIMIT %(k)s"
         if keyword else "SELECT NULL::text AS id WHERE false"
     )
-    keyword_score = f"ts_rank(t.content_tsv, {tsquery})" if keyword else "0.0"
-    matches = f"t.content_tsv @@ {tsquery}" if keyword else "false"
     return (
         f"WITH vec AS MATERIALIZED ({vec}), kw AS MATERIALIZED ({kw})"
         f" SELECT {columns},"
-        f" 1 - (t.embedding <=> %(vector)s::vector) AS cosine,"
-        f" CASE WHEN {matches} THEN {keyword_score} ELSE 0.0 END AS keyword_score,"
+        f" (1 - (t.embedding <=> %(vector)s::vector))::float8 AS cosine, {_keyword_columns(keyword)},"
         f" t.{key} IN (SELECT id FROM vec) AS in_vector, t.{key} IN (SELECT id FROM kw) AS in_keyword,"
-        f" EXISTS (SELECT 1 FROM surfaced_items s WHERE s.tenant_id = %(tenant)s"
-        f" AND s.conversation_id = %(conversation)s AND s.item_kind = '{kind}' AND s.item_id = t.{key}) AS surfaced"
+        f" {_surfaced(kind, f't.{key}')}"
         f" FROM {table} t WHERE t.tenant_id = %(tenant)s"
         f" AND t.{key} IN (SELECT id FROM vec UNION SELECT id FROM kw)"
+    )
+
+
+_MESSAGE_ID = "t.conversation_id || ':' || t.seq"
+
+
+def _message_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
+    """Messages: the vector search runs over message_embeddings (the scope columns are copied
+    there), the keyword search over the log's own tsvector; a message not embedded yet can
+    still be found by its words (cosine 0). Only what people said: no system or tool messages."""
+    scope = _message_scope(subject_id)
+    tsquery = "%(keywords)s::tsquery"
+    vec = (
+        f"SELECT t.conversation_id, t.seq FROM message_embeddings t WHERE {scope}"
+        f" ORDER BY t.embedding <=> %(vector)s::vector LIMIT %(k)s"
+        if vector else "SELECT NULL::text, NULL::int WHERE false"
+    )
+    kw = (
+        f"SELECT t.conversation_id, t.seq FROM messages t WHERE {scope} AND t.role IN ('user', 'assistant')"
+        f" AND t.content_tsv @@ {tsquery} ORDER BY ts_rank(t.content_tsv, {tsquery}) DESC, t.conversation_id, t.seq"
+        f" LIMIT %(k)s"
+        if keyword else "SELECT NULL::text, NULL::int WHERE false"
+    )
+    return (
+        f"WITH vec(conversation_id, seq) AS MATERIALIZED ({vec}), kw(conversation_id, seq) AS MATERIALIZED ({kw})"
+        f" SELECT {_MESSAGE_COLUMNS},"
+        f" COALESCE(1 - (e.embedding <=> %(vector)s::vector), 0.0)::float8 AS cosine, {_keyword_columns(keyword)},"
+        f" (t.conversation_id, t.seq) IN (SELECT * FROM vec) AS in_vector,"
+        f" (t.conversation_id, t.seq) IN (SELECT * FROM kw) AS in_keyword,"
+        f" {_surfaced('message', _MESSAGE_ID)}"
+        f" FROM messages t LEFT JOIN message_embeddings e"
+        f" ON e.tenant_id = t.tenant_id AND e.conversation_id = t.conversation_id AND e.seq = t.seq"
+        f" WHERE t.tenant_id = %(tenant)s AND t.role IN ('user', 'assistant')"
+        f" AND (t.conversation_id, t.seq) IN (SELECT * FROM vec UNION SELECT * FROM kw)"
     )
 
 
@@ -182,6 +223,7 @@ async def search(
     *,
     use_vector: bool = True,
     use_keyword: bool = True,
+    lexemes: Sequence[str] = (),
 ) -> list[SearchRow]:
     """Candidates of one table, unordered (the caller ranks them). `keywords` is tsquery text
     (see tsquery_text); None turns the keyword search off."""
@@ -190,6 +232,7 @@ async def search(
     params = {
         "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
         "conversation": scope.conversation_id, "vector": literal, "keywords": keywords or "", "k": k,
+        "before": scope.messages_before_seq, "lexemes": list(lexemes),
     }
     async with conn.cursor(row_factory=class_row(SearchRow)) as cur:
         # Never a server-side prepared statement: after five runs PostgreSQL may settle on a
@@ -207,37 +250,43 @@ async def search_all(
     keywords: Keywords,
     k: int,
     *,
-    kinds: Sequence[Kind] = ("fact", "chunk"),
+    kinds: Sequence[Kind] = KINDS,
     use_vector: bool = True,
     use_keyword: bool = True,
 ) -> list[SearchRow]:
     literal = vector_literal(vector)
     rows: list[SearchRow] = []
     for kind in kinds:
-        rows += await search(conn, kind, scope, literal, getattr(keywords, kind), k,
-                             use_vector=use_vector, use_keyword=use_keyword)
+        rows += await search(conn, kind, scope, literal, keywords.for_kind(kind), k,
+                             use_vector=use_vector, use_keyword=use_keyword, lexemes=keywords.lexemes)
     return rows
 
 
 async def record_surfaced(
-    conn: psycopg.AsyncConnection, scope: Scope, items: Sequence[tuple[Kind, str]], now: datetime
+    conn: psycopg.AsyncConnection, scope: Scope, items: Sequence[tuple[Kind, str]], now: datetime, turn_seq: int
 ) -> None:
-    """Remember what this conversation was shown and bump the access counts of the facts that
-    were new to it (so a count is the number of conversations shown the fact, even when two
-    requests of one conversation race). Operational side effects of a read: not derived from
-    the log, not rebuilt by a replay. Rows are taken in key order, so concurrent requests
-    cannot deadlock; the commit does not wait for the WAL flush (a crash may lose the last few)."""
+    """Remember what this conversation was shown, at which turn (`turn_seq`), and bump the
+    access counts of the facts that were new to it (so a count is the number of conversations
+    shown the fact, even when two requests of one conversation race). Operational side effects
+    of a read: not derived from the log, not rebuilt by a replay. Rows are taken in key order,
+    so concurrent requests cannot deadlock; the commit does not wait for the WAL flush (a crash
+    may lose the last few)."""
     if not items:
         return
     ordered = sorted(set(items))
     await conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
     cur = await conn.execute(
-        "INSERT INTO surfaced_items (tenant_id, conversation_id, item_kind, item_id, surfaced_at)"
-        " SELECT %s, %s, kind, id, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(kind, id, n)"
-        " ORDER BY n ON CONFLICT DO NOTHING RETURNING item_kind, item_id",
-        (scope.tenant_id, scope.conversation_id, now, [k for k, _ in ordered], [i for _, i in ordered]),
+        "INSERT INTO surfaced_items AS s (tenant_id, conversation_id, item_kind, item_id, surfaced_at, surfaced_seq)"
+        " SELECT %s, %s, kind, id, %s, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(kind, id, n)"
+        " ORDER BY n ON CONFLICT (tenant_id, conversation_id, item_kind, item_id) DO UPDATE SET"
+        " surfaced_at = GREATEST(s.surfaced_at, EXCLUDED.surfaced_at),"
+        " previous_seq = CASE WHEN EXCLUDED.surfaced_seq > s.surfaced_seq THEN s.surfaced_seq"
+        " ELSE s.previous_seq END,"
+        " surfaced_seq = GREATEST(s.surfaced_seq, EXCLUDED.surfaced_seq)"
+        " RETURNING item_kind, item_id, xmax = 0 AS inserted",
+        (scope.tenant_id, scope.conversation_id, now, turn_seq, [k for k, _ in ordered], [i for _, i in ordered]),
     )
-    fact_ids = sorted(item_id for kind, item_id in await cur.fetchall() if kind == "fact")
+    fact_ids = sorted(item_id for kind, item_id, inserted in await cur.fetchall() if kind == "fact" and inserted)
     if fact_ids:
         await conn.execute(
             "WITH locked AS (SELECT fact_id FROM facts WHERE tenant_id = %s AND fact_id = ANY(%s)"
@@ -247,3 +296,7 @@ async def record_surfaced(
             " FROM locked WHERE f.fact_id = locked.fact_id",
             (scope.tenant_id, fact_ids, now),
         )
+
+
+__all__ = ["CommonLexemes", "KINDS", "Keywords", "Kind", "NO_SEQ", "Scope", "SearchRow", "prepare",
+           "record_surfaced", "search", "search_all", "search_sql", "tsquery_text", "vector_literal"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, Literal, Mapping, Sequence
 
 import psycopg
@@ -11,9 +13,11 @@ import psycopg
 from api.sections.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings
+from retrieval.keywords import coverage
 from retrieval.packing import Packed, pack, render_line
-from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates
-from retrieval.search import CommonLexemes, Scope, SearchRow, prepare, record_surfaced, search_all
+from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
+from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, prepare, record_surfaced, search_all
+from retrieval.snippets import snippet
 from retrieval.tokens import load_tokenizer
 
 Method = Literal["hybrid", "vector", "keyword"]
@@ -28,9 +32,17 @@ class RetrievalConfig:
     query_chars: int = 500
     keyword_max_terms: int = 32
     keyword_max_doc_fraction: float = 0.05
-    keyword_weight: float = 1.0
+    keyword_weight: float = 0.5
     ef_search: int = 64
     method: Method = "hybrid"
+    # Hits per search per table grow with the budget: at least candidate_k, this many per
+    # 100 budget tokens, at most max_candidate_k.
+    candidates_per_100_tokens: float = 5.0
+    max_candidate_k: int = 200
+    # An item surfaced at an earlier turn within this many messages is still visible: skipped.
+    surfaced_window_seqs: int = 14
+    # Messages longer than this are cut to their best sentences (retrieval/snippets.py).
+    message_chars: int = 400
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
@@ -38,7 +50,13 @@ class RetrievalConfig:
                                 fresh_days=s.fresh_days, stale_days=s.stale_days, stale_weight=s.stale_weight)
         return cls(scoring, s.candidate_k, s.last_messages, s.context_message_chars, s.query_chars,
                    s.keyword_max_terms, s.keyword_max_doc_fraction, s.keyword_weight,
-                   max(s.ef_search, s.candidate_k), method)
+                   max(s.ef_search, s.candidate_k), method, s.candidates_per_100_tokens, s.max_candidate_k,
+                   s.surfaced_window_seqs, s.message_chars)
+
+    def k_for(self, budget_tokens: int) -> int:
+        """Hits per search per table for this budget (a bigger budget needs more candidates)."""
+        scaled = math.ceil(budget_tokens * self.candidates_per_100_tokens / 100)
+        return max(self.candidate_k, min(self.max_candidate_k, scaled))
 
 
 @dataclass(frozen=True)
@@ -46,8 +64,10 @@ class Retrieval:
     query: str
     embedding_model: str
     packed: Packed
-    rows: Mapping[str, SearchRow]  # by candidate key ("fact:<id>" / "chunk:<id>")
+    rows: Mapping[str, SearchRow]  # by candidate key ("fact:<id>", "chunk:<id>", "message:<conversation>:<seq>")
     candidates: int  # distinct items the searches returned
+    turn_seq: int  # the turn the request is for (before_seq, or the conversation's next seq)
+    turn_time: datetime  # when that turn happened (recency is measured from it)
 
 
 def query_text(current: str | None, earlier: Sequence[str], config: RetrievalConfig = RetrievalConfig()) -> str | None:
@@ -65,8 +85,8 @@ def query_text(current: str | None, earlier: Sequence[str], config: RetrievalCon
 
 
 def relevance(row: SearchRow, method: Method, keyword_weight: float) -> float:
-    """The `similarity` of seed 001's formula. vector: the cosine; keyword: ts_rank;
-    hybrid: the cosine plus a bonus for matching the query's words (ts_rank x weight)."""
+    """The `similarity` of seed 001's formula. vector: the cosine; keyword: the IDF-weighted
+    share of the query's words the item contains; hybrid: the cosine plus that share x weight."""
     if method == "vector":
         return row.cosine
     if method == "keyword":
@@ -78,12 +98,26 @@ def key(kind: str, item_id: str) -> str:
     return f"{kind}:{item_id}"
 
 
-def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Candidate]:
+def _ts(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: Sequence[str] = ()) -> list[Candidate]:
     return [
-        Candidate(key(r.kind, r.item_id), r.kind, r.content, relevance(r, config.method, config.keyword_weight),
-                  r.timestamp.timestamp(), r.importance, r.category, r.visibility, r.range_start, r.range_end)
+        Candidate(key(r.kind, r.item_id), r.kind,
+                  snippet(r.content, lexemes, config.message_chars) if r.kind == "message" else r.content,
+                  relevance(r, config.method, config.keyword_weight), r.timestamp.timestamp(), r.importance,
+                  r.category, r.visibility, r.range_start, r.range_end, _ts(r.occurred_start), _ts(r.occurred_end),
+                  r.role)
         for r in rows
     ]
+
+
+def with_coverage(rows: Sequence[SearchRow], weights: Mapping[str, float], lexemes: Sequence[str]) -> list[SearchRow]:
+    """Each row's keyword_score becomes its IDF-weighted coverage of the query's lexemes
+    (ts_rank only picked the keyword search's top k). Without weights every lexeme counts 1."""
+    weights = weights or {lexeme: 1.0 for lexeme in lexemes}
+    return [replace(r, keyword_score=coverage(r.lexemes or (), weights)) for r in rows]
 
 
 def rank_all(rows: Sequence[SearchRow], now: float, config: RetrievalConfig = RetrievalConfig()) -> list[ScoredItem]:
@@ -93,20 +127,39 @@ def rank_all(rows: Sequence[SearchRow], now: float, config: RetrievalConfig = Re
     return sorted(items, key=rank_key)
 
 
+@dataclass(frozen=True)
+class Turn:
+    earlier: list[str]  # the last messages before the turn, oldest first
+    seq: int  # the turn's seq: before_seq, or the seq after the conversation's newest message
+    time: datetime  # the newest message's occurred_at before the turn (wall clock if none)
+
+
+async def turn_of(conn: psycopg.AsyncConnection, request: ContextRequest, n: int) -> Turn:
+    """The conversation's last `n` messages before `before_seq` and when the turn happens: the
+    event time of the newest message before it, so a replayed log ranks as it did live."""
+    cur = await conn.execute(
+        "SELECT content, occurred_at FROM messages WHERE tenant_id = %s AND conversation_id = %s"
+        " AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq DESC LIMIT %s",
+        (request.tenant_id, request.conversation.conversation_id, request.before_seq, request.before_seq,
+         max(n, 1)),
+    )
+    rows = await cur.fetchall()
+    seq = request.before_seq if request.before_seq is not None else request.conversation.last_seq + 1
+    when = rows[0][1] if rows else request.now
+    return Turn([content for content, _ in reversed(rows[:n])] if n > 0 else [], seq, when)
+
+
 async def earlier_messages(conn: psycopg.AsyncConnection, request: ContextRequest, n: int) -> list[str]:
     """The conversation's last `n` messages before `before_seq`, oldest first."""
-    if n <= 0:
-        return []
-    cur = await conn.execute(
-        "SELECT content FROM messages WHERE tenant_id = %s AND conversation_id = %s"
-        " AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq DESC LIMIT %s",
-        (request.tenant_id, request.conversation.conversation_id, request.before_seq, request.before_seq, n),
-    )
-    return [row[0] for row in reversed(await cur.fetchall())]
+    return (await turn_of(conn, request, n)).earlier if n > 0 else []
 
 
-def scope_of(request: ContextRequest) -> Scope:
-    return Scope(request.tenant_id, request.user_id, request.subject_id, request.conversation.conversation_id)
+def scope_of(request: ContextRequest, verbatim_from_seq: int | None = None) -> Scope:
+    """Messages of this conversation at or after the turn, or already in the response's
+    verbatim gap (from `verbatim_from_seq` on), are never candidates."""
+    bounds = [b for b in (request.before_seq, verbatim_from_seq) if b is not None]
+    return Scope(request.tenant_id, request.user_id, request.subject_id, request.conversation.conversation_id,
+                 min(bounds, default=NO_SEQ))
 
 
 _LINE_TOKENS: dict[str, int] = {}  # a process-wide cache of a pure function, bounded below
@@ -132,45 +185,55 @@ def count_lines(text: str) -> int:
 
 async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, embedder: Embedder,
                       config: RetrievalConfig, keyword_text: str | None = None,
-                      common: CommonLexemes | None = None) -> list[SearchRow]:
+                      common: CommonLexemes | None = None, k: int | None = None) -> list[SearchRow]:
     """One query embedding of `text`, then per table one statement holding both index searches;
     the keyword search uses `keyword_text` (default: `text`) minus the tables' common lexemes
-    (`common`: a cache; None reads the statistics now)."""
+    (`common`: a cache; None reads the statistics now). Rows' keyword_score is their
+    IDF-weighted coverage of the searched lexemes."""
     vector = await embedder.embed_query(text)
     common = common or CommonLexemes(config.keyword_max_doc_fraction)
     keywords = await prepare(conn, config.ef_search, keyword_text if keyword_text is not None else text,
-                             await common.get(conn, time.monotonic()), config.keyword_max_terms)
-    return await search_all(conn, scope, vector, keywords, config.candidate_k,
+                             await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id)
+    rows = await search_all(conn, scope, vector, keywords, k or config.candidate_k,
                             use_vector=config.method != "keyword", use_keyword=config.method != "vector")
+    return with_coverage(rows, keywords.weights, keywords.lexemes)
 
 
 async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embedder: Embedder,
                    config: RetrievalConfig = RetrievalConfig(), *, common: CommonLexemes | None = None,
-                   record: bool = True) -> Retrieval | None:
+                   record: bool = True, verbatim_from_seq: int | None = None) -> Retrieval | None:
     """None when there is nothing to search with (no query, no earlier messages). Included
-    items are recorded as surfaced for the conversation and their access counts bumped,
-    then committed (`record=False` leaves the database untouched)."""
-    earlier = await earlier_messages(conn, request, config.last_messages)
-    text = query_text(request.query, earlier, config)
+    items are recorded as surfaced at this turn and the facts' access counts bumped, then
+    committed (`record=False` leaves the database untouched). Messages of this conversation
+    from `verbatim_from_seq` on (the response's verbatim gap) are not searched."""
+    turn = await turn_of(conn, request, config.last_messages)
+    text = query_text(request.query, turn.earlier, config)
     if text is None:
         return None
-    scope = scope_of(request)
+    scope = scope_of(request, verbatim_from_seq)
     # Keywords come from the current message alone when there is one: the earlier turns
     # add context to the embedding, but their small talk would match half the table.
     current = request.query if request.query and request.query.strip() else None
-    rows = await search_rows(conn, scope, text, embedder, config, current, common)
+    k = config.k_for(request.budget_tokens)
+    rows = await search_rows(conn, scope, text, embedder, config, current, common, k)
     by_key = {key(r.kind, r.item_id): r for r in rows}
-    surfaced = {k for k, r in by_key.items() if r.surfaced}
-    now = request.now.timestamp()
-    scored = score_candidates(to_candidates(rows, config), now, surfaced, config.scoring)
-    remember_tokens([render_line(item) for item in scored.kept])
-    packed = pack(scored.kept, request.budget_tokens, count_lines, scored.excluded)
+    visible = {k for k, r in by_key.items() if still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
+    lexemes = sorted({lexeme for r in rows for lexeme in (r.lexemes or ())})
+    scored = score_candidates(to_candidates(rows, config, lexemes), turn.time.timestamp(), visible, config.scoring)
+    # What the model still sees from an earlier turn is not dropped, only put last: it fills
+    # the room new items leave (seed 001 avoids repetition; it does not want an empty section).
+    repeats = [ScoredItem(e.candidate, e.score) for e in scored.excluded
+               if e.reason == "already_surfaced" and e.score.final > config.scoring.threshold]
+    others = [e for e in scored.excluded if not (e.reason == "already_surfaced"
+                                                 and e.score.final > config.scoring.threshold)]
+    remember_tokens([render_line(item) for item in (*scored.kept, *repeats)])
+    packed = pack(scored.kept, request.budget_tokens, count_lines, others, repeats)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]
-        await record_surfaced(conn, scope, chosen, request.now)
+        await record_surfaced(conn, scope, chosen, request.now, turn.seq)
         await conn.commit()
-    return Retrieval(text, embedder.model, packed, by_key, len(by_key))
+    return Retrieval(text, embedder.model, packed, by_key, len(by_key), turn.seq, turn.time)
 
 
 def embedder_for(app_state: Any) -> Embedder:

@@ -1,8 +1,9 @@
-"""Retrieved facts and chunks for the turn-start context, with the scores that put them there."""
+"""Retrieved facts, chunks and messages for the turn-start context, with the scores that put them there."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
@@ -26,12 +27,12 @@ class ScoreOut(BaseModel):
     recency_weight: float
     final: float
     cosine: float
-    keyword_score: float = Field(description="ts_rank of the query's words; 0 when none matches")
+    keyword_score: float = Field(description="IDF-weighted share of the query's words the item contains (0..1)")
     found_by: list[Literal["vector", "keyword"]]
 
 
 class RetrievedItemOut(BaseModel):
-    kind: Literal["fact", "chunk"]
+    kind: Literal["fact", "chunk", "message"]
     id: str
     content: str
     line: str = Field(description="The line to put in the prompt")
@@ -41,13 +42,16 @@ class RetrievedItemOut(BaseModel):
     owner_user_id: str | None = None
     importance: int | None = None
     conversation_id: str | None = None
-    message_range: tuple[int, int] | None = Field(None, description="chunks: [start, end) seqs")
+    message_range: tuple[int, int] | None = Field(None, description="chunks and messages: [start, end) seqs")
+    occurred_start: datetime | None = Field(None, description="When its source happened (first message)")
+    occurred_end: datetime | None = Field(None, description="When its source happened (last message)")
+    role: str | None = Field(None, description="messages: who said it")
     score: ScoreOut
     tokens: int
 
 
 class ExcludedOut(BaseModel):
-    kind: Literal["fact", "chunk"]
+    kind: Literal["fact", "chunk", "message"]
     id: str
     reason: Literal["below_threshold", "already_surfaced", "over_budget"]
     score: ScoreOut | None = None
@@ -65,6 +69,8 @@ class RetrievedOut(BaseModel):
     threshold: float
     query: str = Field(description="The text that was embedded and searched")
     embedding_model: str
+    turn_seq: int | None = Field(None, description="The turn ranked for: before_seq, or the next seq")
+    turn_time: datetime | None = Field(None, description="When that turn happened: recency is measured from it")
     error: str | None = Field(None, description="Set when retrieval could not run (e.g. embedder down)")
 
 
@@ -83,7 +89,8 @@ def to_out(result: Retrieval, threshold: float) -> RetrievedOut:
             kind=row.kind, id=row.item_id, content=row.content, line=packed.line, category=row.category,
             memory_type=row.memory_type, visibility=row.visibility, owner_user_id=row.owner_user_id,
             importance=row.importance, conversation_id=row.conversation_id,
-            message_range=(row.range_start, row.range_end) if row.kind == "chunk" else None,
+            message_range=(row.range_start, row.range_end) if row.kind != "fact" else None,
+            occurred_start=row.occurred_start, occurred_end=row.occurred_end, role=row.role,
             score=_score(packed.item.score, row), tokens=packed.tokens))
     excluded = sorted(result.packed.excluded, key=lambda e: -(e.score.final if e.score else 0.0))
     return RetrievedOut(
@@ -94,19 +101,28 @@ def to_out(result: Retrieval, threshold: float) -> RetrievedOut:
                   for e in excluded[:MAX_EXCLUDED]],
         excluded_total=len(excluded), candidates=result.candidates, tokens_used=result.packed.tokens_used,
         budget_tokens=result.packed.budget, threshold=threshold, query=result.query,
-        embedding_model=result.embedding_model)
+        embedding_model=result.embedding_model, turn_seq=result.turn_seq, turn_time=result.turn_time)
 
 
-async def retrieval_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any) -> Any | None:
+async def retrieval_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any, *,
+                            verbatim_from_seq: int | None = None) -> Any | None:
     """RetrievedOut, or None when there is nothing to search with (no query, no messages).
-    If the embedder fails, the context still answers: no items, and `error` says why."""
+    Messages of this conversation from `verbatim_from_seq` on (the response's verbatim gap)
+    are never retrieved. If anything fails (the embedder, a query), the context still
+    answers: no items, and `error` says why."""
     config = RetrievalConfig.from_settings(app_state.settings.retrieval)
     embedder = embedder_for(app_state)
     try:
-        result = await retrieve(conn, request, embedder, config, common=common_lexemes_for(app_state))
-    except EmbeddingError as error:
-        log.warning("retrieval skipped, embedder failed: %s", error)
+        result = await retrieve(conn, request, embedder, config, common=common_lexemes_for(app_state),
+                                verbatim_from_seq=verbatim_from_seq)
+    except Exception as error:  # noqa: BLE001 - a section degrades, the context answers
+        if isinstance(error, EmbeddingError):
+            log.warning("retrieval skipped, embedder failed: %s", error)
+        else:
+            log.exception("retrieval failed")
+        await conn.rollback()  # a failed statement aborts the transaction the next section needs
         return RetrievedOut(items=[], text="", excluded=[], excluded_total=0, candidates=0, tokens_used=0,
                             budget_tokens=request.budget_tokens, threshold=config.scoring.threshold,
-                            query=request.query or "", embedding_model=embedder.model, error=str(error))
+                            query=request.query or "", embedding_model=embedder.model,
+                            error=f"{type(error).__name__}: {error}")
     return None if result is None else to_out(result, config.scoring.threshold)

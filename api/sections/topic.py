@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import datetime
 from typing import Any, Literal
@@ -13,6 +14,8 @@ from pydantic import BaseModel
 from api.sections.request import ContextRequest
 from projections import topic_queries as tq
 from streams.topics_memory.decay import TopicConfig
+
+log = logging.getLogger(__name__)
 
 
 class TopicMessageOut(BaseModel):
@@ -103,8 +106,24 @@ async def _placed_up_to(conn: psycopg.AsyncConnection, request: ContextRequest, 
         await asyncio.sleep(0.02)
 
 
+class TopicErrorOut(BaseModel):
+    """What ContextOut.active_topic holds when the topic section failed: the rest answers."""
+
+    error: str
+
+
 async def topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any) -> Any | None:
-    """ActiveTopicOut for ContextOut.active_topic, or None before the first topic."""
+    """ActiveTopicOut for ContextOut.active_topic, None before the first topic, TopicErrorOut
+    (with the reason) when it could not be read: a failing section never fails the context."""
+    try:
+        return await _topic_section(conn, request, app_state)
+    except Exception as error:  # noqa: BLE001
+        log.exception("topic section failed")
+        await conn.rollback()
+        return TopicErrorOut(error=f"{type(error).__name__}: {error}")
+
+
+async def _topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any) -> Any | None:
     settings = app_state.settings.topics
     state = await _placed_up_to(conn, request, settings.context_wait_ms)
     if state is None or state.active_topic_id is None:

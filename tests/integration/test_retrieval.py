@@ -77,7 +77,8 @@ async def test_wifi_problem_finds_the_network_configuration_memory_with_explaine
     assert "n02" in ids(retrieved)  # "Network configuration issue ...": no shared word, found by meaning
     n02 = next(item for item in retrieved["items"] if item["id"] == "n02")
     assert n02["score"]["found_by"] == ["vector"] and n02["score"]["keyword_score"] == 0
-    assert n02["line"] == f"- [infrastructure] {n02['content']} (personal)"
+    shown = datetime.fromisoformat(n02["occurred_start"])  # a fact's line shows when it was observed
+    assert n02["line"] == f"- [{shown.day} {shown:%B} {shown.year}] [infrastructure] {n02['content']} (personal)"
     for item in retrieved["items"]:
         s = item["score"]
         assert s["final"] == pytest.approx(s["similarity"] * s["importance_weight"] * s["recency_weight"])
@@ -101,25 +102,39 @@ async def test_budget_limits_what_is_packed_and_says_what_was_left_out(loaded):
     assert set(ids(small)) < set(ids(full)) and ids(small)[0] == ids(full)[0]
 
 
-async def test_second_call_skips_surfaced_items_and_access_counts_are_bumped_once_per_conversation(loaded):
-    await conversation(loaded, "c1", "nox", None)
-    await conversation(loaded, "c2", "nox", None)
-    query = "How many partitions do the Kafka topics have?"
+async def test_surfaced_items_give_way_while_still_visible_and_are_counted_once_per_conversation(loaded):
+    """Seed 001 avoids repetition: an item shown at an earlier turn within the window (14
+    messages) is still in front of the model, so it only takes the room new items leave (after
+    all of them); asked again at the same turn it ranks as before (a retry), and once the
+    window has moved past it, it competes like any other item."""
+    await conversation(loaded, "c1", "maria", L.JOE)
+    await conversation(loaded, "c2", "maria", L.JOE)
+    query = "Tell me about grandpa's life"
     async with running_api(loaded) as url:
-        first = (await context(url, "c1", query=query))["retrieved"]
-        assert "n05" in ids(first)
-        assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = 'n05'") == 1
-        assert await scalar(loaded, "SELECT last_accessed_at IS NOT NULL FROM facts WHERE fact_id = 'n05'")
-        second = (await context(url, "c1", query=query))["retrieved"]
-        assert not set(ids(first)) & set(ids(second))
-        skipped = {e["id"] for e in second["excluded"] if e["reason"] == "already_surfaced"}
-        assert set(ids(first)) <= skipped | {e["id"] for e in second["excluded"]}
-        assert "n05" in skipped
-        assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = 'n05'") == 1
-        other = (await context(url, "c2", query=query))["retrieved"]
-    assert "n05" in ids(other)
-    assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = 'n05'") == 2
-    assert await scalar(loaded, "SELECT count(*) FROM surfaced_items WHERE conversation_id = 'c1'") == len(first["items"])
+        first = (await context(url, "c1", query=query, before_seq=2, budget_tokens=40))["retrieved"]
+        top = ids(first)[0]
+        assert first["turn_seq"] == 2
+        assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = %s", (top,)) == 1
+        assert await scalar(loaded, "SELECT last_accessed_at IS NOT NULL FROM facts WHERE fact_id = %s", (top,))
+        small = (await context(url, "c1", query=query, before_seq=4, budget_tokens=40))["retrieved"]
+        assert small["items"] and top not in ids(small)  # new items took the room
+        assert top in {e["id"] for e in small["excluded"] if e["reason"] == "already_surfaced"}
+        second = (await context(url, "c1", query=query, before_seq=5))["retrieved"]
+        fresh = [i for i in ids(second) if i not in ids(first) + ids(small)]
+        assert fresh and ids(second)[:len(fresh)] == fresh  # every new item before any repeat
+        assert ids(second).index(top) >= len(fresh)  # room was left: the repeat comes last
+        retry = (await context(url, "c1", query=query, before_seq=5))["retrieved"]
+        assert ids(retry) == ids(second)  # the same turn again: the same answer
+        later = (await context(url, "c1", query=query, before_seq=5 + 14 + 1))["retrieved"]
+        assert ids(later)[0] == top  # out of the window: ranked on its merits again
+        assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = %s", (top,)) == 1
+        assert await scalar(loaded, "SELECT surfaced_seq FROM surfaced_items WHERE item_id = %s"
+                                    " AND conversation_id = 'c1'", (top,)) == 20
+        other = (await context(url, "c2", query=query, budget_tokens=40))["retrieved"]
+    assert top in ids(other)
+    assert await scalar(loaded, "SELECT access_count FROM facts WHERE fact_id = %s", (top,)) == 2
+    shown = set(ids(first)) | set(ids(second)) | set(ids(small)) | set(ids(later))
+    assert await scalar(loaded, "SELECT count(*) FROM surfaced_items WHERE conversation_id = 'c1'") == len(shown)
 
 
 async def test_deleted_and_superseded_facts_are_never_retrieved(loaded):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime
 
 import pytest
 
 from retrieval.packing import pack, render_line
 from retrieval.scoring import Candidate, Exclusion, ScoreBreakdown, ScoredItem
 from retrieval.tokens import count_tokens
+
+MAY_7 = datetime(2023, 5, 7, 18, 30, tzinfo=UTC).timestamp()
+DAY = 86_400.0
 
 
 def item(item_id: str, final: float, content: str = "content", kind: str = "fact", **kw) -> ScoredItem:
@@ -25,7 +29,18 @@ def item(item_id: str, final: float, content: str = "content", kind: str = "fact
      (item("c", 1, "They planned a trip.", kind="chunk", range_start=20, range_end=40),
       "- (earlier conversation, seq 20-39) They planned a trip."),
      (item("m", 1, "Chose Postgres over SQLite", kind="memory", category="decision"),
-      "- [decision] Chose Postgres over SQLite")],
+      "- [decision] Chose Postgres over SQLite"),
+     # Every item with an event time shows it as people write dates ("7 May 2023", UTC).
+     (item("f", 1, "Lives in Lisbon", category="other", occurred_start=MAY_7, occurred_end=MAY_7),
+      "- [7 May 2023] [other] Lives in Lisbon (personal)"),
+     (item("c", 1, "They planned a trip.", kind="chunk", range_start=20, range_end=40, occurred_start=MAY_7 - 4 * DAY,
+           occurred_end=MAY_7 + 3600), "- [3 May 2023 - 7 May 2023] They planned a trip."),
+     (item("c", 1, "Same day.", kind="chunk", occurred_start=MAY_7, occurred_end=MAY_7 + 3600),
+      "- [7 May 2023] Same day."),
+     (item("x", 1, "Caroline: I went to the support group.", kind="message", role="user", occurred_start=MAY_7,
+           occurred_end=MAY_7), "- [7 May 2023] Caroline: I went to the support group."),
+     (item("x", 1, "Sure, 8 pm works.", kind="message", role="assistant", occurred_start=MAY_7,
+           occurred_end=MAY_7), "- [7 May 2023] assistant: Sure, 8 pm works.")],
 )
 def test_render_lines_follow_seed_003_prompt_format(scored, line):
     assert render_line(scored) == line

@@ -20,7 +20,7 @@ NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
 def row(item_id: str, cosine: float, keyword: float = 0.0, *, importance: int | None = 3, age_days: float = 0,
         kind: str = "fact") -> SearchRow:
-    return SearchRow(kind, item_id, f"content {item_id}", cosine, keyword, True, keyword > 0, False,
+    return SearchRow(kind, item_id, f"content {item_id}", cosine, keyword, True, keyword > 0, None,
                      NOW - timedelta(days=age_days), importance, "other", "fact", "private")
 
 

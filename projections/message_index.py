@@ -1,0 +1,99 @@
+"""Embeds every user/assistant message into `message_embeddings`: the log itself is searchable
+memory (docs/retrieval.md). Derived from the conversation topic alone, so a replay rebuilds it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import psycopg
+from aiokafka.structs import ConsumerRecord
+
+from memory_agent.embeddings import Embedder, make_embedder
+from memory_agent.settings import Settings
+from projections.dead_letter import DeadLetter
+from schemas.codec import decode
+from schemas.envelope import InvalidEvent
+from schemas.registry import MESSAGE_APPENDED
+
+log = logging.getLogger(__name__)
+_MESSAGE_PREFIX = b'{"type":"message.appended"'  # how schemas.codec.encode starts every message
+INDEXED_ROLES = frozenset({"user", "assistant"})  # what people said; never system or tool output
+EMBED_CHARS = 2000  # the embedder reads 256 tokens at most; no need to tokenize more
+EMBED_BATCH = 256  # texts per embedder call
+
+_EXISTING = (
+    "SELECT conversation_id, seq FROM message_embeddings WHERE tenant_id = %s"
+    " AND (conversation_id, seq) IN (SELECT * FROM unnest(%s::text[], %s::int[]))"
+)
+_INSERT = (
+    "INSERT INTO message_embeddings (tenant_id, conversation_id, seq, user_id, subject_id, occurred_at,"
+    " embedding, embedding_model, event_id)"
+    " SELECT t, c, s, u, sub, o, e::vector, %s, ev FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[],"
+    " %s::text[], %s::timestamptz[], %s::text[], %s::text[]) AS x(t, c, s, u, sub, o, e, ev)"
+    " ON CONFLICT DO NOTHING"
+)
+
+
+def vector_text(vector) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+
+
+class MessageIndexProjector:
+    """Idempotent: a message already indexed is neither embedded nor written again; the first
+    event of a (tenant, conversation, seq) wins, as in the messages projector. Invalid records
+    are the messages projector's to dead-letter; here they are skipped."""
+
+    name = "message_index"
+
+    def __init__(self, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self._embedder = embedder
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:  # the local model loads on its first call, not here
+            self._embedder = make_embedder(self.settings)
+        return self._embedder
+
+    def topics(self, settings: Settings) -> list[str]:
+        return [settings.kafka.conversation_topic]
+
+    def messages(self, records: Sequence[ConsumerRecord]) -> dict[tuple[str, str, int], tuple]:
+        """The indexable messages of a batch by key, first one wins."""
+        found: dict[tuple[str, str, int], tuple] = {}
+        for record in records:
+            if record.value is None or not record.value.startswith(_MESSAGE_PREFIX):
+                continue
+            try:
+                event = decode(record.value, max_event_bytes=self.settings.kafka.max_event_bytes,
+                               max_content_chars=self.settings.limits.max_content_chars)
+            except InvalidEvent:
+                continue
+            e, p = event.envelope, event.payload
+            if event.type != MESSAGE_APPENDED or p.role not in INDEXED_ROLES or not p.content.strip():
+                continue
+            found.setdefault((e.tenant_id, e.conversation_id, e.seq),
+                             (e.user_id, e.subject_id, e.occurred_at, p.content, e.event_id))
+        return found
+
+    async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+        found = self.messages(records)
+        by_tenant: dict[str, list[tuple[str, str, int]]] = {}
+        for k in found:
+            by_tenant.setdefault(k[0], []).append(k)
+        for tenant, keys in by_tenant.items():  # skip what is indexed already (redelivery, restart)
+            cur = await conn.execute(_EXISTING, (tenant, [k[1] for k in keys], [k[2] for k in keys]))
+            for conversation, seq in await cur.fetchall():
+                found.pop((tenant, conversation, seq), None)
+        keys = sorted(found)
+        for start in range(0, len(keys), EMBED_BATCH):
+            batch = keys[start:start + EMBED_BATCH]
+            vectors = await self.embedder.embed_documents([found[k][3][:EMBED_CHARS] for k in batch])
+            rows = [(*k, *found[k][:3], vector_text(v), found[k][4]) for k, v in zip(batch, vectors)]
+            await conn.execute(_INSERT, [self.embedder.model, *(list(column) for column in zip(*rows))])
+        return []
+
+
+def projectors(settings: Settings) -> list:
+    return [MessageIndexProjector(settings)] if settings.retrieval.index_messages else []
