@@ -1,12 +1,16 @@
-"""Offline, non-LLM window summarizer: picks the most central sentences (TF-IDF)."""
+"""Offline, non-LLM summaries: sentences chosen for what they carry (names, numbers, places,
+dates) and for how central they are (TF-IDF), within a length budget."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
+from domain.dates import MONTHS, WEEKDAYS, annotate
 from memory_agent.llm.port import ChatMessage, SummaryOutput
 
 MODEL = "extractive-v1"
@@ -183,4 +187,80 @@ def _render(sentences: list[_Sentence]) -> str:
             last_key = (s.seq, s.role)
     if untagged:
         lines.insert(0, " ".join(untagged))
+    return "\n".join(lines)
+
+
+# --- information density: what a summary must not lose ----------------------------------
+
+_DATE_NOTE = re.compile(r"\((?:[^()]*\\d{4}[^()]*)\)")
+_CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zA-Z'\-]+")
+_NUMBER = re.compile(r"\b\d[\d.,:/]*\b")
+_QUOTED = re.compile(r"\"[^\"]{2,60}\"|'[^']{2,60}'")
+_TIME_WORDS = frozenset(m.lower() for m in MONTHS) | frozenset(WEEKDAYS) | frozenset(
+    "yesterday today tomorrow week weekend month year ago last next summer winter spring autumn".split())
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a message, whitespace normalised (the shared splitter of the offline paths)."""
+    return _split(text)
+
+
+def density(text: str) -> float:
+    """What a sentence carries per character: names and other capitalised words (not the
+    first word, not "I"), numbers, dates, quoted titles, and content words; a question
+    counts half. Filler ("ok, thanks!") scores 0."""
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    if not words:
+        return 0.0
+    names = [w for w in _CAPITALISED.findall(text) if w not in ("I", "I'm", "I've", "I'd", "I'll")]
+    info = (1.5 * min(len(names), 4) + 1.5 * min(len(_NUMBER.findall(text)), 3)
+            + 2.0 * min(len(_DATE_NOTE.findall(text)), 2) + 1.0 * min(len(_QUOTED.findall(text)), 2)
+            + 0.7 * min(sum(w in _TIME_WORDS for w in words), 2) + 0.35 * min(len(words), 12))
+    if text.rstrip().endswith("?"):
+        info *= 0.5
+    return info / math.sqrt(len(text) / 80 + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class DatedSentence:
+    """One sentence for `dense_summary`: who said it, the text, and the day it was said."""
+
+    speaker: str
+    text: str
+    day: str | None = None
+
+
+def dense_summary(items: Sequence[DatedSentence], max_chars: int) -> str:
+    """The densest sentences (see `density`) that fit in `max_chars`, near-duplicates dropped,
+    written in conversation order: one line per run of a speaker, the day at each change of
+    day ("Caroline (8 May 2023): ... "). Deterministic."""
+    scored = [(density(item.text), i) for i, item in enumerate(items)]
+    candidates = [i for score, i in sorted(scored, key=lambda p: (-round(p[0], 9), p[1])) if score > 0]
+    if not candidates:
+        candidates = [i for _, i in scored][:1]
+    vectors = _tfidf([_Sentence(0, "", items[i].text, i) for i in range(len(items))]) if items else None
+    limit = max(int(max_chars * _MAX_SENTENCE_SHARE), 40)
+    clipped = [_clip(item.text, limit) for item in items]
+    chosen: list[int] = []
+    for i in candidates:
+        if vectors is not None and any(float(vectors[i] @ vectors[j]) > _REDUNDANT for j in chosen):
+            continue
+        trial = sorted(chosen + [i])
+        if len(_render_dated(items, clipped, trial)) <= max_chars:
+            chosen = trial
+    return _render_dated(items, clipped, chosen)
+
+
+def _render_dated(items: Sequence[DatedSentence], texts: Sequence[str], chosen: Sequence[int]) -> str:
+    lines: list[str] = []
+    speaker = day = None
+    for i in chosen:
+        item = items[i]
+        if item.day != day and item.day is not None:
+            lines.append(f"{item.speaker} ({item.day}): {texts[i]}")
+        elif item.speaker != speaker or not lines:
+            lines.append(f"{item.speaker}: {texts[i]}")
+        else:
+            lines[-1] += " " + texts[i]
+        speaker, day = item.speaker, item.day if item.day is not None else day
     return "\n".join(lines)

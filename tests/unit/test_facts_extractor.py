@@ -65,16 +65,16 @@ async def test_llm_gate_says_yes_then_one_extraction_call_with_the_extraction_mo
         "summary": "Lisbon.", "facts": [{"category": "other", "content": "Lives in Lisbon.", "importance": 5,
                                          "tags": ["Home"]}]})
     out = await ChunkExtractor(online(gate_model="small", extraction_model="huge"), llm).extract(FACTFUL)
-    assert llm.calls == [("gate-v1", "small"), ("chunk-facts-v1", "huge")]
+    assert llm.calls == [("gate-v1", "small"), ("chunk-facts-v3", "huge")]
     assert [(f.content, f.importance, f.tags) for f in out.result.facts] == [("Lives in Lisbon.", 5, ("home",))]
-    assert (out.model, out.prompt_version, out.gate.method) == ("huge", "chunk-facts-v1", "llm")
+    assert (out.model, out.prompt_version, out.gate.method) == ("huge", "chunk-facts-v3", "llm")
 
 
 async def test_a_failing_gate_fails_open():
     llm = ScriptedLlm(gate=LlmError("503", retryable=True), chunk_facts={"summary": "s", "facts": []})
     out = await ChunkExtractor(online(gate_model="small"), llm).extract(CHATTER)
     assert out.gate.worth_remembering and out.gate.method == "llm-failed-open"
-    assert [c[0] for c in llm.calls] == ["gate-v1", "chunk-facts-v1"]
+    assert [c[0] for c in llm.calls] == ["gate-v1", "chunk-facts-v3"]
 
 
 @pytest.mark.parametrize("answer, error", [
@@ -96,7 +96,7 @@ async def test_heuristic_gate_skips_chatter_and_keeps_a_rule_summary():
 async def test_offline_extraction_finds_first_person_facts():
     out = await ChunkExtractor(Settings(), None).extract(FACTFUL)
     assert out.gate.worth_remembering
-    assert [f.content for f in out.result.facts] == ["I live in Lisbon with my wife."]
+    assert [f.content for f in out.result.facts] == ["The user lives in Lisbon with the user's wife."]
     assert (out.model, out.prompt_version) == (OFFLINE_EXTRACTOR, OFFLINE_EXTRACTOR)
 
 
