@@ -63,6 +63,11 @@ _NOISE = frozenset(
     " glad happy love sounds sound feel felt think know wow cute fun there here them they their".split())
 
 
+_NOT_TAGS = frozenset(
+    "last next week weeks weekend month months year years ago today yesterday tomorrow going thinking named"
+    " called want wants wanted trying tries lives living".split())
+
+
 @dataclass(frozen=True)
 class ExistingFact:
     """A current fact of the same owner and subject the extractor may update or repeat."""
@@ -111,8 +116,9 @@ def importance_of(text: str, category: str, memory_type: str) -> int:
 
 def tags_of(text: str, keyword: str | None, skip: str | None, limit: int = 5) -> tuple[str, ...]:
     """The category's keyword, then names and numbers, then the longest content words."""
+    text = re.sub(r"\([^()]*\)", " ", text)  # resolved dates are no topic
     raw = re.findall(r"[A-Za-z][\w'\-]*|\d[\d.,:/]*", text)
-    skip_words = set(_words(skip or ""))
+    skip_words = set(_words(skip or "")) | _NOT_TAGS
     names = [w.lower() for i, w in enumerate(raw) if i and w[0].isupper() and w.lower() not in skip_words
              and w.lower() not in _NOISE and not w.lower().endswith("'s")]
     numbers = [w.rstrip(".,") for w in raw if w[0].isdigit()]
@@ -199,8 +205,9 @@ def offline_facts(messages: Sequence[Any], existing: Sequence[ExistingFact] = ()
                 category, keyword = category_of(_words(content))
                 kind = memory_type_of(content, category)
                 relation, target = _verdicts(content, existing)
+                derived = content != sentence  # where someone lives now: as important as the move
                 facts.append({"content": content, "category": category, "memory_type": kind,
-                              "importance": importance_of(content, category, kind),
+                              "importance": 4 if derived else importance_of(content, category, kind),
                               "tags": list(tags_of(content, keyword, spoken.speaker)),
                               "relation": relation, "target_fact_id": target})
     return facts
@@ -221,7 +228,7 @@ def offline_summary(messages: Sequence[Any], max_chars: int) -> str:
     return dense_summary(items, max_chars)
 
 
-def related_query(messages: Sequence[Any], limit: int = 40) -> str:
+def related_query(messages: Sequence[Any], limit: int = 80) -> str:
     """A PostgreSQL to_tsquery OR-query of the chunk's most frequent content words (names
     first), to find the owner's related memories; "" when there are none."""
     counts: dict[str, int] = {}
@@ -230,7 +237,7 @@ def related_query(messages: Sequence[Any], limit: int = 40) -> str:
         if spoken is None:
             continue
         for word in _words(spoken.text):
-            if word not in _NOISE and len(word) > 2 and word.isalnum():
+            if word not in _NOISE and word not in _NOT_TAGS and len(word) > 2 and word.isalnum():
                 counts[word] = counts.get(word, 0) + 1
     words = sorted(counts, key=lambda w: (-counts[w], w))[:limit]
     return " | ".join(words)

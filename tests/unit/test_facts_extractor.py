@@ -105,3 +105,34 @@ async def test_facts_are_capped_per_chunk():
     out = await ChunkExtractor(online(gate="off", max_facts_per_chunk=2), ScriptedLlm(chunk_facts=answer)).extract(
         FACTFUL)
     assert [f.content for f in out.result.facts] == ["Fact 0.", "Fact 1."]
+
+
+class RecordingLlm(ScriptedLlm):
+    def __init__(self, **answers) -> None:
+        super().__init__(**answers)
+        self.variables: list[dict] = []
+
+    async def complete_json(self, prompt_version, variables, *, model=None, validate=None):
+        self.variables.append(dict(variables))
+        return await super().complete_json(prompt_version, variables, model=model, validate=validate)
+
+
+async def test_llm_sees_dated_named_messages_and_related_memories_and_its_targets_map_to_fact_ids():
+    from memory_agent.llm.prompts import load_prompt
+    from streams.facts.offline import ExistingFact
+    from tests.support.two_people import messages
+
+    answer = {"summary": "Caroline moved to Porto.", "facts": [
+        {"category": "milestone", "content": "Caroline lives in Porto.", "relation": "contradicts", "target": "F1"},
+        {"category": "other", "content": "Caroline has a cat.", "relation": "duplicate", "target": "F9"},
+        {"category": "other", "content": "Melanie paints.", "relation": "new", "target": None}]}
+    llm = RecordingLlm(chunk_facts=answer)
+    existing = [ExistingFact("fact-lisbon", "Caroline lives in Lisbon.")]
+    out = await ChunkExtractor(online(gate="off"), llm).extract(messages(), existing)
+    sent = llm.variables[0]
+    assert "[2] 8 May 2023, Caroline: I went to a LGBTQ support group yesterday (7 May 2023)" in sent["messages"]
+    assert "trimmed" not in sent["messages"] and "sunny" not in sent["messages"]  # system, tool left out
+    assert sent["existing"] == "[F1] Caroline lives in Lisbon."
+    assert load_prompt("chunk-facts-v3").variables == {"messages", "existing"}
+    assert [(f.relation, f.target_fact_id) for f in out.result.facts] == [
+        ("contradicts", "fact-lisbon"), (None, None), (None, None)]  # F9 was never shown
