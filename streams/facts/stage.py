@@ -72,6 +72,7 @@ class ChunkStage:
         started = time.monotonic()
         try:
             inputs = await self._inputs(cause, request)
+            await self._previous_projected(cause, request)
             existing = await self._related(cause, inputs)
             extraction = await self.extractor.extract(inputs.messages, existing)
             result = await self._recorded(cause, request, inputs, extraction, started)
@@ -128,6 +129,22 @@ class ChunkStage:
         )
         return new_event(fe.CHUNK_FAILED, payload, tenant_id=cause.tenant_id, conversation_id=cause.conversation_id,
                          user_id=cause.user_id, subject_id=cause.subject_id, seq=cause.seq)
+
+    async def _previous_projected(self, cause: Envelope, request: fe.ChunkRequested) -> None:
+        """The fold asks for the next range as soon as the previous one is recorded, maybe before
+        the projector has written its facts: wait (bounded) for them, so that the extractor
+        sees them as related memories. A skipped range never appears: then go on without it."""
+        if request.start_seq == 0 or self.related_facts <= 0:
+            return
+        deadline = time.monotonic() + min(self.inputs_wait_s, 10.0)
+        while time.monotonic() < deadline:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT 1 FROM conversation_chunks WHERE tenant_id = %s AND conversation_id = %s"
+                    " AND message_range_end >= %s LIMIT 1", (cause.tenant_id, cause.conversation_id, request.start_seq))
+                if await cur.fetchone() is not None:
+                    return
+            await asyncio.sleep(0.05)
 
     async def _related(self, cause: Envelope, inputs: ChunkInputs) -> list[ExistingFact]:
         """The owner's current facts of this subject that share the most words with the chunk
