@@ -25,6 +25,8 @@ _NOT_A_FACT = re.compile(
     r"|^i (?:think|guess|mean|suppose|wonder|bet|believe)\b"
     r"|^i (?:agree|see|hope|know|understand|appreciate|feel)\b(?:\W+\w+){0,3}\W*$"
     r"|^i(?:'m| am) (?:so |really |very |just )?(?:glad|happy|sorry|excited|thrilled|proud) (?:for|to hear|that) you")
+_INTERJECTION = re.compile(r"^(?:(?:yes|yeah|yep|no|oh|ah|well|so|haha|wow|ok|okay|honestly|actually|hey|hi"
+                           r"|aww|omg|lol)\b[,!.]?\s+)+", re.IGNORECASE)
 _RULES = tuple((category, frozenset(words.split())) for category, words in (
     # first match wins; the order resolves overlaps ("my daughter was born" is a milestone)
     ("milestone", "born graduated graduation retired promoted anniversary birthday moved died passed engaged"
@@ -139,6 +141,7 @@ def fact_sentences(spoken: Spoken, at: datetime | None) -> list[str]:
         content = [w for w in words if w not in _NOISE]
         if not _FIRST_PERSON.match(lowered) or _NOT_A_FACT.search(lowered) or len(content) < 2:
             continue
+        sentence = _INTERJECTION.sub("", sentence) or sentence  # "Yes, I was..." -> "I was..."
         text = annotate(in_third_person(sentence, spoken.speaker), at)
         found.append(text if text[-1] in ".!" else text + ".")
     return found
