@@ -192,7 +192,7 @@ class LlmSettings(BaseModel):
     max_retries: int = Field(default=3, ge=0)
     concurrency: int = Field(default=8, ge=1)
     summary_prompt_version: str = "summary-v1"
-    chunk_facts_prompt_version: str = "chunk-facts-v1"
+    chunk_facts_prompt_version: str = "chunk-facts-v3"
     gate_prompt_version: str = "gate-v1"
     # Cheap model for the "worth remembering?" gate (seed 001); None means `model`.
     gate_model: str | None = None
@@ -256,6 +256,11 @@ class FactsSettings(BaseModel):
     extraction_model: str | None = None
     prompt_version: str | None = None
     max_facts_per_chunk: int = Field(default=20, ge=0)
+    # Offline chunk summaries: the densest sentences (names, numbers, dates) up to this length.
+    summary_max_chars: int = Field(default=1000, ge=80)
+    # The owner's current facts of the subject shown to the extractor (seed 001: update or
+    # merge instead of adding near-duplicates); 0 turns it off.
+    related_facts: int = Field(default=12, ge=0, le=50)
     # How long the extraction stage waits for the chunk's messages to be projected.
     inputs_wait_s: float = Field(default=30.0, gt=0)
 

@@ -22,6 +22,7 @@ from streams.facts import decisions as rules
 from streams.facts.dedup import (
     DedupConfig,
     FactDecision,
+    LlmVerdict,
     Neighbour,
     NewFact,
     decide_fact,
@@ -35,8 +36,9 @@ _MESSAGE_PREFIX = b'{"type":"message.appended"'  # how schemas.codec.encode star
 
 _INSERT_CHUNK = """
 INSERT INTO conversation_chunks (chunk_id, tenant_id, conversation_id, user_id, subject_id, content, embedding,
-    embedding_model, message_range_start, message_range_end, prompt_version, model, source_event_ids, event_id)
-VALUES (%s, %s, %s, %s, %s, %s, %s::vector, %s, %s, %s, %s, %s, %s, %s)
+    embedding_model, message_range_start, message_range_end, prompt_version, model, source_event_ids, event_id,
+    occurred_start, occurred_end)
+VALUES (%s, %s, %s, %s, %s, %s, %s::vector, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT DO NOTHING RETURNING chunk_id
 """
 # Exact distances inside the owner's scope (a materialized CTE cannot use the HNSW index):
@@ -128,7 +130,10 @@ class FactsProjector:
         cur = await conn.execute(_INSERT_CHUNK, (
             p.chunk_id, e.tenant_id, e.conversation_id, p.owner_user_id, p.subject_id, p.summary,
             vector_literal(p.embedding.values), p.embedding.model, p.start_seq, p.end_seq_exclusive,
-            p.prompt_version, p.model, p.source_event_ids, e.event_id))
+            p.prompt_version, p.model, p.source_event_ids, e.event_id,
+            # Events recorded before occurred_start existed: the range is at least as old as
+            # its newest message, so both ends take observed_at.
+            p.occurred_start or p.observed_at, p.observed_at))
         if await cur.fetchone() is None:
             return None  # this range is already recorded: redelivery, replay or a late attempt
         for index, fact in enumerate(p.facts):
@@ -145,7 +150,8 @@ class FactsProjector:
                       for fid, content, category, owner, importance, tags, sim in await cur.fetchall()]
         new = NewFact(fact.content, from_vector(fact.embedding), fact.category, p.owner_user_id, p.subject_id or "",
                       fact.importance, tuple(fact.tags))
-        decision = decide_fact(new, neighbours, p.observed_at.timestamp(), self.dedup)
+        verdict = LlmVerdict(fact.relation, fact.target_fact_id) if fact.relation and fact.target_fact_id else None
+        decision = decide_fact(new, neighbours, p.observed_at.timestamp(), self.dedup, verdict)
         history_id = f"{e.event_id}/{index}"  # one chunk event can touch one fact several times
         detail = {"chunk_id": p.chunk_id, "fact_id": fact.fact_id, "action": decision.action,
                   "reason": decision.reason}

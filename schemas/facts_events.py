@@ -68,6 +68,11 @@ class RecordedFact(Payload):
     importance: StrictInt = Field(default=3, ge=1, le=5)
     tags: list[StrictStr] = Field(default_factory=list)
     embedding: Vector
+    # The extractor's judgement against a related existing memory it was shown (seed 001):
+    # "duplicate" (merge), "contradicts" (an update: supersede) or "elaborates", and that
+    # memory's fact id. Absent: the projector's similarity rules decide alone.
+    relation: Literal["duplicate", "contradicts", "elaborates"] | None = None
+    target_fact_id: StrictStr | None = None
 
 
 class ChunkRecorded(Payload):
@@ -90,6 +95,9 @@ class ChunkRecorded(Payload):
     source_event_ids: list[StrictStr] = Field(default_factory=list)
     # When the newest message of the range was written: facts are valid from then.
     observed_at: datetime
+    # When the oldest message of the range was written (absent in events recorded before it
+    # existed): with observed_at, the chunk's conversation_chunks.occurred_start/_end.
+    occurred_start: datetime | None = None
     generation_time_ms: StrictInt = Field(ge=0)
     remapped_categories: list[StrictStr] = Field(default_factory=list)
 

@@ -1,12 +1,17 @@
-"""Offline, non-LLM window summarizer: picks the most central sentences (TF-IDF)."""
+"""Offline, non-LLM summaries: sentences chosen for what they carry (names, numbers, places,
+dates) and for how central they are (TF-IDF), within a length budget."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
+from domain.dates import MONTHS, WEEKDAYS, annotate, format_date
+from domain.speakers import speaker_of
 from memory_agent.llm.port import ChatMessage, SummaryOutput
 
 MODEL = "extractive-v1"
@@ -14,8 +19,9 @@ PROMPT_VERSION = "extractive-v1"  # no prompt: the algorithm's version stands in
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-# A summary line this summarizer wrote: "[12] user: text" (the seq lets it drop exactly).
-_LINE = re.compile(r"^\[(\d+)\] ([^\s:\[\]]+): (.*)$")
+# A summary line this summarizer wrote: "[12] user: text", "[12] Caroline (8 May 2023): text"
+# (the seq lets it drop exactly what slid out of the window; the day is kept with the line).
+_LINE = re.compile(r"^\[(\d+)\] ([^:\[\]()]+?)(?: \(([^()]*)\))?: (.*)$")
 _STOPWORDS = frozenset(
     "a an and are as at be but by can could did do does for from had has have he her him his"
     " how i i'm if in into is it it's its just me my no not of on or our she so than that the"
@@ -31,9 +37,10 @@ _RECENCY_WEIGHT = 1.0  # newest sentence scores up to (1 + this) times the oldes
 @dataclass(frozen=True, slots=True)
 class _Sentence:
     seq: int  # -1: from a previous summary without seq tags (e.g. an LLM one)
-    role: str
+    role: str  # the speaker's name when the message had a "Name: " prefix
     text: str
     order: int  # position in conversation order, for output order and ties
+    day: str | None = None  # "8 May 2023": when the message was written, if known
 
 
 class ExtractiveSummarizer:
@@ -83,14 +90,19 @@ class ExtractiveSummarizer:
         """The synchronous core (pure; cheap enough to call inline)."""
         candidates = _previous_sentences(previous_summary, window_start_seq)
         for message in sorted(new_messages, key=lambda m: m.seq):
-            if window_start_seq <= message.seq <= window_end_seq:
-                for text in _split(message.content):
-                    candidates.append(_Sentence(message.seq, message.role, text, len(candidates)))
+            spoken = speaker_of(message.role, message.content)
+            if spoken is None or not window_start_seq <= message.seq <= window_end_seq:
+                continue  # system and tool messages are left out of memory
+            at = message.occurred_at
+            label = spoken.speaker if spoken.named else message.role
+            day = format_date(at) if at is not None else None
+            for text in _split(annotate(spoken.text, at)):
+                candidates.append(_Sentence(message.seq, label, text, len(candidates), day))
         if not candidates:
             return ""
         limit = int(self._max_chars * _MAX_SENTENCE_SHARE)
         candidates = [
-            _Sentence(c.seq, c.role, _clip(c.text, limit), c.order) for c in candidates
+            _Sentence(c.seq, c.role, _clip(c.text, limit), c.order, c.day) for c in candidates
         ]
         chosen = _choose(candidates, self._max_chars, window_start_seq, window_end_seq)
         return _render(chosen)
@@ -106,11 +118,11 @@ def _previous_sentences(summary: str | None, window_start: int) -> list[_Sentenc
         if tagged is None:  # untagged text (another summarizer's): keep, as the oldest
             sentences.extend(_Sentence(-1, "", s, len(sentences)) for s in _split(line))
             continue
-        seq, role, text = int(tagged.group(1)), tagged.group(2), tagged.group(3)
+        seq, role, day, text = int(tagged.group(1)), tagged.group(2), tagged.group(3), tagged.group(4)
         if seq < window_start:
             continue  # the window slid past it: dropped, as seed 000 requires
         for s in _split(text):
-            sentences.append(_Sentence(seq, role, s, len(sentences)))
+            sentences.append(_Sentence(seq, role, s, len(sentences), day))
     return sentences
 
 
@@ -154,12 +166,16 @@ def _choose(
     recency = np.array(
         [0.0 if s.seq < 0 else min(max((s.seq - window_start) / span, 0.0), 1.0) for s in sentences]
     )
-    score = centrality * (1.0 + _RECENCY_WEIGHT * recency)
+    # What a sentence carries (names, numbers, dates) counts as much as how central it is.
+    dense = np.array([density(s.text) for s in sentences])
+    dense = dense / dense.max() if dense.max() > 0 else dense
+    central = centrality / centrality.max() if centrality.max() > 0 else centrality
+    score = (0.5 * central + dense) * (1.0 + _RECENCY_WEIGHT * recency)
     ranking = sorted(range(n), key=lambda i: (-round(float(score[i]), 12), -sentences[i].order))
     chosen: list[int] = []
     for i in ranking:
-        if not content[i] and chosen:
-            continue  # "ok", "thanks!": only if nothing better exists
+        if (not content[i] or dense[i] == 0) and chosen:
+            continue  # "ok", "thanks!", "Aww!": only if nothing better exists
         if any(similarity[i, j] > _REDUNDANT for j in chosen):
             continue
         trial = sorted(chosen + [i], key=lambda k: sentences[k].order)
@@ -179,8 +195,90 @@ def _render(sentences: list[_Sentence]) -> str:
         if (s.seq, s.role) == last_key:
             lines[-1] += " " + s.text
         else:
-            lines.append(f"[{s.seq}] {s.role}: {s.text}")
+            day = f" ({s.day})" if s.day else ""
+            lines.append(f"[{s.seq}] {s.role}{day}: {s.text}")
             last_key = (s.seq, s.role)
     if untagged:
         lines.insert(0, " ".join(untagged))
+    return "\n".join(lines)
+
+
+# --- information density: what a summary must not lose ----------------------------------
+
+_DATE_NOTE = re.compile(r"\((?:[^()]*\d{4}[^()]*)\)")
+_CAPITALISED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zA-Z'\-]+")
+_NUMBER = re.compile(r"\b\d[\d.,:/]*\b")
+_QUOTED = re.compile(r"\"[^\"]{2,60}\"|'[^']{2,60}'")
+_FILLER = frozenset(
+    "hi hey hello bye goodbye wow aww oh ah ok okay cool great awesome amazing lovely nice sure yes yeah yep no nope"
+    " thanks thank lol haha omg see ya soon good glad sounds sound fun that's it's what's how's really so totally"
+    " true agree".split())
+_TIME_WORDS = frozenset(m.lower() for m in MONTHS) | frozenset(WEEKDAYS) | frozenset(
+    "yesterday today tomorrow week weekend month year ago last next summer winter spring autumn".split())
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a message, whitespace normalised (the shared splitter of the offline paths)."""
+    return _split(text)
+
+
+def density(text: str) -> float:
+    """What a sentence carries per character: names and other capitalised words (not the
+    first word, not "I"), numbers, dates, quoted titles, and content words; a question
+    counts half. Filler ("ok, thanks!") scores 0."""
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOPWORDS]
+    names = [w for w in _CAPITALISED.findall(text) if w not in ("I", "I'm", "I've", "I'd", "I'll")]
+    called = {n.lower() for n in names}
+    if not any(w not in _FILLER and w not in called for w in words):
+        return 0.0  # "Wow, that's cool, Caroline!": a name alone carries nothing
+    info = (1.5 * min(len(names), 4) + 1.5 * min(len(_NUMBER.findall(text)), 3)
+            + 2.0 * min(len(_DATE_NOTE.findall(text)), 2) + 1.0 * min(len(_QUOTED.findall(text)), 2)
+            + 0.7 * min(sum(w in _TIME_WORDS for w in words), 2) + 0.35 * min(len(words), 12))
+    if text.rstrip().endswith("?"):
+        info *= 0.5
+    return info / math.sqrt(len(text) / 80 + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class DatedSentence:
+    """One sentence for `dense_summary`: who said it, the text, and the day it was said."""
+
+    speaker: str
+    text: str
+    day: str | None = None
+
+
+def dense_summary(items: Sequence[DatedSentence], max_chars: int) -> str:
+    """The densest sentences (see `density`) that fit in `max_chars`, near-duplicates dropped,
+    written in conversation order: one line per run of a speaker, the day at each change of
+    day ("Caroline (8 May 2023): ... "). Deterministic."""
+    scored = [(density(item.text), i) for i, item in enumerate(items)]
+    candidates = [i for score, i in sorted(scored, key=lambda p: (-round(p[0], 9), p[1])) if score > 0]
+    if not candidates:
+        candidates = [i for _, i in scored][:1]
+    vectors = _tfidf([_Sentence(0, "", items[i].text, i) for i in range(len(items))]) if items else None
+    limit = max(int(max_chars * _MAX_SENTENCE_SHARE), 40)
+    clipped = [_clip(item.text, limit) for item in items]
+    chosen: list[int] = []
+    for i in candidates:
+        if vectors is not None and any(float(vectors[i] @ vectors[j]) > _REDUNDANT for j in chosen):
+            continue
+        trial = sorted(chosen + [i])
+        if len(_render_dated(items, clipped, trial)) <= max_chars:
+            chosen = trial
+    return _render_dated(items, clipped, chosen)
+
+
+def _render_dated(items: Sequence[DatedSentence], texts: Sequence[str], chosen: Sequence[int]) -> str:
+    lines: list[str] = []
+    speaker = day = None
+    for i in chosen:
+        item = items[i]
+        if item.day != day and item.day is not None:
+            lines.append(f"{item.speaker} ({item.day}): {texts[i]}")
+        elif item.speaker != speaker or not lines:
+            lines.append(f"{item.speaker}: {texts[i]}")
+        else:
+            lines[-1] += " " + texts[i]
+        speaker, day = item.speaker, item.day if item.day is not None else day
     return "\n".join(lines)

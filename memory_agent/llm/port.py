@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
-    """One conversation message as the summarizer sees it."""
+    """One conversation message as the summarizer sees it (`occurred_at`: when it was written,
+    used to resolve "yesterday" and to date what is derived from it; None when unknown)."""
 
     seq: int
     role: str
     content: str
+    occurred_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ def contradiction(old: str, new: str, max_value_tokens: int = 4) -> str | None:
     if what is left on one side is only negation ("no longer", "not"), it is a negation; if
     both sides keep a short differing value after a shared predicate ("lives in" Lisbon /
     Porto, "have" 2 / 3 kids), the value changed. Anything else is not a contradiction."""
+    old, new = _undated(old), _undated(new)  # "yesterday (7 May)" vs "(14 May)": two events, not a change
     a, b = _TOKEN.findall(old.lower()), _TOKEN.findall(new.lower())
     prefix = 0
     while prefix < min(len(a), len(b)) and a[prefix] == b[prefix]:
@@ -101,6 +102,19 @@ def contradiction(old: str, new: str, max_value_tokens: int = 4) -> str | None:
             return f"negation: {' '.join(left)!r} vs {' '.join(right)!r}"
         return f"value changed after {' '.join(a[:prefix])!r}: {' '.join(left)!r} -> {' '.join(right)!r}"
     return None
+
+
+_DATE_NOTE = re.compile(r"\s*\([^()]*\b\d{4}\)")  # a resolved date: "(7 May 2023)", "(the week before ...)"
+
+
+def _undated(text: str) -> str:
+    return _DATE_NOTE.sub("", text)
+
+
+def _other_event(old: str, new: str) -> bool:
+    """Both dated, on different dates: the same kind of event again, not the same fact."""
+    a, b = set(_DATE_NOTE.findall(old)), set(_DATE_NOTE.findall(new))
+    return bool(a) and bool(b) and {x.strip() for x in a} != {x.strip() for x in b}
 
 
 def _merge(new: NewFact, old: Neighbour, now: float, reason: str) -> FactDecision:
@@ -162,6 +176,9 @@ def decide_fact(new: NewFact, neighbours: Sequence[Neighbour], now: float,
     if found is not None:
         return _supersede(found[0], now, found[1])
     if mine and mine[0].similarity >= config.merge_threshold:
+        if _other_event(mine[0].content, new.content):
+            return FactDecision("insert", mine[0].fact_id, "elaborates", {},
+                                f"similarity {mine[0].similarity:.3f} but another date: another event")
         return _merge(new, mine[0], now, f"similarity {mine[0].similarity:.3f} >= {config.merge_threshold}")
     found = _contradicted(new, [n for n in ranked if n.owner != new.owner], config)
     if found is not None:

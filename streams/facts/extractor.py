@@ -6,14 +6,18 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
+from dataclasses import replace
+
+from domain.dates import annotate, format_date
+from domain.speakers import speaker_of
 from memory_agent.llm.port import ChatMessage, JsonCompleter, LlmError
-from memory_agent.llm.prompts import format_messages
 from memory_agent.settings import Settings
 from schemas.facts_events import GateVerdict
 from streams.facts.extraction import (
     OFFLINE_EXTRACTOR, ExtractionResult, MalformedExtraction, extract_offline, heuristic_gate, parse_extraction,
     parse_gate,
 )
+from streams.facts.offline import ExistingFact
 
 log = logging.getLogger(__name__)
 
@@ -53,22 +57,25 @@ class ChunkExtractor:
         self.prompt_version = settings.facts.prompt_version or settings.llm.chunk_facts_prompt_version
         self.model = settings.facts.extraction_model or settings.llm.model
         self.max_facts = settings.facts.max_facts_per_chunk
+        self.summary_chars = settings.facts.summary_max_chars
 
-    async def extract(self, messages: Sequence[ChatMessage]) -> Extraction:
-        """Raises LlmError / MalformedExtraction: the caller records a failed attempt (no state)."""
+    async def extract(self, messages: Sequence[ChatMessage], existing: Sequence[ExistingFact] = ()) -> Extraction:
+        """Raises LlmError / MalformedExtraction: the caller records a failed attempt (no state).
+        `existing`: the owner's related current facts, so the extractor can say which one a
+        new fact repeats or updates (seed 001)."""
         gate = await self._gate(messages)
         if not gate.worth_remembering:
             # Nothing worth the extractor: the chunk still gets a (rule-based) summary, no facts.
-            offline = extract_offline(messages)
+            offline = extract_offline(messages, self.summary_chars)
             return Extraction(ExtractionResult(offline.summary, (), (), OFFLINE_EXTRACTOR), gate,
                               OFFLINE_EXTRACTOR, OFFLINE_EXTRACTOR)
         if self.completer is None:
-            result = extract_offline(messages)
+            result = extract_offline(messages, self.summary_chars, existing)
             return Extraction(self._capped(result), gate, OFFLINE_EXTRACTOR, OFFLINE_EXTRACTOR)
         output = await self.completer.complete_json(
-            self.prompt_version, {"messages": format_messages(list(messages))}, model=self.model,
-            validate=parse_extraction)
-        result = parse_extraction(output.data)
+            self.prompt_version, {"messages": format_dated(messages), "existing": format_existing(existing)},
+            model=self.model, validate=parse_extraction)
+        result = _targets(parse_extraction(output.data), existing)
         return Extraction(self._capped(result), gate, output.model or self.model, output.prompt_version)
 
     def _capped(self, result: ExtractionResult) -> ExtractionResult:
@@ -85,7 +92,7 @@ class ChunkExtractor:
             return GateVerdict(worth_remembering=worth, reason=reason, method="heuristic")
         try:
             output = await self.completer.complete_json(
-                self.gate_prompt, {"messages": format_messages(list(messages))}, model=self.gate_model,
+                self.gate_prompt, {"messages": format_dated(messages)}, model=self.gate_model,
                 validate=parse_gate)
             worth, reason = parse_gate(output.data)
         except (LlmError, MalformedExtraction) as exc:
@@ -94,3 +101,33 @@ class ChunkExtractor:
             return GateVerdict(worth_remembering=True, reason=f"gate failed: {exc}"[:500],
                                method="llm-failed-open", model=self.gate_model)
         return GateVerdict(worth_remembering=worth, reason=reason[:500], method="llm", model=self.gate_model)
+
+
+def format_dated(messages: Sequence[ChatMessage]) -> str:
+    """One line per message for a prompt, "[seq] 8 May 2023, Caroline: text", relative dates
+    resolved; system and tool messages left out (seed 001: too noisy to remember)."""
+    lines = []
+    for m in messages:
+        spoken = speaker_of(m.role, m.content)
+        if spoken is None:
+            continue
+        day = f"{format_date(m.occurred_at)}, " if m.occurred_at is not None else ""
+        who = spoken.speaker if spoken.named else m.role
+        lines.append(f"[{m.seq}] {day}{who}: {annotate(spoken.text, m.occurred_at)}")
+    return "\n".join(lines) or "(none)"
+
+
+def format_existing(existing: Sequence[ExistingFact]) -> str:
+    return "\n".join(f"[F{i}] {fact.content}" for i, fact in enumerate(existing, start=1)) or "(none)"
+
+
+def _targets(result: ExtractionResult, existing: Sequence[ExistingFact]) -> ExtractionResult:
+    """The model names related memories by their prompt id ("F2"): map them to fact ids; an id
+    it was never shown drops the relation (the projector's own dedup rules then decide)."""
+    ids = {f"F{i}": fact.fact_id for i, fact in enumerate(existing, start=1)}
+    ids.update({fact.fact_id: fact.fact_id for fact in existing})
+    facts = []
+    for fact in result.facts:
+        target = ids.get((fact.target_fact_id or "").strip("[] ").upper()) or ids.get(fact.target_fact_id or "")
+        facts.append(replace(fact, target_fact_id=target, relation=fact.relation if target else None))
+    return replace(result, facts=tuple(facts))

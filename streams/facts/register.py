@@ -56,7 +56,8 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     async def build_stage() -> ChunkStage:
         extractor = ChunkExtractor(settings, make_json_completer(settings))
         return ChunkStage(extractor, make_embedder(settings), await ctx.pool(),
-                          inputs_wait_s=settings.facts.inputs_wait_s, max_event_bytes=settings.kafka.max_event_bytes)
+                          inputs_wait_s=settings.facts.inputs_wait_s, max_event_bytes=settings.kafka.max_event_bytes,
+                          related_facts=settings.facts.related_facts)
 
     stage = Lazy(build_stage)
 

@@ -19,8 +19,19 @@ from schemas.envelope import Envelope
 from streams.facts import ids
 from streams.facts.extraction import MalformedExtraction
 from streams.facts.extractor import ChunkExtractor, Extraction
+from streams.facts.offline import ExistingFact, related_query
 
 log = logging.getLogger(__name__)
+
+
+# The owner's current facts of the subject ranked by shared words with the chunk (an OR query).
+_RELATED = """
+SELECT fact_id, content, category FROM facts
+ WHERE tenant_id = %(tenant)s AND owner_user_id = %(owner)s AND subject_id IS NOT DISTINCT FROM %(subject)s
+   AND valid_to IS NULL AND deleted_at IS NULL AND content_tsv @@ to_tsquery('english', %(query)s)
+ ORDER BY ts_rank(content_tsv, to_tsquery('english', %(query)s)) DESC, updated_at DESC, fact_id
+ LIMIT %(limit)s
+"""
 
 
 class InputsNotReady(Exception):
@@ -34,6 +45,7 @@ class ChunkInputs:
     messages: list[ChatMessage]
     event_ids: list[str]
     observed_at: datetime
+    occurred_start: datetime
 
 
 class ChunkStage:
@@ -41,12 +53,13 @@ class ChunkStage:
     chunk.failed event and leaves no state behind: the fold retries the same range later."""
 
     def __init__(self, extractor: ChunkExtractor, embedder: Embedder, pool: AsyncConnectionPool, *,
-                 inputs_wait_s: float = 30.0, max_event_bytes: int = 512 * 1024) -> None:
+                 inputs_wait_s: float = 30.0, max_event_bytes: int = 512 * 1024, related_facts: int = 12) -> None:
         self.extractor = extractor
         self.embedder = embedder
         self.pool = pool
         self.inputs_wait_s = inputs_wait_s
         self.max_event_bytes = max_event_bytes
+        self.related_facts = related_facts
 
     async def handle(self, event: Event) -> Envelope | None:
         """The result event for a request, or None when its range is already recorded."""
@@ -59,7 +72,9 @@ class ChunkStage:
         started = time.monotonic()
         try:
             inputs = await self._inputs(cause, request)
-            extraction = await self.extractor.extract(inputs.messages)
+            await self._previous_projected(cause, request)
+            existing = await self._related(cause, inputs)
+            extraction = await self.extractor.extract(inputs.messages, existing)
             result = await self._recorded(cause, request, inputs, extraction, started)
         except Exception as exc:  # noqa: BLE001 - every failure is reported to the fold, never lost
             kind = type(exc).__name__
@@ -85,6 +100,7 @@ class ChunkStage:
                 fact_id=ids.fact_id(tenant, conversation, start, end, fact.content), category=fact.category,
                 memory_type=fact.memory_type, content=fact.content, importance=fact.importance,
                 tags=list(fact.tags), embedding=ids.to_vector(vectors[index + 1], model),
+                relation=fact.relation, target_fact_id=fact.target_fact_id,
             )
             for index, fact in enumerate(result.facts)
         ]
@@ -93,7 +109,7 @@ class ChunkStage:
             attempt=request.attempt, owner_user_id=inputs.owner_user_id, subject_id=inputs.subject_id,
             summary=result.summary, embedding=ids.to_vector(vectors[0], model), facts=facts, gate=extraction.gate,
             extractor=result.extractor, model=extraction.model, prompt_version=extraction.prompt_version,
-            source_event_ids=inputs.event_ids, observed_at=inputs.observed_at,
+            source_event_ids=inputs.event_ids, observed_at=inputs.observed_at, occurred_start=inputs.occurred_start,
             generation_time_ms=int((time.monotonic() - started) * 1000),
             remapped_categories=list(result.remapped_categories),
         )
@@ -113,6 +129,36 @@ class ChunkStage:
         )
         return new_event(fe.CHUNK_FAILED, payload, tenant_id=cause.tenant_id, conversation_id=cause.conversation_id,
                          user_id=cause.user_id, subject_id=cause.subject_id, seq=cause.seq)
+
+    async def _previous_projected(self, cause: Envelope, request: fe.ChunkRequested) -> None:
+        """The fold asks for the next range as soon as the previous one is recorded, maybe before
+        the projector has written its facts: wait (bounded) for them, so that the extractor
+        sees them as related memories. A skipped range never appears: then go on without it."""
+        if request.start_seq == 0 or self.related_facts <= 0:
+            return
+        deadline = time.monotonic() + min(self.inputs_wait_s, 10.0)
+        while time.monotonic() < deadline:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT 1 FROM conversation_chunks WHERE tenant_id = %s AND conversation_id = %s"
+                    " AND message_range_end >= %s LIMIT 1", (cause.tenant_id, cause.conversation_id, request.start_seq))
+                if await cur.fetchone() is not None:
+                    return
+            await asyncio.sleep(0.05)
+
+    async def _related(self, cause: Envelope, inputs: ChunkInputs) -> list[ExistingFact]:
+        """The owner's current facts of this subject that share the most words with the chunk
+        (PostgreSQL full text over facts.content_tsv), for the extractor to update or repeat."""
+        if self.related_facts <= 0:
+            return []
+        query = related_query(inputs.messages)
+        if not query:
+            return []
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_RELATED, {
+                "tenant": cause.tenant_id, "owner": inputs.owner_user_id, "subject": inputs.subject_id,
+                "query": query, "limit": self.related_facts})
+            return [ExistingFact(fact_id, content, category) for fact_id, content, category in await cur.fetchall()]
 
     async def _already_recorded(self, cause: Envelope, request: fe.ChunkRequested) -> bool:
         """Redelivered or re-issued requests must not pay for a second LLM call."""
@@ -144,8 +190,9 @@ class ChunkStage:
             if conversation is not None and rows and complete:
                 return ChunkInputs(
                     owner_user_id=conversation[0], subject_id=conversation[1],
-                    messages=[ChatMessage(seq, role, content) for seq, _, role, content, _ in rows],
+                    messages=[ChatMessage(seq, role, content, at) for seq, _, role, content, at in rows],
                     event_ids=[row[1] for row in rows], observed_at=max(row[4] for row in rows),
+                    occurred_start=min(row[4] for row in rows),
                 )
             if time.monotonic() >= deadline:
                 raise InputsNotReady(f"after {self.inputs_wait_s}s: {len(rows)}/{end - start} messages "

@@ -40,8 +40,8 @@ TAIL = ["Tell me more.", "Sure.", "Bye for now."]  # seqs 4-6: the 7th message t
 
 
 def session_of(request: RecordedRequest) -> str:
-    for name, lines in SESSIONS.items():
-        if lines[0] in request.user_content:
+    for name, lines in SESSIONS.items():  # relative dates arrive resolved: "last month (May 2026)"
+        if lines[0].split(" last ")[0] in request.user_content:
             return name
     raise AssertionError(f"unknown chunk: {request.user_content[:200]}")
 
@@ -225,10 +225,58 @@ async def test_offline_extractor_and_local_embeddings_without_any_llm(settings):
     facts = await rows(settings, "SELECT content, category, extracted_by, valid_to IS NULL, source_conversation_id,"
                                  " array_length(source_event_ids, 1) FROM facts ORDER BY valid_from, content")
     assert facts == [
-        ("I live in Lisbon.", "other", "offline-rules-v1", False, "o1", 8),  # merged by o3, superseded by o4
-        ("I usually play chess on Sundays.", "habit", "offline-rules-v1", True, "o1", 4),
-        ("I live in Porto now.", "other", "offline-rules-v1", True, "o4", 4),
+        ("The user lives in Lisbon.", "other", "offline-rules-v1", False, "o1", 8),  # merged by o3, superseded by o4
+        ("The user usually plays chess on Sundays.", "habit", "offline-rules-v1", True, "o1", 4),
+        ("The user lives in Porto now.", "other", "offline-rules-v1", True, "o4", 4),
     ]
     gate = await rows(settings, "SELECT count(*) FROM facts WHERE source_conversation_id = 'o2'")
     assert gate == [(0,)]  # the heuristic gate found only chatter in o2
     assert json.loads(json.dumps(await rows(settings, "SELECT relationship FROM fact_links"))) == [["supersedes"]]
+
+
+TWO_PEOPLE = [  # (day, role, content): both people are human; one is role=user, the other role=assistant
+    ("2023-05-08T13:56:00+00:00", "user", "Caroline: I live in Lisbon with my two cats."),
+    ("2023-05-08T13:57:00+00:00", "assistant", "Melanie: I ran a charity race in Boston yesterday."),
+    ("2023-05-08T13:58:00+00:00", "system", "Caroline: internal note that must never be remembered."),
+    ("2023-05-08T13:59:00+00:00", "user", "Caroline: I adopted a cat named Oscar last week."),
+    ("2023-06-20T18:00:00+00:00", "user", "Caroline: I moved from Lisbon to Porto in June."),
+    ("2023-06-20T18:01:00+00:00", "assistant", "Melanie: I painted a lake sunrise last Friday."),
+    ("2023-06-20T18:02:00+00:00", "tool", '{"city": "Porto", "note": "tool output never remembered"}'),
+    ("2023-06-20T18:03:00+00:00", "user", "Caroline: ok bye"),
+]
+
+
+@pytest.mark.asyncio
+async def test_two_named_people_offline_facts_by_name_with_dates_and_an_update_that_supersedes(settings):
+    from datetime import datetime
+
+    async with worker_process(settings, extra_env=SMALL_CHUNKS) as worker, MemoryClient(settings) as client:
+        for seq, (day, role, content) in enumerate(TWO_PEOPLE + [(TWO_PEOPLE[-1][0], "assistant", "Melanie: bye")]
+                                                   + [(TWO_PEOPLE[-1][0], "user", "Caroline: bye")] * 3):
+            await client.append_message(tenant_id="tenant-a", conversation_id="two", user_id="caroline",
+                                        subject_id=None, seq=seq, role=role, content=content,
+                                        occurred_at=datetime.fromisoformat(day))
+        await wait_for_chunks(settings, 2, worker.log_path)  # [0, 4) and [4, 8)
+    chunks = await rows(settings, "SELECT message_range_start, occurred_start, occurred_end, content"
+                                  " FROM conversation_chunks ORDER BY message_range_start")
+    assert [(c[0], c[1].isoformat(), c[2].isoformat()) for c in chunks] == [
+        (0, "2023-05-08T13:56:00+00:00", "2023-05-08T13:59:00+00:00"),
+        (4, "2023-06-20T18:00:00+00:00", "2023-06-20T18:03:00+00:00")]
+    assert "Caroline (8 May 2023): " in chunks[0][3] and "Boston" in chunks[0][3]
+    assert "yesterday (7 May 2023)" in chunks[0][3]
+    assert all("never" not in c[3] for c in chunks)  # system and tool messages left out
+
+    facts = {r[0]: r[1:] for r in await rows(
+        settings, "SELECT content, fact_id, valid_to IS NULL, importance, tags, memory_type FROM facts")}
+    assert "Melanie ran a charity race in Boston yesterday (7 May 2023)." in facts  # the other speaker
+    assert "Caroline adopted a cat named Oscar last week (the week before 8 May 2023)." in facts
+    assert not [c for c in facts if "never" in c or c.startswith("I ")]
+    assert all(f[3] for f in facts.values())  # tags filled
+    assert {f[2] for f in facts.values()} != {3}  # importance is not the constant default
+    lisbon, porto = facts["Caroline lives in Lisbon with Caroline's two cats."], facts["Caroline lives in Porto."]
+    # The move updates the fact it was shown (offline rule, relation "contradicts"): superseded, kept.
+    assert lisbon[1] is False and porto[1] is True
+    assert await rows(settings, "SELECT from_fact_id, to_fact_id FROM fact_links WHERE relationship = 'supersedes'"
+                      ) == [(porto[0], lisbon[0])]
+    assert await rows(settings, "SELECT detail->>'reason' FROM fact_history WHERE fact_id = %s"
+                                " AND change = 'superseded'", (lisbon[0],)) == [("llm verdict: contradicts",)]

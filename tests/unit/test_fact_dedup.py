@@ -139,3 +139,17 @@ def test_cosine_similarity():
     a, b = np.array([1.0, 0.0]), np.array([1.0, 1.0])
     assert cosine_similarity(a, b) == pytest.approx(2 ** -0.5)
     assert cosine_similarity(a, a) == pytest.approx(1.0) and cosine_similarity(a, np.zeros(2)) == 0.0
+
+
+def test_the_same_event_on_another_date_is_neither_a_change_nor_a_duplicate():
+    from streams.facts.dedup import contradiction
+
+    old = "Melanie went hiking yesterday (7 May 2023)."
+    new = "Melanie went hiking yesterday (14 May 2023)."
+    assert contradiction(old, new) is None
+    assert contradiction("Caroline lives in Lisbon (since March 2023).", "Caroline lives in Porto.") is not None
+    near = [Neighbour("f1", old, "hobby", "u", "s", 0.97)]
+    decision = decide_fact(NewFact(new, np.ones(3), "hobby", "u", "s"), near, 0.0)
+    assert (decision.action, decision.link_type, decision.target_fact_id) == ("insert", "elaborates", "f1")
+    same = decide_fact(NewFact(old, np.ones(3), "hobby", "u", "s"), near, 0.0)
+    assert same.action == "merge"

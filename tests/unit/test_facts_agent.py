@@ -32,7 +32,7 @@ def event(event_type: str, payload, seq=None) -> Event:
 def fold(events, state=None, now=100.0):
     state, emitted = state or ChunkState(), []
     for e in events:
-        state, out = fold_event(CONFIG, state, e, now, "chunk-facts-v1", "fake-llm")
+        state, out = fold_event(CONFIG, state, e, now, "chunk-facts-v3", "fake-llm")
         emitted.extend(out)
     return state, emitted
 
@@ -49,7 +49,7 @@ def test_the_seventh_message_requests_the_oldest_four_as_a_chunk_event():
     (request,) = emitted
     assert request.type == fe.CHUNK_REQUESTED and request.seq == 6 and request.subject_id == "s"
     assert (request.payload["start_seq"], request.payload["end_seq_exclusive"], request.payload["attempt"]) == (0, 4, 1)
-    assert (request.payload["prompt_version"], request.payload["model"]) == ("chunk-facts-v1", "fake-llm")
+    assert (request.payload["prompt_version"], request.payload["model"]) == ("chunk-facts-v3", "fake-llm")
 
 
 def test_a_recorded_chunk_advances_and_management_events_are_ignored():
@@ -95,7 +95,7 @@ def test_requests_name_the_offline_rules_when_no_llm_is_configured():
 
     assert prompt_and_model(Settings()) == (OFFLINE_EXTRACTOR, OFFLINE_EXTRACTOR)
     online = Settings(llm=LlmSettings(provider="openai", model="big"), facts=FactsSettings(extraction_model="huge"))
-    assert prompt_and_model(online) == ("chunk-facts-v1", "huge")
+    assert prompt_and_model(online) == ("chunk-facts-v3", "huge")
 
 
 def test_ticks_carry_no_seq_and_decode():

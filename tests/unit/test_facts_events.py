@@ -104,3 +104,21 @@ def test_to_vector_rounds_and_records_model_and_dimension():
     assert (v.model, v.dimensions, v.values) == ("mini", 3, [0.1234568, -0.5, 0.0])
     assert ids.vector_literal(v.values) == "[0.1234568,-0.5,0.0]"
     assert ids.from_vector(v).dtype == np.float32
+
+
+def test_occurred_start_and_fact_relations_are_optional_so_older_events_still_decode():
+    envelope = new_event(fe.CHUNK_RECORDED, recorded(), tenant_id="t", conversation_id="c", user_id="alice", seq=19)
+    raw = orjson.loads(encode(envelope))
+    raw["payload"].pop("occurred_start", None)
+    for fact in raw["payload"]["facts"]:
+        fact.pop("relation", None)
+        fact.pop("target_fact_id", None)
+    old = decode(orjson.dumps(raw)).payload
+    assert old.occurred_start is None and old.facts[0].relation is None and old.facts[0].target_fact_id is None
+    new = recorded(occurred_start=datetime(2026, 1, 31, tzinfo=UTC), facts=[fe.RecordedFact(
+        fact_id="f", category="other", content="x", embedding=vector(), relation="contradicts", target_fact_id="g")])
+    again = decode(encode(new_event(fe.CHUNK_RECORDED, new, tenant_id="t", conversation_id="c", user_id="alice",
+                                    seq=19))).payload
+    assert again.occurred_start == datetime(2026, 1, 31, tzinfo=UTC) and again.facts[0].relation == "contradicts"
+    with pytest.raises(ValidationError):
+        fe.RecordedFact(fact_id="f", category="other", content="x", embedding=vector(), relation="replaces")

@@ -65,16 +65,16 @@ async def test_llm_gate_says_yes_then_one_extraction_call_with_the_extraction_mo
         "summary": "Lisbon.", "facts": [{"category": "other", "content": "Lives in Lisbon.", "importance": 5,
                                          "tags": ["Home"]}]})
     out = await ChunkExtractor(online(gate_model="small", extraction_model="huge"), llm).extract(FACTFUL)
-    assert llm.calls == [("gate-v1", "small"), ("chunk-facts-v1", "huge")]
+    assert llm.calls == [("gate-v1", "small"), ("chunk-facts-v3", "huge")]
     assert [(f.content, f.importance, f.tags) for f in out.result.facts] == [("Lives in Lisbon.", 5, ("home",))]
-    assert (out.model, out.prompt_version, out.gate.method) == ("huge", "chunk-facts-v1", "llm")
+    assert (out.model, out.prompt_version, out.gate.method) == ("huge", "chunk-facts-v3", "llm")
 
 
 async def test_a_failing_gate_fails_open():
     llm = ScriptedLlm(gate=LlmError("503", retryable=True), chunk_facts={"summary": "s", "facts": []})
     out = await ChunkExtractor(online(gate_model="small"), llm).extract(CHATTER)
     assert out.gate.worth_remembering and out.gate.method == "llm-failed-open"
-    assert [c[0] for c in llm.calls] == ["gate-v1", "chunk-facts-v1"]
+    assert [c[0] for c in llm.calls] == ["gate-v1", "chunk-facts-v3"]
 
 
 @pytest.mark.parametrize("answer, error", [
@@ -96,7 +96,7 @@ async def test_heuristic_gate_skips_chatter_and_keeps_a_rule_summary():
 async def test_offline_extraction_finds_first_person_facts():
     out = await ChunkExtractor(Settings(), None).extract(FACTFUL)
     assert out.gate.worth_remembering
-    assert [f.content for f in out.result.facts] == ["I live in Lisbon with my wife."]
+    assert [f.content for f in out.result.facts] == ["The user lives in Lisbon with the user's wife."]
     assert (out.model, out.prompt_version) == (OFFLINE_EXTRACTOR, OFFLINE_EXTRACTOR)
 
 
@@ -105,3 +105,34 @@ async def test_facts_are_capped_per_chunk():
     out = await ChunkExtractor(online(gate="off", max_facts_per_chunk=2), ScriptedLlm(chunk_facts=answer)).extract(
         FACTFUL)
     assert [f.content for f in out.result.facts] == ["Fact 0.", "Fact 1."]
+
+
+class RecordingLlm(ScriptedLlm):
+    def __init__(self, **answers) -> None:
+        super().__init__(**answers)
+        self.variables: list[dict] = []
+
+    async def complete_json(self, prompt_version, variables, *, model=None, validate=None):
+        self.variables.append(dict(variables))
+        return await super().complete_json(prompt_version, variables, model=model, validate=validate)
+
+
+async def test_llm_sees_dated_named_messages_and_related_memories_and_its_targets_map_to_fact_ids():
+    from memory_agent.llm.prompts import load_prompt
+    from streams.facts.offline import ExistingFact
+    from tests.support.two_people import messages
+
+    answer = {"summary": "Caroline moved to Porto.", "facts": [
+        {"category": "milestone", "content": "Caroline lives in Porto.", "relation": "contradicts", "target": "F1"},
+        {"category": "other", "content": "Caroline has a cat.", "relation": "duplicate", "target": "F9"},
+        {"category": "other", "content": "Melanie paints.", "relation": "new", "target": None}]}
+    llm = RecordingLlm(chunk_facts=answer)
+    existing = [ExistingFact("fact-lisbon", "Caroline lives in Lisbon.")]
+    out = await ChunkExtractor(online(gate="off"), llm).extract(messages(), existing)
+    sent = llm.variables[0]
+    assert "[2] 8 May 2023, Caroline: I went to a LGBTQ support group yesterday (7 May 2023)" in sent["messages"]
+    assert "trimmed" not in sent["messages"] and "sunny" not in sent["messages"]  # system, tool left out
+    assert sent["existing"] == "[F1] Caroline lives in Lisbon."
+    assert load_prompt("chunk-facts-v3").variables == {"messages", "existing"}
+    assert [(f.relation, f.target_fact_id) for f in out.result.facts] == [
+        ("contradicts", "fact-lisbon"), (None, None), (None, None)]  # F9 was never shown

@@ -1,0 +1,130 @@
+"""The offline extractor on a dated two-person "Name: text" conversation: every human speaker's
+facts by name and dated, summaries that keep names, numbers, places and dates, system and tool
+messages left out, importance/type/tags filled, related memories updated."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from domain.speakers import in_third_person, speaker_of
+from memory_agent.llm import ExtractiveSummarizer
+from memory_agent.llm.port import ChatMessage
+from streams.facts.extraction import extract_offline, heuristic_gate
+from streams.facts.offline import ExistingFact, related_query
+from tests.support.two_people import messages
+
+FACTS = extract_offline(messages()).facts
+BY_TEXT = {f.content: f for f in FACTS}
+
+
+def test_both_speakers_facts_are_kept_and_written_with_their_names():
+    assert {f.content.split()[0] for f in FACTS} == {"Caroline", "Melanie"}
+    assert "Caroline adopted a cat named Oscar last week (the week before 8 May 2023)." in BY_TEXT
+    assert "Melanie ran a charity race for mental health two weeks ago (24 April 2023) in Boston." in BY_TEXT
+    assert not [f for f in FACTS if re.search(r"\b(?:I|I'm|my|me)\b", f.content)]  # never first person
+
+
+def test_relative_dates_are_resolved_against_each_messages_own_day():
+    text = " ".join(f.content for f in FACTS)
+    assert "yesterday (7 May 2023)" in text  # said 8 May
+    assert "last Friday (19 May 2023)" in text  # said 25 May, a Thursday
+    assert "next month (June 2023)" in text
+
+
+def test_system_and_tool_messages_are_left_out_of_facts_and_summaries():
+    result = extract_offline(messages(), max_summary_chars=5000)
+    rolling = ExtractiveSummarizer(max_chars=5000).summarize(None, messages(), 0, 13)
+    for text in (result.summary, rolling, " ".join(f.content for f in result.facts)):
+        assert "trimmed" not in text and "sunny" not in text and "tool" not in text
+
+
+@pytest.mark.parametrize("budget", [300, 600, 1000])
+def test_chunk_summary_keeps_names_numbers_places_and_dates_within_its_budget(budget):
+    summary = extract_offline(messages(), max_summary_chars=budget).summary
+    assert len(summary) <= budget
+    kept = [w for w in ("Oscar", "Boston", "24 April 2023", "Porto", "Lisbon", "3rd", "19 May 2023")
+            if w in summary]
+    assert len(kept) >= {300: 3, 600: 5, 1000: 7}[budget], summary
+    assert summary.startswith("Caroline (8 May 2023): ") or summary.startswith("Melanie (8 May 2023): ")
+    assert "(25 May 2023)" in summary or budget < 600  # the second session's day where it starts
+    assert "ok, bye" not in summary and "Sounds lovely" not in summary
+
+
+def test_rolling_summary_lines_name_the_speaker_and_the_day_and_prefer_dense_sentences():
+    text = ExtractiveSummarizer(max_chars=600).summarize(None, messages(), 0, 13)
+    assert "[4] Caroline (8 May 2023): " in text and "Oscar" in text and "Boston" in text
+    assert "Aww" not in text and "That's amazing" not in text
+    # the next step reads its own lines back (speaker and day survive the slide)
+    again = ExtractiveSummarizer(max_chars=600).summarize(text, [], 6, 13)
+    assert "[6] Melanie (8 May 2023): " in again and "[4]" not in again
+
+
+def test_importance_memory_type_and_tags_are_filled():
+    assert all(f.tags for f in FACTS)
+    assert len({f.importance for f in FACTS}) >= 2
+    assert BY_TEXT["Caroline adopted a cat named Oscar last week (the week before 8 May 2023)."].importance == 5
+    assert "oscar" in BY_TEXT["Caroline adopted a cat named Oscar last week (the week before 8 May 2023)."].tags
+    kinds = {f.memory_type for f in extract_offline([
+        ChatMessage(0, "user", "Ana: I decided to sell my car."),
+        ChatMessage(1, "user", "Ana: I love Italian opera."),
+        ChatMessage(2, "user", "Ana: I learned that sourdough needs a warm kitchen."),
+        ChatMessage(3, "user", "Ana: I'm working on a novel about my grandmother.")]).facts}
+    assert kinds == {"decision", "preference", "insight", "project"}
+
+
+def test_a_move_updates_the_related_memory_it_was_shown():
+    existing = [ExistingFact("f-old", "Caroline lives in Lisbon.", "other"),
+                ExistingFact("f-cat", "Caroline adopted a cat named Oscar last week (the week before 8 May 2023).")]
+    facts = {f.content: f for f in extract_offline(messages(), existing=existing).facts}
+    porto = facts["Caroline lives in Porto."]
+    assert (porto.relation, porto.target_fact_id) == ("contradicts", "f-old")
+    cat = facts["Caroline adopted a cat named Oscar last week (the week before 8 May 2023)."]
+    assert (cat.relation, cat.target_fact_id) == ("duplicate", "f-cat")
+    assert all(f.relation is None for f in extract_offline(messages()).facts)
+
+
+def test_related_query_is_a_safe_tsquery_of_content_words():
+    query = related_query(messages())
+    assert re.fullmatch(r"[a-z0-9]+( \| [a-z0-9]+)*", query)
+    assert "porto" in query.split(" | ") and "the" not in query.split(" | ")
+
+
+@pytest.mark.parametrize("role, content, expected", [
+    ("user", "Caroline: I went.", ("Caroline", "I went.", True)),
+    ("assistant", "Melanie: Me too!", ("Melanie", "Me too!", True)),
+    ("assistant", "Update the firmware.", (None, "Update the firmware.", False)),  # the AI assistant
+    ("user", "I live here.", ("The user", "I live here.", False)),
+    ("assistant", "Note: restart it.", (None, "Note: restart it.", False)),
+    ("system", "Caroline: hidden", None),
+    ("tool", "{}", None),
+])
+def test_speakers(role, content, expected):
+    spoken = speaker_of(role, content)
+    assert (None if spoken is None else (spoken.speaker, spoken.text, spoken.named)) == expected
+
+
+@pytest.mark.parametrize("sentence, expected", [
+    ("I adopted a cat named Oscar.", "Caroline adopted a cat named Oscar."),
+    ("I live in Lisbon with my wife.", "Caroline lives in Lisbon with Caroline's wife."),
+    ("I'm a teacher and I love my job.", "Caroline is a teacher and they love Caroline's job."),
+    ("I really enjoy painting.", "Caroline really enjoys painting."),
+    ("I've been running for 3 years.", "Caroline has been running for 3 years."),
+    ("I don't eat meat.", "Caroline doesn't eat meat."),
+    ("I try to study and I go hiking.", "Caroline tries to study and they go hiking."),
+    ("We moved to Porto.", "Caroline and others moved to Porto."),
+    ("Yesterday my mom came with me.", "Yesterday Caroline's mom came with Caroline."),
+])
+def test_first_person_is_rewritten_by_name(sentence, expected):
+    assert in_third_person(sentence, "Caroline") == expected
+
+
+@pytest.mark.parametrize("lines, worth", [
+    (["Caroline: Hey Mel!", "Melanie: Hi! Thanks!"], False),
+    (["Caroline: hi", "Melanie: I ran a charity race in Boston."], True),  # the other human speaker counts
+    (["hi", "I ran a charity race in Boston."], False),  # an unnamed assistant is the AI
+])
+def test_gate_listens_to_every_human_speaker(lines, worth):
+    chat = [ChatMessage(i, "user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(lines)]
+    assert heuristic_gate(chat)[0] is worth
