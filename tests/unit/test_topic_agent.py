@@ -25,6 +25,9 @@ def axis(i: int) -> list[float]:
 
 
 def config(**topics) -> AgentConfig:
+    """Seed 004's matching (0.7, no active-topic bonus) unless a test sets it: the axis vectors
+    below are chosen around it, not around the offline model's defaults."""
+    topics = {"similarity_threshold": 0.7, "active_topic_bonus": 0.0} | topics
     return AgentConfig.from_settings(Settings(topics=TopicSettings(**topics)), model="m", prompt_version="p-v1")
 
 
