@@ -225,8 +225,12 @@ class TopicSettings(BaseModel):
     # at most embedding_max_attempts times; then it joins the active topic unmatched.
     embedding_timeout_s: float = Field(default=60.0, gt=0)
     embedding_max_attempts: int = Field(default=3, ge=1)
-    # Messages waiting behind an embedding, per conversation, before the oldest is given up.
-    max_waiting_messages: int = Field(default=200, ge=1)
+    # Messages held per conversation while they wait for an embedding (and the characters of
+    # their text and vectors: the fold's state is one Kafka record). Beyond either, messages
+    # are deferred, never dropped: read back from the projected log, backlog_batch at a time.
+    max_waiting_messages: int = Field(default=100, ge=1)
+    max_waiting_chars: int = Field(default=300_000, ge=1_000, le=600_000)
+    backlog_batch: int = Field(default=100, ge=1, le=1_000)
     summary_prompt_version: str = "topic-summary-v1"
     # Turn-start context: wait this long for the topic fold to reach the current message,
     # and bring back at most this many archived messages on a restore.

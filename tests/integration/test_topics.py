@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from memory_agent.client import MemoryClient
+from streams.topics_memory.fold import make_title
 from tests.integration.conftest import running_api, scalar, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI
 
@@ -120,7 +121,7 @@ async def test_three_subjects_three_topics_compaction_archive_and_restore(settin
                 ("topic-1", 4), ("topic-2", 10), ("topic-3", 4)]
             assert topics["active_topic_id"] == f"{CONVERSATION_ID}:topic-2"
             car = topics["topics"][1]
-            assert car["topic_title"] == CONVERSATION[2][1][:80]
+            assert car["topic_title"] == make_title(CONVERSATION[2][1], 80)  # its first sentence
             assert (car["active_messages"], car["compressed_messages"], car["has_summary"]) == (5, 5, True)
             assert (car["access_count"], car["memory_type"], car["half_life_days"]) == (4, "short-term", 1.0)
             assert car["active"] and not car["evicted"] and 0 < car["priority"] <= car["importance_score"]
