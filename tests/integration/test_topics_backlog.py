@@ -39,7 +39,7 @@ async def events_of(settings, topic: str) -> list[tuple[bytes, bytes]]:
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
         records = []
-        while any(await consumer.position(tp) < ends[tp] for tp in partitions):
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
             for batch in (await consumer.getmany(timeout_ms=1000)).values():
                 records += [(r.key, r.value) for r in batch]
         return records
@@ -104,3 +104,59 @@ async def test_a_burst_of_thousands_places_every_message_and_gives_none_up(setti
           f"{memory['topic.message_recalled']} recalled; largest state record {largest:,} B")
     assert largest < 512 * 1024
 
+
+
+# --- the recall stage alone, on the real messages table ------------------------------------------
+
+async def insert_messages(settings, rows: list[tuple[int, str, str]]) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
+    ) as conn:
+        for seq, role, content in rows:
+            await conn.execute(
+                "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, subject_id, role, content,"
+                " metadata, occurred_at, source_partition, source_offset) VALUES ('t', 'c', %s, %s, 'alice', NULL,"
+                " %s, %s, %s, now(), 0, %s)",
+                (seq, f"e{seq}", role, content, '{"importance": 0.9}' if seq == 2 else "{}", seq))
+
+
+def backlog_request(from_seq: int, upto_seq: int, limit: int, final: bool = False):
+    from schemas import topic_events as te
+    from schemas.codec import decode, encode, new_event
+
+    payload = te.TopicBacklogRequested(from_seq=from_seq, upto_seq=upto_seq, limit=limit, final=final)
+    return decode(encode(new_event(te.TOPIC_BACKLOG_REQUESTED, payload, tenant_id="t", conversation_id="c",
+                                   user_id="alice", seq=from_seq - 1)))
+
+
+@pytest.mark.asyncio
+async def test_the_recall_stage_reads_a_range_back_in_order_and_waits_for_the_projection(settings):
+    from memory_agent.embeddings import make_embedder
+    from projections.db import make_pool
+    from schemas import topic_events as te
+    from schemas.codec import decode, encode
+    from streams.topics_memory.recall import BacklogStage
+
+    await insert_messages(settings, [(1, "user", "How do I start a sourdough starter?"), (2, "assistant", "Flour."),
+                                     (3, "system", "a system note"), (4, "user", "My marathon plan?"),
+                                     (5, "user", "And the loaf?")])
+    async with make_pool(settings, schema=settings.pg_schema) as pool:
+        stage = BacklogStage(make_embedder(settings), pool, inputs_wait_s=0.5)
+        # Seq 6 is not projected yet: nothing is sent (the fold asks again), unless it is the last attempt.
+        assert await stage.handle(backlog_request(1, 6, 100)) == []
+        *recalled, done = [decode(encode(e)) for e in await stage.handle(backlog_request(1, 6, 100, final=True))]
+        assert (done.type, done.payload.through_seq, done.payload.missing) == (te.TOPIC_BACKLOG_READ, 6, 1)
+        await insert_messages(settings, [(6, "assistant", "Bake it hot.")])
+        # A read of at most 3 rows: seqs 1-3 (the system message is read past, not sent).
+        *recalled, done = [decode(encode(e)) for e in await stage.handle(backlog_request(1, 6, 3))]
+        assert [(r.payload.seq, r.payload.after_seq, r.payload.role) for r in recalled] == [
+            (1, 0, "user"), (2, 1, "assistant")]
+        assert len(recalled[0].payload.embedding) == 384 and recalled[1].payload.embedding is None
+        assert recalled[1].payload.importance == 0.9 and recalled[0].envelope.user_id == "alice"
+        assert (done.payload.through_seq, done.payload.last_recalled_seq, done.payload.missing) == (3, 2, 0)
+        *recalled, done = [decode(encode(e)) for e in await stage.handle(backlog_request(4, 6, 100))]
+        assert [(r.payload.seq, r.payload.after_seq) for r in recalled] == [(4, 3), (5, 4), (6, 5)]
+        assert all(len(r.payload.embedding) == 384 for r in recalled[:2]) and recalled[2].payload.embedding is None
+        assert done.payload.through_seq == 6 and done.payload.count == 3
