@@ -4,7 +4,7 @@ Kafka + PostgreSQL.
 
     python bench/topic_agent_bench.py                      # offline parts + live run (needs the stack)
     python bench/topic_agent_bench.py --offline-only
-    python bench/topic_agent_bench.py --conversations 20 --threshold 0.3
+    python bench/topic_agent_bench.py --conversations 20 --threshold 0.3   # default: the embedder's
 
 The live run uses MEMORY_KAFKA__BOOTSTRAP_SERVERS / MEMORY_POSTGRES__DSN (default: the local stack
 on 19092 / 15432), a throw-away topic prefix and schema, and removes them afterwards.
@@ -78,7 +78,7 @@ async def embedding_costs(chat) -> np.ndarray:
 async def agent_costs(chat, vectors, threshold: float, compare: bool) -> None:
     """The ordered agent's own work per event (decode, state load/store, inbox, fold) and
     the compaction work (offline summary + archive merge), on the realistic chat."""
-    settings = Settings(topics=TopicSettings(similarity_threshold=threshold))
+    settings = Settings(topics=TopicSettings(similarity_threshold=threshold))  # the model's active-topic bonus
     summarizer = ExtractiveTopicSummarizer(settings.llm.extractive_max_chars)
     cfg = AgentConfig.from_settings(settings, model=summarizer.model, prompt_version=summarizer.prompt_version)
     raw, user_index, events = codec.dumps(codec.loads(None, "chat")), 0, []
@@ -116,6 +116,7 @@ async def agent_costs(chat, vectors, threshold: float, compare: bool) -> None:
                 pending.insert(0, encoded(te.TOPIC_COMPACTED, done, envelope.seq))
     purity = sum(Counter(o).most_common(1)[0][1] for o in owners.values()) / sum(len(o) for o in owners.values())
     print(f"| agent shell per event (decode, cached state, inbox, fold, state store), threshold {threshold} "
+          f"+ {settings.topics.bonus} for the active topic "
           f"| {agent_s / len(events) * 1e6:.0f} CPU-µs ({len(events)} events, "
           f"state {len(raw) / 1000:.1f} KB at the end) |")
     if archived:
@@ -123,7 +124,8 @@ async def agent_costs(chat, vectors, threshold: float, compare: bool) -> None:
               f"| {compaction_s / archived * 1000:.2f} CPU-ms per archived message "
               f"({archived} messages archived by the compactions of {len(archives)} topics) |")
     if compare:
-        print(f"| topics found for the 6 subjects, threshold {threshold} | {len(owners)} topics, "
+        print(f"| topics found for the 6 subjects, threshold {threshold} + {settings.topics.bonus} "
+              f"| {len(owners)} topics, "
               f"{purity:.0%} of messages in a topic of their majority subject |")
 
 
@@ -197,7 +199,9 @@ async def live(args, chat) -> None:
     env = dict(os.environ, MEMORY_GENERATION=settings.generation, MEMORY_KAFKA__BOOTSTRAP_SERVERS=bootstrap,
                MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix, MEMORY_KAFKA__PARTITIONS=str(args.partitions),
                MEMORY_POSTGRES__DSN=dsn, MEMORY_STATE_DIR=f"/tmp/topic-bench/{uid}", MEMORY_LOG_LEVEL="WARNING",
-               MEMORY_SYSTEMS='["topics"]', MEMORY_TOPICS__SIMILARITY_THRESHOLD=str(args.threshold))
+               MEMORY_SYSTEMS='["topics"]')
+    if args.threshold is not None:
+        env["MEMORY_TOPICS__SIMILARITY_THRESHOLD"] = str(args.threshold)
     log_path = Path(f"/tmp/topic-bench-{uid}.log")
     process = None
     try:
@@ -233,14 +237,24 @@ async def live(args, chat) -> None:
                 "SELECT count(*), count(*) FILTER (WHERE evicted_at IS NOT NULL), coalesce(sum(compactions), 0),"
                 " (SELECT coalesce(1 - sum(gzip_bytes)::float8 / nullif(sum(json_bytes), 0), 0) FROM topic_archives)"
                 " FROM topics")).fetchone()
+            held = await (await conn.execute(
+                "SELECT (SELECT count(*) FROM topic_messages), (SELECT coalesce(sum(message_count), 0)"
+                " FROM topic_archives), (SELECT count(*) FROM topic_unassigned)")).fetchone()
+            reasons = await (await conn.execute(
+                "SELECT regexp_replace(reason, '[0-9]+', 'N', 'g') r, count(*) FROM topic_unassigned"
+                " GROUP BY r ORDER BY 2 DESC LIMIT 3")).fetchall()
         rate = (total - first[1]) / (end - first[0])
         systems = getattr(Settings(**{}), "systems", None) and os.environ.get("MEMORY_SYSTEMS", '["topics"]')
         print(f"\nLive: {args.conversations} conversations x {len(chat)} messages = {total} messages backlogged on "
-              f"{args.partitions} partitions, threshold {args.threshold}, worker systems {systems or 'all'}:")
+              f"{args.partitions} partitions, threshold {args.threshold or 'default'}, "
+              f"worker systems {systems or 'all'}:")
         print(f"- worker start to first placement {first[0] - started:.1f} s; then {total - first[1]} messages in "
               f"{end - first[0]:.1f} s = **{rate:.0f} messages/s** sustained "
               f"({(cpu_end - first[2]) / (total - first[1]) * 1000:.2f} worker CPU-ms per message)")
         print(f"- {row[0]} topics ({row[1]} evicted), {row[2]} compactions, archives {row[3]:.1%} smaller than JSON")
+        print(f"- in a topic: {held[0] + held[1]} of {total} messages ({held[0]} active, {held[1]} archived); "
+              f"**{held[2]} unassigned**" + (" (" + "; ".join(f"{n} x {r!r}" for r, n in reasons) + ")" if reasons
+                                             else ""))
         print(f"- idle worker, one user message at a time: appended -> placed in a topic (projected) "
               f"p50 {statistics.median(latencies) * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms "
               f"({len(latencies)} messages; in order, ms: {', '.join(f'{x * 1000:.0f}' for x in latencies)})")
@@ -267,7 +281,8 @@ async def main() -> None:
     parser.add_argument("--live-only", action="store_true")
     parser.add_argument("--conversations", type=int, default=20)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--threshold", type=float, default=0.7, help="topic similarity threshold (live run)")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="topic similarity threshold (live run; default: the embedding model's)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--profile", help="write a cProfile of the worker (main thread) to this file")
     args = parser.parse_args()

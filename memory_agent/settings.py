@@ -306,13 +306,30 @@ class RetrievalSettings(BaseModel):
     index_messages: bool = True
 
 
+# Topic matching per embedding model: (similarity_threshold, active_topic_bonus), matched as
+# substrings of the lower-cased model name. Measured with bench/topic_threshold_bench.py on
+# two labelled multi-subject chats (docs/topics.md); any other model gets seed 004's 0.7.
+SEED_TOPIC_MATCHING = (0.7, 0.0)
+TOPIC_MATCHING_BY_MODEL: tuple[tuple[str, tuple[float, float]], ...] = (
+    ("minilm-l6", (0.3, 0.15)),
+)
+
+
+def topic_matching_for(model: str) -> tuple[float, float]:
+    name = model.lower()
+    return next((pair for pattern, pair in TOPIC_MATCHING_BY_MODEL if pattern in name), SEED_TOPIC_MATCHING)
+
+
 class TopicSettings(BaseModel):
     """Seed 004's topic memory: matching, compaction, decay, plus the agent's own limits."""
 
     max_topics: int = Field(default=20, ge=1)
-    # A user message joins its best topic when cosine > this. Model-dependent: seed 004's
-    # 0.7 suits models whose same-subject cosines sit high; see docs/topics.md for MiniLM.
-    similarity_threshold: float = Field(default=0.7, ge=-1.0, le=1.0)
+    # A user message joins its best topic when cosine (+ active_topic_bonus for the
+    # conversation's current topic) > similarity_threshold. Model-dependent: None takes the
+    # embedding model's measured pair from TOPIC_MATCHING_BY_MODEL (Settings fills it in),
+    # else seed 004's 0.7 and no bonus. See docs/topics.md.
+    similarity_threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
+    active_topic_bonus: float | None = Field(default=None, ge=0.0, le=1.0)
     base_half_life_seconds: float = Field(default=86400.0, gt=0)
     max_half_life_seconds: float = Field(default=2592000.0, gt=0)
     access_threshold_for_lt: int = Field(default=5, ge=1)
@@ -328,13 +345,33 @@ class TopicSettings(BaseModel):
     # at most embedding_max_attempts times; then it joins the active topic unmatched.
     embedding_timeout_s: float = Field(default=60.0, gt=0)
     embedding_max_attempts: int = Field(default=3, ge=1)
-    # Messages waiting behind an embedding, per conversation, before the oldest is given up.
-    max_waiting_messages: int = Field(default=200, ge=1)
+    # Messages held per conversation while they wait for an embedding (and the characters of
+    # their text and vectors: the fold's state is one Kafka record). Beyond either, messages
+    # are deferred, never dropped: read back from the projected log, backlog_batch at a time.
+    max_waiting_messages: int = Field(default=100, ge=1)
+    max_waiting_chars: int = Field(default=300_000, ge=1_000, le=600_000)
+    backlog_batch: int = Field(default=100, ge=1, le=1_000)
     summary_prompt_version: str = "topic-summary-v1"
     # Turn-start context: wait this long for the topic fold to reach the current message,
     # and bring back at most this many archived messages on a restore.
     context_wait_ms: int = Field(default=500, ge=0)
     restore_max_messages: int = Field(default=200, ge=0)
+
+    @property
+    def threshold(self) -> float:
+        return SEED_TOPIC_MATCHING[0] if self.similarity_threshold is None else self.similarity_threshold
+
+    @property
+    def bonus(self) -> float:
+        return SEED_TOPIC_MATCHING[1] if self.active_topic_bonus is None else self.active_topic_bonus
+
+    def for_embedding_model(self, model: str) -> "TopicSettings":
+        """The unset matching values filled in for `model` (measured ones, else the seed's)."""
+        known = topic_matching_for(model)
+        return self.model_copy(update={
+            "similarity_threshold": known[0] if self.similarity_threshold is None else self.similarity_threshold,
+            "active_topic_bonus": known[1] if self.active_topic_bonus is None else self.active_topic_bonus,
+        })
 
     @model_validator(mode="after")
     def _keep_fewer_than_the_limit(self) -> "TopicSettings":
@@ -382,6 +419,13 @@ class Settings(BaseSettings):
         if not _NAME.match(value):
             raise ValueError("generation must match [a-z0-9][a-z0-9_]{0,40}")
         return value
+
+    @model_validator(mode="after")
+    def _topic_matching_for_the_embedder(self) -> "Settings":
+        """Unset topic matching values take the configured embedding model's (frozen model:
+        set once, here)."""
+        object.__setattr__(self, "topics", self.topics.for_embedding_model(self.embedding.model))
+        return self
 
     @model_validator(mode="after")
     def _no_default_secrets_in_production(self) -> "Settings":

@@ -23,6 +23,9 @@ TOPIC_COMPACTED = "topic.compacted"
 TOPIC_COMPACTION_FAILED = "topic.compaction_failed"
 TOPIC_EVICTED = "topic.evicted"
 TOPIC_TICKED = "topic.ticked"
+TOPIC_BACKLOG_REQUESTED = "topic.backlog_requested"
+TOPIC_MESSAGE_RECALLED = "topic.message_recalled"
+TOPIC_BACKLOG_READ = "topic.backlog_read"
 
 class TopicEmbeddingRequested(Payload):
     """The topic fold needs the embedding of user message `seq` before it can place it."""
@@ -165,6 +168,44 @@ class TopicTicked(Payload):
     reason: StrictStr = "timeout-scan"
 
 
+class TopicBacklogRequested(Payload):
+    """The fold deferred messages (its inbox was full): read those with from_seq <= seq <=
+    upto_seq back from the projected log, at most `limit`, in order, with their embeddings."""
+
+    from_seq: StrictInt = Field(ge=0)
+    upto_seq: StrictInt = Field(ge=0)
+    limit: StrictInt = Field(ge=1)
+    attempt: StrictInt = Field(default=1, ge=1)
+    # The last attempt: take what the log holds after the wait, and send a message that
+    # cannot be embedded without a vector (it joins the active topic unmatched).
+    final: StrictBool = False
+
+
+class TopicMessageRecalled(Payload):
+    """A deferred message read back for the fold (envelope seq, user and subject are the message's)."""
+
+    seq: StrictInt = Field(ge=0)
+    after_seq: StrictInt = Field(ge=-1)  # the message before it in the same read (from_seq - 1 for the first)
+    role: Literal["user", "assistant"]
+    content: StrictStr
+    occurred_at: datetime
+    importance: StrictFloat | None = None
+    embedding: list[StrictFloat] | None = None  # user messages; None with `error`
+    model: StrictStr | None = None
+    error: StrictStr | None = None  # why a user message has no embedding
+
+
+class TopicBacklogRead(Payload):
+    """The end of one backlog read: every message up to `through_seq` was sent back."""
+
+    from_seq: StrictInt = Field(ge=0)
+    through_seq: StrictInt = Field(ge=-1)
+    last_recalled_seq: StrictInt = Field(ge=-1)
+    count: StrictInt = Field(ge=0)
+    attempt: StrictInt = Field(default=1, ge=1)
+    missing: StrictInt = Field(default=0, ge=0)  # final attempt only: not in the projected log after the wait
+
+
 SPECS: tuple[EventSpec, ...] = (
     EventSpec(TOPIC_EMBEDDING_REQUESTED, 1, TopicEmbeddingRequested, requires_seq=True),
     EventSpec(TOPIC_MESSAGE_EMBEDDED, 1, TopicMessageEmbedded, requires_seq=True),
@@ -179,4 +220,7 @@ SPECS: tuple[EventSpec, ...] = (
     EventSpec(TOPIC_COMPACTION_FAILED, 1, TopicCompactionFailed),
     EventSpec(TOPIC_EVICTED, 1, TopicEvicted),
     EventSpec(TOPIC_TICKED, 1, TopicTicked),
+    EventSpec(TOPIC_BACKLOG_REQUESTED, 1, TopicBacklogRequested),
+    EventSpec(TOPIC_MESSAGE_RECALLED, 1, TopicMessageRecalled, requires_seq=True),
+    EventSpec(TOPIC_BACKLOG_READ, 1, TopicBacklogRead),
 )

@@ -29,7 +29,8 @@ from streams.topics_memory.state import TopicsState
 
 # Everything else on the two topics is skipped before the state is even loaded.
 RELEVANT = frozenset({MESSAGE_APPENDED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED,
-                      te.TOPIC_COMPACTED, te.TOPIC_COMPACTION_FAILED, te.TOPIC_TICKED})
+                      te.TOPIC_COMPACTED, te.TOPIC_COMPACTION_FAILED, te.TOPIC_TICKED,
+                      te.TOPIC_MESSAGE_RECALLED, te.TOPIC_BACKLOG_READ})
 PLACED_ROLES = ("user", "assistant")  # system and tool messages belong to no topic
 
 
@@ -44,7 +45,8 @@ class AgentConfig:
     def from_settings(cls, settings: Settings, *, model: str, prompt_version: str) -> AgentConfig:
         topics = settings.topics
         return cls(TopicConfig.from_settings(topics),
-                   InboxConfig(topics.embedding_timeout_s, topics.embedding_max_attempts, topics.max_waiting_messages),
+                   InboxConfig(topics.embedding_timeout_s, topics.embedding_max_attempts, topics.max_waiting_messages,
+                               topics.max_waiting_chars, topics.backlog_batch),
                    prompt_version, model)
 
 
@@ -78,7 +80,15 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
             return state, _reassert(state, e)
         item = Waiting(e.seq, p.role, p.content, e.occurred_at.timestamp(), e.user_id, e.subject_id,
                        _importance(p.metadata))
-        inbox, requests = box.admit(inbox, item, wall, config.inbox)
+        inbox, requests = box.admit(inbox, item, wall, config.inbox)  # held, or deferred to the backlog
+    elif event.type == te.TOPIC_MESSAGE_RECALLED:
+        vector = tuple(p.embedding) if p.embedding is not None else None
+        gave_up = None if vector is not None or p.role != "user" else (p.error or "no embedding")[:500]
+        item = Waiting(p.seq, p.role, p.content, p.occurred_at.timestamp(), e.user_id, e.subject_id,
+                       p.importance, embedding=vector, gave_up=gave_up)
+        inbox = box.recalled(inbox, item, p.after_seq)
+    elif event.type == te.TOPIC_BACKLOG_READ:
+        inbox = box.read_done(inbox, p.last_recalled_seq, p.through_seq)
     elif event.type == te.TOPIC_MESSAGE_EMBEDDED:
         inbox = box.embedded(inbox, p.seq, tuple(p.embedding))
     elif event.type == te.TOPIC_EMBEDDING_FAILED:
@@ -100,6 +110,7 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
         return state, []
     out += [to_event(r, _cause(e, r.seq), state.topics, state.clock, **emit) for r in requests]
     inbox, ready = box.release(inbox)
+    inbox, reads = box.next_read(inbox, wall, config.inbox)  # all held are placed: the next deferred
     state = replace(state, inbox=inbox)
     for item in ready:
         cause = _cause(e, item.seq, item.user_id, item.subject_id)
@@ -111,6 +122,8 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
         topics, commands = step(state.topics, _observed(item), clock, config.fold, wall=wall)
         state = replace(state, topics=_without_text(topics, item.seq), clock=clock)
         out += [to_event(c, cause, topics, clock, message=item, **emit) for c in commands]
+    out += [to_event(r, _cause(e, state.topics.last_seq if state.topics.last_seq >= 0 else None), state.topics,
+                     state.clock, **emit) for r in reads]
     return state, out
 
 

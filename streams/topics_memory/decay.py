@@ -18,6 +18,7 @@ class TopicConfig:
 
     max_topics: int = 20
     similarity_threshold: float = 0.7  # a message joins a topic when cosine > threshold
+    active_topic_bonus: float = 0.0  # added to the active topic's cosine (0: seed 004 exactly)
     base_half_life_seconds: float = 86400.0  # 1 day: short-term memory
     max_half_life_seconds: float = 2592000.0  # 30 days: the long-term cap
     access_threshold_for_lt: int = 5  # the half-life doubles every this many accesses
@@ -39,7 +40,8 @@ class TopicConfig:
     @classmethod
     def from_settings(cls, topics: TopicSettings) -> TopicConfig:
         return cls(
-            max_topics=topics.max_topics, similarity_threshold=topics.similarity_threshold,
+            max_topics=topics.max_topics, similarity_threshold=topics.threshold,
+            active_topic_bonus=topics.bonus,
             base_half_life_seconds=topics.base_half_life_seconds, max_half_life_seconds=topics.max_half_life_seconds,
             access_threshold_for_lt=topics.access_threshold_for_lt,
             max_messages_per_topic=topics.max_messages_per_topic, recent_message_keep=topics.recent_message_keep,

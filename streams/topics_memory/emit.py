@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from schemas import topic_events as te
 from schemas.codec import new_event
 from schemas.envelope import Envelope
-from streams.topics_memory.inbox import EmbeddingRequested, Waiting
+from streams.topics_memory.inbox import BacklogRead, EmbeddingRequested, Waiting
 from streams.topics_memory.protocol import (
     ArchiveRestoreRequested,
     CompactionRequested,
@@ -66,6 +66,10 @@ def to_event(command: object, cause: Cause, state: TopicsState, now: float, *, p
         payload = te.TopicEmbeddingRequested(seq=command.seq, content=command.content, attempt=command.attempt)
         return new_event(te.TOPIC_EMBEDDING_REQUESTED, payload, **(common | dict(
             user_id=command.user_id, subject_id=command.subject_id, seq=command.seq)))
+    if isinstance(command, BacklogRead):
+        payload = te.TopicBacklogRequested(from_seq=command.from_seq, upto_seq=command.upto_seq, limit=command.limit,
+                                           attempt=command.attempt, final=command.final)
+        return new_event(te.TOPIC_BACKLOG_REQUESTED, payload, **common)
     if isinstance(command, MessageAssigned):
         assert message is not None and message.seq == command.seq
         matched = message.role != "user" or message.gave_up is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -63,17 +64,39 @@ def _as_array(centroid: tuple[float, ...]) -> np.ndarray:
     return array
 
 
-def best_match(state: TopicsState, unit: np.ndarray) -> tuple[Topic | None, float]:
-    """The working-set topic with the highest cosine similarity (the earliest on ties)."""
-    best, best_similarity = None, -math.inf
+def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0) -> tuple[Topic | None, float]:
+    """The working-set topic with the highest cosine similarity (the earliest on ties), the
+    active topic's raised by `active_bonus`; the similarity returned is the bonus-free cosine."""
+    best, best_score, best_similarity = None, -math.inf, -math.inf
     for topic in state.topics:
         centroid = _as_array(topic.centroid)
         if centroid.shape != unit.shape:
             raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {centroid.size}")
         similarity = min(1.0, max(-1.0, float(centroid @ unit)))
-        if similarity > best_similarity:
-            best, best_similarity = topic, similarity
+        score = similarity + (active_bonus if topic.topic_id == state.active_topic_id else 0.0)
+        if score > best_score:
+            best, best_score, best_similarity = topic, score, similarity
     return best, best_similarity
+
+
+_OPENERS = re.compile(r"^(?:(?:hi|hello|hey|ok|okay|so|well|thanks|thank you|please|um|uh)\b[\s,.!:;-]*)+", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.?!])\s")
+
+
+def make_title(content: str, limit: int) -> str:
+    """The topic's first message as a title: its first sentence (greetings and fillers like
+    "Hi," or "So," left out), cut at a word boundary with "…" when longer than `limit`."""
+    text = " ".join(content.split())
+    stripped = _OPENERS.sub("", text)
+    if stripped and stripped != text:
+        text = stripped[0].upper() + stripped[1:]
+    first = _SENTENCE_END.split(text, maxsplit=1)[0]
+    if len(first) >= 12:  # "Yes." alone says nothing: then keep the following text too
+        text = first
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0] if " " in text[: limit - 1] else text[: limit - 1]
+    return cut.rstrip(" ,;:-") + "…"
 
 
 def topic_priority(topic: Topic, now: float, config: TopicConfig = DEFAULT_CONFIG) -> float:
@@ -97,10 +120,13 @@ def _activate(state: TopicsState, topic: Topic) -> Stepped:
 
 def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConfig) -> Stepped:
     unit = unit_vector(msg.embedding)
-    best, similarity = best_match(state, unit)
+    best, similarity = best_match(state, unit, config.active_topic_bonus)
     entry = TopicMessage(msg.seq, "user", msg.content, msg.timestamp)
     created: tuple[Command, ...] = ()
-    if best is not None and similarity > config.similarity_threshold:  # seed: "> threshold"
+    # Seed 004: join when cosine > threshold. The conversation's current topic gets
+    # `active_topic_bonus` (a follow-up rarely repeats its subject's words; 0 = the seed).
+    bonus = config.active_topic_bonus if best is not None and best.topic_id == state.active_topic_id else 0.0
+    if best is not None and similarity + bonus > config.similarity_threshold:
         # Running mean of the members' unit embeddings; matching uses its direction.
         count = best.embedding_count + 1
         mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
@@ -112,7 +138,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
         joined_with: float | None = similarity
     else:
         number = state.next_topic_number
-        title = " ".join(msg.content.split())[: config.title_chars]
+        title = make_title(msg.content, config.title_chars)
         topic = Topic(make_topic_id(state.conversation_id, number), title, tuple(float(x) for x in unit),
                       created_at=now, last_active_at=now, message_count=1, messages=(entry,),
                       importance=_importance(msg.importance, config.default_importance))

@@ -1,4 +1,11 @@
-"""Messages waiting for their embedding before the topic fold sees them, in log order (pure)."""
+"""Messages waiting for their embedding before the topic fold sees them, in log order (pure).
+
+Bounded without giving anything up: the inbox holds at most `max_waiting` messages
+(`max_waiting_chars` of text and vectors); a message arriving beyond that is not held but
+*deferred*: the inbox keeps only the seq range of the deferred messages (the backlog) and,
+once everything held is placed, asks for them to be read back from the projected log, a
+batch at a time, with their embeddings (`BacklogRead`, answered by the recall stage).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,9 @@ from typing import Any
 class InboxConfig:
     embedding_timeout_seconds: float = 60.0  # then the embedding is asked for again
     embedding_max_attempts: int = 3  # then the message is placed without one
-    max_waiting: int = 200  # per conversation; beyond it the oldest wait is given up
-    max_waiting_chars: int = 200_000  # the same for the text held (the state is one Kafka record)
-
+    max_waiting: int = 100  # held per conversation; beyond it new messages are deferred
+    max_waiting_chars: int = 300_000  # the same for text + vectors held (the state is one Kafka record)
+    backlog_batch: int = 100  # deferred messages read back per request
 
 @dataclass(frozen=True)
 class Waiting:
@@ -47,6 +54,38 @@ class Waiting:
         return cls(**known)
 
 
+VECTOR_CHARS = 2_100  # a held vector in the changelog: 384 float32 as base64 (+ per-item fields)
+
+
+def held_size(item: Waiting) -> int:
+    return len(item.content) + (VECTOR_CHARS if item.embedding is not None else 200)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Messages seen but not held: every user/assistant message of the log with
+    first_seq <= seq <= last_seq is still to be placed, in order, read back from the log."""
+
+    first_seq: int
+    last_seq: int
+    requested_at: float = 0.0  # wall clock of the read in flight; 0: none
+    attempt: int = 0  # reads of first_seq asked for so far
+
+    def holds(self, seq: int) -> bool:
+        return self.first_seq <= seq <= self.last_seq
+
+
+@dataclass(frozen=True)
+class BacklogRead:
+    """Read the deferred messages first_seq.. (at most `limit`, none past `upto_seq`) back."""
+
+    from_seq: int
+    upto_seq: int
+    limit: int
+    attempt: int
+    final: bool  # the last attempt: take what the log has, place unembeddable messages unmatched
+
+
 @dataclass(frozen=True)
 class EmbeddingRequested:
     seq: int
@@ -59,22 +98,32 @@ class EmbeddingRequested:
 @dataclass(frozen=True)
 class Inbox:
     queue: tuple[Waiting, ...] = ()  # arrival (log) order; the head is released first
+    backlog: Backlog | None = None  # deferred messages, all after the queue's
 
     def find(self, seq: int) -> Waiting | None:
         return next((w for w in self.queue if w.seq == seq), None)
 
+    def knows(self, seq: int) -> bool:
+        """Held or deferred: a redelivered copy changes nothing."""
+        return self.find(seq) is not None or (self.backlog is not None and self.backlog.holds(seq))
+
     def _with(self, item: Waiting) -> Inbox:
-        return Inbox(tuple(item if w.seq == item.seq else w for w in self.queue))
+        return replace(self, queue=tuple(item if w.seq == item.seq else w for w in self.queue))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"queue": [w.to_dict() for w in self.queue]}
+        return {"queue": [w.to_dict() for w in self.queue],
+                "backlog": dict(vars(self.backlog)) if self.backlog is not None else None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Inbox:
-        return cls(tuple(Waiting.from_dict(w) for w in data.get("queue", ())))
+        backlog = data.get("backlog")
+        return cls(tuple(Waiting.from_dict(w) for w in data.get("queue", ())),
+                   Backlog(**{k: v for k, v in backlog.items() if k in Backlog.__dataclass_fields__})
+                   if backlog else None)
 
 
-Stepped = tuple[Inbox, tuple[EmbeddingRequested, ...]]
+Command = EmbeddingRequested | BacklogRead
+Stepped = tuple[Inbox, tuple[Command, ...]]
 
 
 def _request(item: Waiting, wall: float) -> tuple[Waiting, EmbeddingRequested]:
@@ -83,21 +132,56 @@ def _request(item: Waiting, wall: float) -> tuple[Waiting, EmbeddingRequested]:
 
 
 def admit(inbox: Inbox, item: Waiting, wall: float, config: InboxConfig) -> Stepped:
-    """Queue a new message; a user message asks for its embedding. A known seq changes nothing."""
-    if inbox.find(item.seq) is not None:
+    """Queue a new message (a user message asks for its embedding), or defer it when the
+    inbox is full or already deferring (log order). A known seq changes nothing."""
+    if inbox.knows(item.seq):
         return inbox, ()
-    commands: tuple[EmbeddingRequested, ...] = ()
+    if inbox.backlog is not None:
+        return replace(inbox, backlog=replace(inbox.backlog, last_seq=max(inbox.backlog.last_seq, item.seq))), ()
+    held = sum(held_size(w) for w in inbox.queue)
+    if inbox.queue and (len(inbox.queue) >= config.max_waiting or held + held_size(item) > config.max_waiting_chars):
+        return replace(inbox, backlog=Backlog(item.seq, item.seq)), ()  # back-pressure: read it back later
+    commands: tuple[Command, ...] = ()
     if item.role == "user" and not item.ready:
         item, request = _request(item, wall)
         commands = (request,)
-    inbox = Inbox(inbox.queue + (item,))
-    # Bounded: past the limits, the head (the oldest message still waiting) is placed without
-    # its embedding; release() then drains what was waiting behind it.
-    chars = sum(len(w.content) for w in inbox.queue)
-    if (len(inbox.queue) > config.max_waiting or chars > config.max_waiting_chars) and not inbox.queue[0].ready:
-        head = inbox.queue[0]
-        inbox = inbox._with(replace(head, gave_up=f"{len(inbox.queue)} messages ({chars} characters) waiting"))
-    return inbox, commands
+    return replace(inbox, queue=inbox.queue + (item,)), commands
+
+
+def recalled(inbox: Inbox, item: Waiting, after_seq: int) -> Inbox:
+    """A deferred message read back (ready: with its vector, or given up for a real reason).
+    Taken only in order: `after_seq` is the message before it in that read (the read's
+    from_seq - 1 for its first), so a stale or duplicate read changes nothing."""
+    backlog = inbox.backlog
+    if backlog is None or after_seq + 1 != backlog.first_seq or not backlog.holds(item.seq) or not item.ready:
+        return inbox
+    backlog = replace(backlog, first_seq=item.seq + 1)
+    return Inbox(inbox.queue + (item,), backlog if backlog.first_seq <= backlog.last_seq else None)
+
+
+def read_done(inbox: Inbox, last_recalled_seq: int, through_seq: int) -> Inbox:
+    """The end of a read: every message up to `through_seq` was sent back (the last one it
+    sent is `last_recalled_seq`). Counts only if all of those were taken in order."""
+    backlog = inbox.backlog
+    if backlog is None or last_recalled_seq + 1 != backlog.first_seq:
+        return inbox
+    backlog = replace(backlog, first_seq=max(backlog.first_seq, through_seq + 1), requested_at=0.0, attempt=0)
+    return replace(inbox, backlog=backlog if backlog.first_seq <= backlog.last_seq else None)
+
+
+def next_read(inbox: Inbox, wall: float, config: InboxConfig) -> Stepped:
+    """Once everything held is placed, ask for the next batch of deferred messages; a read
+    with no answer after the embedding timeout is asked again (never given up: the last
+    attempts place what cannot be embedded unmatched, see BacklogRead.final)."""
+    backlog = inbox.backlog
+    if backlog is None or inbox.queue:
+        return inbox, ()
+    if backlog.requested_at and wall - backlog.requested_at <= config.embedding_timeout_seconds:
+        return inbox, ()
+    backlog = replace(backlog, requested_at=wall, attempt=backlog.attempt + 1)
+    read = BacklogRead(backlog.first_seq, backlog.last_seq, config.backlog_batch, backlog.attempt,
+                       backlog.attempt >= config.embedding_max_attempts)
+    return replace(inbox, backlog=backlog), (read,)
 
 
 def embedded(inbox: Inbox, seq: int, vector: tuple[float, ...]) -> Inbox:
@@ -122,7 +206,7 @@ def failed(inbox: Inbox, seq: int, attempt: int, error: str, retryable: bool, wa
 
 def sweep(inbox: Inbox, wall: float, config: InboxConfig) -> Stepped:
     """Re-ask for embeddings that never came back; give up after the last attempt."""
-    commands: list[EmbeddingRequested] = []
+    commands: list[Command] = []
     for item in inbox.queue:
         if item.ready or wall - item.requested_at <= config.embedding_timeout_seconds:
             continue
@@ -140,8 +224,13 @@ def release(inbox: Inbox) -> tuple[Inbox, tuple[Waiting, ...]]:
     count = 0
     while count < len(inbox.queue) and inbox.queue[count].ready:
         count += 1
-    return Inbox(inbox.queue[count:]), inbox.queue[:count]
+    return replace(inbox, queue=inbox.queue[count:]), inbox.queue[:count]
 
 
 def looks_stuck(inbox: Inbox, wall: float, config: InboxConfig) -> bool:
+    """An embedding or a backlog read that never came back (or a backlog not yet asked for)."""
+    backlog = inbox.backlog
+    if backlog is not None and not inbox.queue and (
+            not backlog.requested_at or wall - backlog.requested_at > config.embedding_timeout_seconds):
+        return True
     return any(not w.ready and wall - w.requested_at > config.embedding_timeout_seconds for w in inbox.queue)

@@ -15,6 +15,7 @@ from streams.context import StreamContext
 from streams.stages import Lazy, Stage, one_by_one
 from streams.topics_memory import codec
 from streams.topics_memory.agent import RELEVANT, AgentConfig, handle, needs_tick
+from streams.topics_memory.recall import BacklogStage
 from streams.topics_memory.stage import CompactionStage, EmbeddingStage
 from streams.topics_memory.summarize import make_topic_summarizer
 
@@ -52,8 +53,10 @@ def register(app: faust.App, ctx: StreamContext) -> None:
                     states[key] = raw
                     decoded.put(key, raw, new_state)
 
-    embedding_stage = Lazy(_async(lambda: EmbeddingStage(make_embedder(settings))))
+    embedder = Lazy(_async(lambda: make_embedder(settings)))  # one model for both stages that embed
+    embedding_stage = Lazy(lambda: _embedding_stage(embedder))
     compaction_stage = Lazy(lambda: _compaction_stage(summarizer, ctx))
+    backlog_stage = Lazy(lambda: _backlog_stage(embedder, ctx))
 
     async def embed(requests):
         """Concurrent with the fold: a batch of requests, one embedding call, results back."""
@@ -63,6 +66,12 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         """Concurrent: LLM latency never holds up the fold; results go back to the same partition."""
         return await (await compaction_stage.get()).handle(event)
 
+    async def recall(requests):
+        """Deferred messages back from the projected log, embedded in one call, in order."""
+        stage = await backlog_stage.get()
+        return [envelope for request in requests for envelope in await stage.handle(request)]
+
+    ctx.stages.append(Stage("recall-topic-backlog", frozenset({te.TOPIC_BACKLOG_REQUESTED}), recall))
     ctx.stages.append(Stage("embed-topic-messages", frozenset({te.TOPIC_EMBEDDING_REQUESTED}), embed,
                             concurrency=embed_concurrency, batch_size=settings.embedding.batch_size))
     ctx.stages.append(Stage("compact-topics", frozenset({te.TOPIC_COMPACTION_REQUESTED}), one_by_one(compact),
@@ -89,6 +98,14 @@ def _async(build):
     async def built():
         return build()
     return built
+
+
+async def _embedding_stage(embedder: Lazy) -> EmbeddingStage:
+    return EmbeddingStage(await embedder.get())
+
+
+async def _backlog_stage(embedder: Lazy, ctx: StreamContext) -> BacklogStage:
+    return BacklogStage(await embedder.get(), await ctx.pool())
 
 
 async def _compaction_stage(summarizer, ctx: StreamContext) -> CompactionStage:

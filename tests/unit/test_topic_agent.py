@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -14,6 +15,7 @@ from schemas.codec import decode, encode, new_event, peek_type
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import codec
+from streams.topics_memory import inbox as box
 from streams.topics_memory.agent import AgentConfig, handle, needs_tick
 
 DIM = 8
@@ -25,6 +27,9 @@ def axis(i: int) -> list[float]:
 
 
 def config(**topics) -> AgentConfig:
+    """Seed 004's matching (0.7, no active-topic bonus) unless a test sets it: the axis vectors
+    below are chosen around it, not around the offline model's defaults."""
+    topics = {"similarity_threshold": 0.7, "active_topic_bonus": 0.0} | topics
     return AgentConfig.from_settings(Settings(topics=TopicSettings(**topics)), model="m", prompt_version="p-v1")
 
 
@@ -39,10 +44,11 @@ class Driver:
 
     def __init__(self, cfg: AgentConfig | None = None) -> None:
         self.cfg, self.state, self.out, self.wall = cfg or config(), codec.loads(None, "c"), [], T0
+        self.through_codec = True
 
     def feed(self, ev) -> list:
         # Through the changelog codec every time, as the faust agent does.
-        state = codec.loads(codec.dumps(self.state), "c")
+        state = codec.loads(codec.dumps(self.state), "c") if self.through_codec else self.state
         self.state, emitted = handle(self.cfg, state, ev, self.wall)
         self.out += emitted
         return [(e.type, e.payload) for e in (decode(encode(envelope)) for envelope in emitted)]
@@ -54,6 +60,18 @@ class Driver:
     def embed(self, seq: int, vector: list[float], attempt: int = 1) -> list:
         return self.feed(event(te.TOPIC_MESSAGE_EMBEDDED,
                                te.TopicMessageEmbedded(seq=seq, attempt=attempt, embedding=vector, model="m"), seq))
+
+    def recall(self, seq: int, role: str, content: str, after_seq: int, embedding: list[float] | None = None,
+               error: str | None = None) -> list:
+        payload = te.TopicMessageRecalled(seq=seq, after_seq=after_seq, role=role, content=content,
+                                          occurred_at=datetime.fromtimestamp(T0 + seq, UTC), embedding=embedding,
+                                          model="m" if embedding else None, error=error)
+        return self.feed(event(te.TOPIC_MESSAGE_RECALLED, payload, seq, T0 + seq))
+
+    def backlog_read(self, through_seq: int, last_recalled_seq: int, from_seq: int = 0) -> list:
+        payload = te.TopicBacklogRead(from_seq=from_seq, through_seq=through_seq, last_recalled_seq=last_recalled_seq,
+                                      count=1)
+        return self.feed(event(te.TOPIC_BACKLOG_READ, payload, None))
 
     def turn(self, seq: int, vector: list[float], text: str = "") -> list:
         return (self.say(seq, "user", text or f"question {seq}") + self.embed(seq, vector)
@@ -196,14 +214,46 @@ def test_a_lost_embedding_request_is_reissued_on_a_tick_after_the_timeout():
     assert kinds(d.embed(0, axis(0), attempt=1))[0] == te.TOPIC_CREATED  # a late first answer still counts
 
 
-def test_a_long_wait_is_bounded_by_max_waiting_messages():
+def test_a_full_inbox_defers_messages_and_reads_them_back_in_order_dropping_none():
     d = Driver(config(max_waiting_messages=3))
     d.turn(0, axis(0))
-    d.say(2, "user", "never embedded")
-    d.say(3, "assistant", "a")
-    d.say(4, "assistant", "b")
-    emitted = d.say(5, "assistant", "c")  # the fourth waiting message: seq 2 is given up
-    assert [p.seq for _, p in emitted] == [2, 3, 4, 5] and emitted[0][1].matched is False
+    assert d.say(2, "user", "waits for its vector") and d.say(3, "assistant", "a") == [] == d.say(4, "assistant", "b")
+    assert d.say(5, "assistant", "c") == [] == d.say(6, "user", "d")  # full: deferred, not held, nothing asked
+    assert d.state.inbox.backlog == box.Backlog(5, 6) and len(d.state.inbox.queue) == 3
+    assert d.say(5, "assistant", "c") == []  # a redelivered deferred message changes nothing
+    placed = d.embed(2, axis(0))  # the held ones are placed, then the deferred ones are asked for
+    assert [(t, getattr(p, "seq", None)) for t, p in placed] == [(te.TOPIC_MESSAGE_ASSIGNED, s) for s in (2, 3, 4)] + [
+        (te.TOPIC_BACKLOG_REQUESTED, None)]
+    assert placed[-1][1] == te.TopicBacklogRequested(from_seq=5, upto_seq=6, limit=100, attempt=1, final=False)
+    assert d.say(7, "assistant", "e") == []  # still deferring: log order is kept
+    assert d.recall(6, "user", "d", after_seq=5, embedding=axis(0)) == []  # out of order (5 not yet): ignored
+    back = d.recall(5, "assistant", "c", after_seq=4) + d.recall(6, "user", "d", after_seq=5, embedding=axis(0))
+    assert [(p.seq, p.matched, p.content) for _, p in back] == [(5, True, "c"), (6, True, "d")]
+    assert d.recall(5, "assistant", "c", after_seq=4) == []  # a duplicate read changes nothing
+    more = d.backlog_read(through_seq=6, last_recalled_seq=6)
+    assert more == [(te.TOPIC_BACKLOG_REQUESTED, te.TopicBacklogRequested(from_seq=7, upto_seq=7, limit=100,
+                                                                         attempt=1, final=False))]
+    assert [p.seq for _, p in d.recall(7, "assistant", "e", after_seq=6)] == [7]
+    assert d.state.inbox == box.Inbox() and te.TOPIC_MESSAGE_UNASSIGNED not in d.types()
+    assert kinds(d.say(8, "user", "live again")) == [te.TOPIC_EMBEDDING_REQUESTED]
+
+
+def test_a_backlog_read_with_no_answer_is_asked_again_and_its_last_attempt_is_final():
+    d = Driver(config(max_waiting_messages=1, embedding_timeout_s=60, embedding_max_attempts=2))
+    d.say(0, "user", "first")
+    d.say(1, "user", "deferred")
+    (_, read) = d.embed(0, axis(0))[-1]
+    assert (read.from_seq, read.attempt, read.final) == (1, 1, False)
+    tick = event(te.TOPIC_TICKED, te.TopicTicked(), None)
+    d.wall = T0 + 30
+    assert not needs_tick(d.state, d.wall, d.cfg) and d.feed(tick) == []
+    d.wall = T0 + 61
+    assert needs_tick(d.state, d.wall, d.cfg)
+    (_, again), = d.feed(tick)
+    assert (again.from_seq, again.attempt, again.final) == (1, 2, True)
+    # The final read sends an unembeddable message without a vector: placed unmatched, not dropped.
+    (assigned,) = d.recall(1, "user", "deferred", after_seq=0, error="embedding failed: boom")
+    assert (assigned[1].seq, assigned[1].matched, assigned[1].topic_id) == (1, False, "c:topic-1")
 
 
 def test_a_stuck_compaction_makes_the_conversation_need_a_tick():
@@ -266,10 +316,58 @@ def test_the_fold_state_keeps_no_message_text_but_the_events_do():
     assert texts == ["How do I make carbonara?", "answer 1"]
 
 
-def test_the_text_waiting_for_an_embedding_is_bounded_too():
+def test_the_text_held_is_bounded_too_then_it_is_deferred():
     d = Driver()
-    d.cfg = replace(d.cfg, inbox=replace(d.cfg.inbox, max_waiting_chars=100))
+    d.cfg = replace(d.cfg, inbox=replace(d.cfg.inbox, max_waiting_chars=1_000))
     d.turn(0, axis(0))
-    d.say(2, "user", "x" * 60)
-    emitted = d.say(3, "assistant", "y" * 60)  # 120 characters waiting: seq 2 is given up
-    assert [(p.seq, p.matched) for _, p in emitted] == [(2, False), (3, True)]
+    d.say(2, "user", "x" * 600)
+    assert d.say(3, "assistant", "y" * 600) == []  # 1,400 characters would be held: deferred
+    assert [w.seq for w in d.state.inbox.queue] == [2] and d.state.inbox.backlog == box.Backlog(3, 3)
+    assert kinds(d.embed(2, axis(0)))[-1] == te.TOPIC_BACKLOG_REQUESTED
+
+
+def test_a_backlog_of_thousands_keeps_the_state_small_and_places_every_message_in_order():
+    """Issue 16: a bulk ingest (5,000 messages far faster than embeddings) ends with every
+    message in a topic and none unassigned; the changelog record stays far below 1 MiB."""
+    d, log, vectors = Driver(config()), {}, {}
+    d.through_codec, largest = False, 0  # the state's bytes are measured below, not round-tripped each time
+    for seq in range(5_000):
+        role = "user" if seq % 2 == 0 else "assistant"
+        log[seq] = (role, f"{role} {seq} " + "words " * 40)
+        vectors[seq] = axis((seq // 200) % 4)  # four subjects, in runs
+        d.say(seq, role, log[seq][1])
+        if seq % 50 == 0 or seq < 150:
+            largest = max(largest, len(codec.dumps(d.state)))
+    assert largest < 400_000, largest  # at most max_waiting messages (and their text) are ever held
+    assert d.state.inbox.backlog is not None and d.state.inbox.backlog.last_seq == 4_999
+    # The stages' side: embed what is asked for, read back what was deferred, until quiet.
+    pending = deque(d.out)
+    while pending:
+        request = pending.popleft()
+        before = len(d.out)
+        if request.type == te.TOPIC_EMBEDDING_REQUESTED:
+            d.embed(request.seq, vectors[request.seq])
+        elif request.type == te.TOPIC_BACKLOG_REQUESTED:
+            ask = decode(encode(request)).payload
+            seqs = [s for s in range(ask.from_seq, ask.upto_seq + 1)][: ask.limit]
+            after = ask.from_seq - 1
+            for seq in seqs:
+                role, content = log[seq]
+                d.recall(seq, role, content, after_seq=after, embedding=vectors[seq] if role == "user" else None)
+                after = seq
+            d.backlog_read(through_seq=seqs[-1], last_recalled_seq=seqs[-1], from_seq=ask.from_seq)
+        elif request.type == te.TOPIC_COMPACTION_REQUESTED:
+            ask = decode(encode(request)).payload
+            done = te.TopicCompacted(topic_id=ask.topic_id, upto_seq=ask.upto_seq, archived_seqs=ask.seqs,
+                                     summary="s", prompt_version="p-v1", model="m", generation_time_ms=1)
+            d.feed(event(te.TOPIC_COMPACTED, done, request.seq))
+        pending.extend(d.out[before:])
+        if len(d.out) % 20 == 0:
+            largest = max(largest, len(codec.dumps(d.state)))
+    assigned = [e.seq for e in d.out if e.type == te.TOPIC_MESSAGE_ASSIGNED]
+    assert assigned == list(range(5_000)) and te.TOPIC_MESSAGE_UNASSIGNED not in d.types()
+    assert d.state.inbox == box.Inbox() and largest < 400_000
+    assert len(codec.dumps(d.state)) < 60_000  # compacted: four topics, their newest few messages
+    assert len([e for e in d.out if e.type == te.TOPIC_CREATED]) >= 4
+
+

@@ -171,11 +171,15 @@ def test_importance_is_taken_from_the_message_and_clamped():
 
 @pytest.mark.parametrize(("content", "title"), [
     ("Short question?", "Short question?"),
-    ("x" * 200, "x" * 80),
+    ("x" * 200, "x" * 79 + "…"),
     ("a" * 80, "a" * 80),
     ("  Line one\n\nline   two  ", "Line one line two"),  # whitespace collapsed for display
+    ("Hi! So, my wifi drops every evening. It is a TP-Link.", "My wifi drops every evening."),  # first sentence
+    ("Yes. And the cat too?", "Yes. And the cat too?"),  # a first sentence too short to say anything
+    ("I want to bake my first sourdough bread this weekend and I have a question about the starter",
+     "I want to bake my first sourdough bread this weekend and I have a question…"),  # cut between words
 ])
-def test_title_is_the_first_80_characters_of_the_first_message(content, title):
+def test_title_is_the_first_sentence_of_the_first_message_within_80_characters(content, title):
     chat = Chat()
     chat.user(axis(0), content=content)
     chat.user(axis(0), content="a later message does not rename the topic")
