@@ -56,6 +56,21 @@ KINDS = ("single", "multi", "temporal", "inference")
 MAX_BYTES = 64 * 1024
 
 
+def measured_code() -> str:
+    """Where the code under test comes from (the worker and API processes import the same)."""
+    import memory_agent
+
+    root = Path(memory_agent.__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        head, dirty = "", ""
+    return f"{root}" + (f" at {head}{' (uncommitted changes)' if dirty else ''}" if head else "")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -131,18 +146,56 @@ COUNTS = {
 }
 
 
-async def settle(db: Db, total: int, timeout: float, quiet: float) -> dict:
-    """Poll until every message is projected, no summary is in flight and nothing derived has
-    changed for `quiet` seconds (or `timeout` passes)."""
+async def kafka_lag(settings) -> int | None:
+    """Records of the conversation and memory topics that this run's consumer groups (agents,
+    stages, projectors) have not committed yet; None if Kafka cannot tell."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    topics = {settings.kafka.conversation_topic, settings.kafka.memory_topic(settings.generation)}
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
+    try:
+        await admin.start()
+        await consumer.start()
+        partitions = [TopicPartition(t, p) for t in topics for p in range(settings.kafka.partitions)]
+        ends = await consumer.end_offsets(partitions)
+        groups = [g[0] for g in await admin.list_consumer_groups()
+                  if g[0].startswith(settings.kafka.topic_prefix + ".")]
+        lag = 0
+        for group in groups:
+            committed = await admin.list_consumer_group_offsets(group)
+            mine = {tp.topic for tp in committed if tp.topic in topics}
+            for tp, end in ends.items():
+                if tp.topic in mine:
+                    meta = committed.get(tp)
+                    lag += max(0, end - (meta.offset if meta is not None and meta.offset >= 0 else 0))
+        return lag
+    except Exception as error:  # noqa: BLE001 - the poll falls back to "nothing changed for a while"
+        print(f"  (kafka lag unknown: {error})", flush=True)
+        return None
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def settle(db: Db, settings, total: int, timeout: float, quiet: float) -> dict:
+    """Poll until every message is projected, no summary is in flight, the run's consumer groups
+    have no lag, and nothing derived has changed for `quiet` seconds (or `timeout` passes).
+    Transaction markers can leave a lag of a record or two: after 3 x `quiet` without any
+    change, a small lag counts as settled too."""
     started, last, since = time.monotonic(), None, time.monotonic()
     while True:
         counts = {k: await db.value(sql) for k, sql in COUNTS.items()}
+        counts["kafka_lag"] = await kafka_lag(settings)
         elapsed = time.monotonic() - started
         if counts != last:
             last, since = counts, time.monotonic()
             print(f"  [{elapsed:5.0f}s] " + " ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
         stable = time.monotonic() - since
-        if counts["messages"] == total and not counts["summaries_processing"] and stable >= quiet:
+        lag = counts["kafka_lag"]
+        drained = lag == 0 or (stable >= 3 * quiet and (lag is None or lag <= 2 * settings.kafka.partitions))
+        if counts["messages"] == total and not counts["summaries_processing"] and stable >= quiet and drained:
             return {**counts, "settled": True, "seconds": round(elapsed - stable, 1)}
         if elapsed > timeout:
             print(f"  not settled after {timeout:.0f}s: measuring anyway", flush=True)
@@ -178,7 +231,8 @@ async def ask(http: httpx.AsyncClient, conv, question, budget: int) -> dict:
     return {"qid": question.qid, "kind": question.kind, "status": response.status_code, "ms": round(ms, 1),
             "bytes": len(response.content), "mode": body.get("mode"), "gap": len(body.get("messages") or []),
             "tokens_used": retrieved.get("tokens_used"), "items": len(retrieved.get("items") or []),
-            "error": retrieved.get("error"), "score": S.score(question.answer, text)}
+            "error": retrieved.get("error"), "score": S.score(question.answer, text),
+            "exact": S.exact(question.answer, text)}
 
 
 async def clear_surfaced(db: Db, conv) -> None:
@@ -204,14 +258,16 @@ def baselines(conv, budgets: list[int]) -> dict[int, list[dict]]:
         ranked = [lines[i] for i in index.ranked(q.question)]
         for budget in budgets:
             text, used = S.pack(ranked, budget, count)
-            out[budget].append({"qid": q.qid, "kind": q.kind, "score": S.score(q.answer, text), "tokens": used})
+            out[budget].append({"qid": q.qid, "kind": q.kind, "score": S.score(q.answer, text),
+                                "exact": S.exact(q.answer, text), "tokens": used})
     return out
 
 
 def ceilings(conv, memory: dict[str, str]) -> dict[str, list[dict]]:
     raw = "\n".join(S.render_line(m.content, m.occurred_at) for m in conv.messages)
     sources = {"derived": "\n".join(memory.values()), "raw_log": raw, **memory}
-    return {name: [{"qid": q.qid, "kind": q.kind, "score": S.score(q.answer, text)} for q in conv.questions]
+    return {name: [{"qid": q.qid, "kind": q.kind, "score": S.score(q.answer, text), "exact": S.exact(q.answer, text)}
+                   for q in conv.questions]
             for name, text in sources.items()}
 
 
@@ -238,11 +294,13 @@ def table(results: dict, budget: int) -> str:
         rows.append(("BM25 over raw messages into 2,000 tokens", results["bm25_2000"]))
     rows += [("answer anywhere in derived memory (extraction ceiling)", results["ceiling_derived"]),
              ("answer anywhere in the raw log", results["ceiling_raw_log"])]
-    head = "| context | answer words found | hit | " + " | ".join(f"{k}: hit" for k in KINDS) + " |"
-    lines = [head, "|" + "---|" * (3 + len(KINDS))]
+    head = ("| context | answer words found | hit | " + " | ".join(f"{k}: hit" for k in KINDS)
+            + " | temporal: exact date |")
+    lines = [head, "|" + "---|" * (4 + len(KINDS))]
     for name, summary in rows:
         cells = [f"{summary['all']['score']:.2f}", f"{summary['all']['hit']:.2f}"]
         cells += [f"{summary[k]['hit']:.2f}" if summary[k]["hit"] is not None else "" for k in KINDS]
+        cells.append(f"{summary['temporal']['exact']:.2f}" if summary["temporal"].get("exact") is not None else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -260,7 +318,7 @@ async def run(args) -> dict:
     print(f"generation {settings.generation}, topic prefix {settings.kafka.topic_prefix}", flush=True)
     await common.prepare(settings)
     port = _free_port()
-    result: dict = {"machine": common.machine(), "command": " ".join(sys.argv), "cwd": os.getcwd(),
+    result: dict = {"machine": common.machine(), "command": " ".join(sys.argv), "code": measured_code(),
                     "pythonpath": os.environ.get("PYTHONPATH", ""), "generation": settings.generation,
                     "dataset": {"seed": args.seed, "conversations": len(conversations), "messages": total,
                                 "questions": questions, **{k: list(v) for k, v in shape.items()},
@@ -275,7 +333,7 @@ async def run(args) -> dict:
             print(f"ingested {total} messages in {time.monotonic() - started:.1f}s; waiting for memory to settle",
                   flush=True)
             async with Db(settings) as db:
-                result["settle"] = await settle(db, total, args.settle_timeout, args.quiet)
+                result["settle"] = await settle(db, settings, total, args.settle_timeout, args.quiet)
                 result.update(await measure(db, conversations, port, args.budget))
     finally:
         if api is not None:
@@ -377,8 +435,7 @@ def main() -> None:
         args.conversations = 2 if args.quick else 10
     if args.settle_timeout is None:
         args.settle_timeout = 900.0 if args.quick else 2400.0
-    print(f"machine: {common.machine()}\ncommand: {' '.join(sys.argv)}\nmeasuring the code in: "
-          f"{os.environ.get('PYTHONPATH') or os.getcwd()}", flush=True)
+    print(f"machine: {common.machine()}\ncommand: {' '.join(sys.argv)}\nmeasuring: {measured_code()}", flush=True)
     result = asyncio.run(run(args))
     out = args.out or Path(f"/tmp/memory-agent-bench/context-quality-{result['generation']}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -51,6 +51,18 @@ def score(answer: str, context: str) -> float:
     return sum(w in present for w in wanted) / len(wanted)
 
 
+_DATE = re.compile(r"(?:\b\d{1,2} )?\b(?:" + "|".join(MONTHS) + r") \d{4}\b")
+
+
+def exact(answer: str, context: str) -> bool:
+    """A stricter hit: the answer's words are found and its date (`7 May 2023`, `May 2023`), if it
+    has one, appears as that phrase, not as a day, a month and a year scattered over other lines."""
+    if not is_hit(score(answer, context)):
+        return False
+    found = _DATE.search(answer)
+    return found is None or f" {' '.join(words(found[0]))} " in f" {' '.join(words(context))} "
+
+
 def is_hit(value: float) -> bool:
     return value >= HIT - 1e-9
 
@@ -120,11 +132,13 @@ def pack(lines: Sequence[str], budget: int, count: Callable[[str], int]) -> tupl
 
 
 def summarize(rows: Sequence[dict], kinds: Sequence[str]) -> dict:
-    """Mean score and hit rate per question kind and overall, from rows with `kind` and `score`."""
+    """Mean score, hit rate and exact rate (rows' `exact`, when given) per question kind and overall."""
     out = {}
     for kind in (*kinds, "all"):
         chosen = [r for r in rows if kind == "all" or r["kind"] == kind]
         out[kind] = {"n": len(chosen),
                      "score": round(sum(r["score"] for r in chosen) / len(chosen), 3) if chosen else None,
                      "hit": round(sum(is_hit(r["score"]) for r in chosen) / len(chosen), 3) if chosen else None}
+        if chosen and all("exact" in r for r in chosen):
+            out[kind]["exact"] = round(sum(r["exact"] for r in chosen) / len(chosen), 3)
     return out

@@ -148,3 +148,10 @@ def test_summaries_per_kind() -> None:
     out = S.summarize(rows, ("single", "temporal", "multi"))
     assert out["single"] == {"n": 2, "score": 0.75, "hit": 0.5}
     assert out["temporal"]["hit"] == 1.0 and out["multi"]["n"] == 0 and out["all"]["n"] == 3
+
+
+def test_exact_needs_the_date_as_a_phrase() -> None:
+    scattered = "[7 June 2023] Ana: hi\n[9 May 2023] Ben: the 2023 one"
+    assert S.is_hit(S.score("7 May 2023", scattered)) and not S.exact("7 May 2023", scattered)
+    assert S.exact("the week before 9 June 2023", "[9 June 2023] Ben: we moved last week")
+    assert S.exact("June 2023", "[2 June 2023] x") and S.exact("Pixel", "a cat called Pixel")
