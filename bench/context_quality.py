@@ -401,23 +401,14 @@ async def measure(db: Db, conversations, port: int, budget: int) -> dict:
 
 async def drop_everything(settings) -> None:
     """This run's schema, its registry row and its Kafka topics."""
-    from aiokafka.admin import AIOKafkaAdminClient
-
+    await common.drop(settings)
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
         try:
             await conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s",
                                (settings.kafka.topic_prefix,))
         except psycopg.errors.UndefinedTable:
             pass
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
-    await admin.start()
-    try:
-        ours = [t for t in await admin.list_topics() if t.startswith(settings.kafka.topic_prefix + ".")]
-        if ours:
-            await admin.delete_topics(ours)
-    finally:
-        await admin.close()
+    await common.drop_topics(settings.kafka.bootstrap_servers, settings.kafka.topic_prefix)
 
 
 def main() -> None:

@@ -20,10 +20,14 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-import sys
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the vocabulary beside this file, whatever the cwd
-import longconv_vocab as V  # noqa: E402
+try:
+    from . import longconv_vocab as V
+except ImportError:  # loaded by file path (bench/context_quality.py) or run as a script
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import longconv_vocab as V
 
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
@@ -169,40 +173,39 @@ class _Story:
         """Evidence `refs`: (plant, line index) pairs; by default the plant's first line."""
         plant.questions.append((kind, question, answer, refs or ((plant, 0),)))
 
-    def past(self, session: int) -> str:
-        return past_expression(self.rng, self.dates[session])
+    def event(self, session: int, text: str, reply: str, when: str, *, future: bool = False) -> _Plant:
+        """An event told with a relative date (`{expr}` in `text`), a reply, and the question `when`."""
+        said_at = self.dates[session]
+        expr = future_expression(self.rng, said_at) if future else past_expression(self.rng, said_at)
+        plant = self.plant(session, _Line(self.p, text.format(expr=expr), expr), _Line(self.o, reply))
+        self.ask(plant, "temporal", when, resolve(expr, said_at))
+        return plant
 
 
 def _pets(s: _Story) -> None:
     first, second = s.sessions(2)
     species, pet = s.pick(V.SPECIES), s.pick(V.PET_NAMES)
-    expr = s.past(first)
-    a = s.plant(first, _Line(s.p, f"Big news: we adopted a {species} from the shelter {expr}! We named her {pet}.",
-                             expr),
-                _Line(s.o, s.rng.choice((f"No way! A {species}? I need photos of {pet} immediately.",
-                                         "That's wonderful news, congratulations!"))))
+    a = s.event(first, f"Big news: we adopted a {species} from the shelter {{expr}}! We named her {pet}.",
+                s.rng.choice((f"No way! A {species}? I need photos of {pet} immediately.",
+                              "That's wonderful news, congratulations!")), f"When did {s.p} adopt {pet}?")
     s.ask(a, "single", f"What is the name of {s.p}'s {species}?", pet)
-    s.ask(a, "temporal", f"When did {s.p} adopt {pet}?", resolve(expr, s.dates[first]))
     species2, pet2 = s.pick([x for x in V.SPECIES if x != species]), s.pick(V.PET_NAMES)
     b = s.plant(second, _Line(s.p, f"{pet} has company now: we brought home a {species2} called {pet2}."),
                 _Line(s.o, "How are the two of them getting along?"),
                 _Line(s.p, f"Better than expected, {pet2} follows {pet} everywhere."))
     s.ask(b, "multi", f"What pets does {s.p} have, and what are their names?",
           f"{species} {pet} {species2} {pet2}", (a, 0), (b, 0))
-    s.tags.add("pet")
-    s.pet = pet
 
 
 def _move(s: _Story) -> None:
     first, second = s.sessions(2)
     old, new = s.pick(V.CITIES), s.pick(V.CITIES)
     a = s.plant(first, _Line(s.p, f"The rent here in {old} went up again, our little flat costs a fortune now."),
-            _Line(s.o, "Ugh, that's rough. Are you thinking of leaving?"))
-    expr = s.past(second)
-    b = s.plant(second, _Line(s.p, f"We finally moved from {old} to {new} {expr}. Boxes everywhere!", expr),
-                _Line(s.o, s.rng.choice((f"{new}! How does it feel so far?", "Congratulations on the move!"))))
+                _Line(s.o, "Ugh, that's rough. Are you thinking of leaving?"))
+    b = s.event(second, f"We finally moved from {old} to {new} {{expr}}. Boxes everywhere!",
+                s.rng.choice((f"{new}! How does it feel so far?", "Congratulations on the move!")),
+                f"When did {s.p} move to {new}?")
     s.ask(b, "single", f"Which city does {s.p} live in now?", new)
-    s.ask(b, "temporal", f"When did {s.p} move to {new}?", resolve(expr, s.dates[second]))
     s.ask(b, "multi", f"Which cities has {s.p} lived in?", f"{old} {new}", (a, 0), (b, 0))
 
 
@@ -211,26 +214,22 @@ def _job(s: _Story) -> None:
     job1, job2 = s.pick(V.JOBS), s.pick(V.JOBS)
     company1, company2 = s.pick(V.COMPANIES), s.pick(V.COMPANIES)
     a = s.plant(first, _Line(s.p, f"Long shift at {company1} today. Being a {job1} is rewarding but exhausting."),
-            _Line(s.o, "You need a proper rest this weekend."))
-    expr = future_expression(s.rng, s.dates[second])
-    b = s.plant(second, _Line(s.p, f"I handed in my notice at {company1}! I start as a {job2} at {company2} {expr}.",
-                              expr),
-                _Line(s.o, "That's a big step, I'm proud of you."))
+                _Line(s.o, "You need a proper rest this weekend."))
+    b = s.event(second, f"I handed in my notice at {company1}! I start as a {job2} at {company2} {{expr}}.",
+                "That's a big step, I'm proud of you.", f"When does {s.p} start working at {company2}?",
+                future=True)
     s.ask(b, "single", f"What is {s.p}'s new job?", f"{job2} {company2}")
-    s.ask(b, "temporal", f"When does {s.p} start working at {company2}?", resolve(expr, s.dates[second]))
     s.ask(b, "multi", f"What jobs has {s.p} had?", f"{job1} {job2}", (a, 0), (b, 0))
 
 
 def _sibling(s: _Story) -> None:
     first, second = s.sessions(2)
-    relative, name, job = s.rng.choice(V.RELATIVES), s.pick(V.FRIENDS), s.pick(V.JOBS)
+    relative, name, job = s.rng.choice(V.RELATIVES), s.pick(V.NAMES), s.pick(V.JOBS)
     a = s.plant(first, _Line(s.p, f"My {relative} {name} visited, still working as a {job} and loving it."),
                 _Line(s.o, f"I remember {name}! Say hi from me."))
     s.ask(a, "single", f"What does {s.p}'s {relative} do for a living?", job)
-    expr = s.past(second)
-    b = s.plant(second, _Line(s.p, f"{name} got engaged {expr}! The whole family is over the moon.", expr),
-                _Line(s.o, "Oh how lovely, congratulations to them!"))
-    s.ask(b, "temporal", f"When did {s.p}'s {relative} get engaged?", resolve(expr, s.dates[second]))
+    s.event(second, f"{name} got engaged {{expr}}! The whole family is over the moon.",
+            "Oh how lovely, congratulations to them!", f"When did {s.p}'s {relative} get engaged?")
 
 
 def _music(s: _Story) -> None:
@@ -240,37 +239,29 @@ def _music(s: _Story) -> None:
                 _Line(s.o, "That's brilliant, you always wanted to play something."))
     s.ask(a, "single", f"Which instrument is {s.p} learning?", instrument)
     s.ask(a, "single", f"Who teaches {s.p} music?", teacher)
-    expr = s.past(second)
-    b = s.plant(second, _Line(s.p, f"I played at my first {instrument} recital {expr}, my hands were shaking.", expr),
-                _Line(s.o, "I bet nobody noticed. Well done!"))
-    s.ask(b, "temporal", f"When was {s.p}'s first recital?", resolve(expr, s.dates[second]))
+    s.event(second, f"I played at my first {instrument} recital {{expr}}, my hands were shaking.",
+            "I bet nobody noticed. Well done!", f"When was {s.p}'s first recital?")
     s.tags.add("music")
 
 
 def _club(s: _Story) -> None:
     first, second = s.sessions(2)
-    sport, club = s.pick(V.SPORTS), s.pick(V.CLUBS)
+    sport, club, n = s.pick(V.SPORTS), s.pick(V.CLUBS), s.rng.randint(3, 9)
     a = s.plant(first, _Line(s.p, f"I joined a {sport} club, they call themselves the {club}."),
                 _Line(s.o, "What a name! How was the first session?"))
     s.ask(a, "single", f"Which club did {s.p} join?", club)
-    expr = s.past(second)
-    n = s.rng.randint(3, 9)
-    b = s.plant(second, _Line(s.p, f"The {club} won the regional final {expr}, we were {n} points ahead!", expr),
-                _Line(s.o, "Champions! You must be thrilled."))
-    s.ask(b, "temporal", f"When did {s.p}'s team win the regional final?", resolve(expr, s.dates[second]))
+    b = s.event(second, f"The {club} won the regional final {{expr}}, we were {n} points ahead!",
+                "Champions! You must be thrilled.", f"When did {s.p}'s team win the regional final?")
     s.ask(b, "single", f"By how many points did {s.p}'s team win the final?", str(n))
     s.tags.add("sport:" + sport)
 
 
 def _vehicle(s: _Story) -> None:
     (first,) = s.sessions(1)
-    colour, vehicle = s.pick(V.COLOURS), s.pick(V.VEHICLES)
-    expr = s.past(first)
-    price = s.rng.randrange(300, 9000, 50)
-    a = s.plant(first, _Line(s.p, f"I bought a {colour} {vehicle} {expr}, second hand, {price} euros.", expr),
-                _Line(s.o, "Nice! Take me for a ride sometime."))
+    colour, vehicle, price = s.pick(V.COLOURS), s.pick(V.VEHICLES), s.rng.randrange(300, 9000, 50)
+    a = s.event(first, f"I bought a {colour} {vehicle} {{expr}}, second hand, {price} euros.",
+                "Nice! Take me for a ride sometime.", f"When did {s.p} buy the {vehicle}?")
     s.ask(a, "single", f"What colour is {s.p}'s {vehicle}?", colour)
-    s.ask(a, "temporal", f"When did {s.p} buy the {vehicle}?", resolve(expr, s.dates[first]))
     s.ask(a, "single", f"How much did {s.p} pay for the {vehicle}?", f"{price} euros")
     s.tags.add("drives")
 
@@ -283,11 +274,9 @@ def _trips(s: _Story) -> None:
         sight = s.rng.choice(V.SIGHTS)
         refs.append((s.plant(session, _Line(s.p, f"Just got back from {place}, the {sight} was unreal."),
                              _Line(s.o, "Jealous! Send me the photos.")), 0))
-    expr = future_expression(s.rng, s.dates[sessions[2]])
-    c = s.plant(sessions[2], _Line(s.p, f"I booked it: I'm flying to {places[2]} {expr}!", expr),
-                _Line(s.o, "Finally! You've talked about it for years."))
+    c = s.event(sessions[2], f"I booked it: I'm flying to {places[2]} {{expr}}!",
+                "Finally! You've talked about it for years.", f"When is {s.p} flying to {places[2]}?", future=True)
     s.ask(c, "multi", f"Which places has {s.p} been back from?", f"{places[0]} {places[1]}", *refs)
-    s.ask(c, "temporal", f"When is {s.p} flying to {places[2]}?", resolve(expr, s.dates[sessions[2]]))
 
 
 INFERENCES = (  # (needs-not tags, evidence, question, answer)
@@ -367,7 +356,7 @@ def conversation(seed: int, index: int, sessions: tuple[int, int] = (15, 30),
     rng = random.Random(f"longconv-{seed}-{index}")
     user, assistant = rng.sample(V.NAMES, 2)
     dates = session_dates(rng, rng.randint(*sessions))
-    used: set[str] = set()
+    used: set[str] = {user, assistant}
     plants: list[_Plant] = []
     for person, other in ((user, assistant), (assistant, user)):
         story = _Story(rng, person, other, dates, used)
