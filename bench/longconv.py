@@ -325,8 +325,8 @@ def _inference(s: _Story, count: int = 2) -> None:
 STORIES = (_pets, _move, _job, _sibling, _music, _club, _vehicle, _trips)
 
 
-def _small_talk(rng: random.Random, speaker: str, other: str, said: set[str]) -> list[_Line]:
-    """A statement not yet made in this session, and a reply."""
+def _small_talk(rng: random.Random, speaker: str, other: str, said: set[int]) -> list[_Line]:
+    """A statement not yet made in this session, a fitting reply, sometimes a follow-up."""
     slots = dict(daypart=rng.choice(V.DAYPARTS), chore=rng.choice(V.CHORES), weather=rng.choice(V.WEATHER),
                  food=rng.choice(V.FOODS), show=rng.choice(V.SHOWS), friend=rng.choice(V.FRIENDS),
                  city=rng.choice(V.CITIES), species=rng.choice(V.SPECIES), fpet=rng.choice(V.PET_NAMES),
@@ -336,10 +336,13 @@ def _small_talk(rng: random.Random, speaker: str, other: str, said: set[str]) ->
                  colour=rng.choice(V.COLOURS), vehicle=rng.choice(V.VEHICLES), genre=rng.choice(V.GENRES),
                  relative=rng.choice(V.RELATIVES), sport=rng.choice(V.SPORTS), shop=rng.choice(V.SHOPS),
                  adj=rng.choice(V.ADJECTIVES))
-    statement = rng.choice([t for t in V.STATEMENTS if t not in said] or V.STATEMENTS)
-    said.add(statement)
-    return [_Line(speaker, statement.format(**slots)),
-            _Line(other, rng.choice(V.REPLIES).format(**slots))]
+    index = rng.choice([i for i in range(len(V.SMALL_TALK)) if i not in said] or range(len(V.SMALL_TALK)))
+    said.add(index)
+    statement, replies, follow_up = V.SMALL_TALK[index]
+    lines = [_Line(speaker, statement.format(**slots)), _Line(other, rng.choice(replies).format(**slots))]
+    if follow_up and rng.random() < 0.5:
+        lines.append(_Line(speaker, follow_up.format(**slots)))
+    return lines
 
 
 def session_dates(rng: random.Random, count: int) -> list[datetime]:
