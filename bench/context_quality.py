@@ -411,6 +411,25 @@ async def drop_everything(settings) -> None:
     await common.drop_topics(settings.kafka.bootstrap_servers, settings.kafka.topic_prefix)
 
 
+def aims(result: dict, budget: int) -> list[tuple[str, bool, str]]:
+    """Issue 16's aims on this set: (aim, met, the measured value)."""
+    first, seq, bm25 = result["first_turn"]["all"], result["sequential"]["all"], result[f"bm25_{budget}"]["all"]
+    r = result["responses"]
+    return [
+        (f"retrieved finds >= 0.10 more answer words than BM25 at {budget} tokens",
+         first["score"] >= bm25["score"] + 0.10, f"{first['score']:.2f} vs {bm25['score']:.2f}"),
+        ("target: as much as BM25 at 2,000 tokens", first["score"] >= result["bm25_2000"]["all"]["score"],
+         f"{first['score']:.2f} vs {result['bm25_2000']['all']['score']:.2f}"),
+        ("sequential within 10% of first-turn", seq["score"] >= 0.9 * first["score"],
+         f"{seq['score']:.2f} vs {first['score']:.2f}"),
+        ("when-questions hit >= 0.25", result["first_turn"]["temporal"]["hit"] >= 0.25,
+         f"{result['first_turn']['temporal']['hit']:.2f}"),
+        ("no response over 64 KB", r["over_64kb"] == 0, f"max {r['bytes_max']} bytes"),
+        ("no 5xx", r["5xx"] == 0, f"{r['5xx']}"),
+        ("single-client p50 under 60 ms", r["latency_ms_p50"] < 60, f"{r['latency_ms_p50']} ms"),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 shorter conversations: a few minutes")
@@ -429,6 +448,7 @@ def main() -> None:
     print(f"machine: {common.machine()}\ncommand: {' '.join(sys.argv)}\nmeasuring: {measured_code()}", flush=True)
     result = asyncio.run(run(args))
     out = args.out or Path(f"/tmp/memory-agent-bench/context-quality-{result['generation']}.json")
+    result["aims"] = [{"aim": a, "met": met, "value": v} for a, met, v in aims(result, args.budget)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     print("\n" + table(result, args.budget) + "\n")
@@ -437,6 +457,9 @@ def main() -> None:
           f"over 64 KB {r['over_64kb']}, latency p50 {r['latency_ms_p50']} ms p99 {r['latency_ms_p99']} ms, "
           f"modes {r['modes']}, gap messages p50 {r['gap_messages_p50']} max {r['gap_messages_max']}, "
           f"retrieved tokens p50 {r['tokens_used_p50']}")
+    print("aims (issue 16):")
+    for aim in result["aims"]:
+        print(f"  {'met    ' if aim['met'] else 'NOT met'}  {aim['aim']}: {aim['value']}")
     print(f"settled: {result['settle']}")
     print(f"JSON: {out}")
 
