@@ -276,7 +276,7 @@ def _trips(s: _Story) -> None:
                              _Line(s.o, "Jealous! Send me the photos.")), 0))
     c = s.event(sessions[2], f"I booked it: I'm flying to {places[2]} {{expr}}!",
                 "Finally! You've talked about it for years.", f"When is {s.p} flying to {places[2]}?", future=True)
-    s.ask(c, "multi", f"Which places has {s.p} been back from?", f"{places[0]} {places[1]}", *refs)
+    s.ask(c, "multi", f"Which places has {s.p} already been to on trips?", f"{places[0]} {places[1]}", *refs)
 
 
 INFERENCES = (  # (needs-not tags, evidence, question, answer)

@@ -18,8 +18,8 @@ CITIES = _("Lisbon Porto Utrecht Ghent Bergen Trieste Valencia Leipzig Krakow Ta
            "Graz Seville Bristol Malmo Cork Basel Rotterdam Ljubljana Turku Bilbao")
 PLACES = ["Iceland", "Morocco", "the Azores", "Patagonia", "Japan", "Norway", "Sicily", "Vietnam", "Scotland",
           "Croatia", "Georgia", "Sardinia", "Jordan", "the Faroe Islands", "Crete", "Slovenia"]
-SIGHTS = ["black sand beach", "old medina", "crater lake", "glacier walk", "night market", "fjord cruise",
-          "cliff path", "hot springs", "mountain monastery", "harbour at dawn"]
+SIGHTS = ["food", "old town", "coastline", "hiking", "night market", "light in the evenings", "harbour at dawn",
+          "local bakery", "sea swimming", "view from the hostel"]
 JOBS = ["nurse", "carpenter", "pharmacist", "sound engineer", "primary school teacher", "bike mechanic",
         "translator", "veterinary nurse", "architect", "baker", "data analyst", "park ranger", "dental hygienist",
         "tram driver", "librarian", "physiotherapist", "florist", "museum curator", "electrician", "paramedic"]
