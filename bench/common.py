@@ -98,6 +98,20 @@ async def drop(settings: Settings) -> None:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
 
 
+async def drop_topics(bootstrap_servers: str, topic_prefix: str) -> None:
+    """Delete a run's Kafka topics (every topic named `{topic_prefix}.*`)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    await admin.start()
+    try:
+        ours = [t for t in await admin.list_topics() if t.startswith(topic_prefix + ".")]
+        if ours:
+            await admin.delete_topics(ours)
+    finally:
+        await admin.close()
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:

@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import drop_topics  # noqa: E402
 from topic_compression import SEED, TOPICS, conversation  # noqa: E402
 
 from memory_agent.embeddings import make_embedder  # noqa: E402
@@ -182,7 +183,6 @@ async def live(args, chat) -> None:
     import contextlib
 
     import psycopg
-    from aiokafka.admin import AIOKafkaAdminClient
 
     from memory_agent.client import MemoryClient
     from memory_agent.settings import KafkaSettings, PostgresSettings
@@ -265,14 +265,7 @@ async def live(args, chat) -> None:
                 await asyncio.wait_for(process.wait(), 30)
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            ours = [t for t in await admin.list_topics() if t.startswith(settings.kafka.topic_prefix + ".")]
-            if ours:
-                await admin.delete_topics(ours)
-        finally:
-            await admin.close()
+        await drop_topics(bootstrap, settings.kafka.topic_prefix)
 
 
 async def main() -> None:
