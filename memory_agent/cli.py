@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import logging
+import importlib.metadata
 import sys
 from pathlib import Path
 
 import click
 
+from memory_agent.cli_logging import setup_logging
 from memory_agent.settings import get_settings
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _version() -> str:
+    try:
+        return importlib.metadata.version("memory-agent")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "unknown"
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", "-V", prog_name="memory-agent", message="%(prog)s %(version)s")
 def main() -> None:
     """Memory Agent: event-sourced conversation memory on Kafka and PostgreSQL."""
 
@@ -42,7 +47,7 @@ def migrate() -> None:
     from streams.topics import ensure_topics
 
     settings = get_settings()
-    _setup_logging(settings.log_level)
+    setup_logging(settings.log_level)
     applied = run_migrations(settings)
     click.echo(f"schema {settings.pg_schema}: {len(applied)} migration(s) applied")
     created = asyncio.run(ensure_topics(settings))
@@ -56,7 +61,7 @@ def worker(projectors_only: bool) -> None:
     from memory_agent.worker import run_worker
 
     settings = get_settings()
-    _setup_logging(settings.log_level)
+    setup_logging(settings.log_level)
     run_worker(settings, projectors_only=projectors_only)
 
 
@@ -70,22 +75,49 @@ def api(host: str | None, port: int | None) -> None:
     from api.app import create_app
 
     settings = get_settings()
-    _setup_logging(settings.log_level)
+    setup_logging(settings.log_level)
     uvicorn.run(create_app(settings), host=host or settings.api.host, port=port or settings.api.port)
 
 
 @main.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--tenant", default=None, help="Tenant for lines that do not name one.")
+@click.option("--tenant", default=None, help="Tenant for lines that do not name one (tenant_id).")
 def ingest(file: Path, tenant: str | None) -> None:
-    """Append the messages of a JSON Lines file to the log (with a progress bar)."""
+    """Append the messages of a JSON Lines FILE to the log (with a progress bar).
+
+    One JSON object per line, either a plain message:
+
+    \b
+      {"conversation_id": "c-1", "user_id": "alice", "seq": 0, "role": "user",
+       "content": "We chose FastAPI.", "occurred_at": "2026-03-02T09:00:00Z"}
+
+    \b
+    required: conversation_id, user_id, seq (0-based, per conversation),
+              role, content, and tenant_id unless --tenant is given;
+    optional: subject_id, metadata (an object), occurred_at (ISO 8601 with
+              a time zone; default: now), event_id (default: derived from
+              tenant/conversation/seq/role/content, so running the same file
+              again appends nothing twice)
+
+    or a full event envelope (a line with "type"; `memory-agent schemas export`
+    writes their JSON Schemas). Bad lines are reported with their line number
+    and not sent; the rest are. Lines already stored (same seq, same event id)
+    are counted as duplicates and not sent; a line whose seq already holds
+    another message is refused. Exit status 1 if any line was refused.
+    """
     from memory_agent.ingest import ingest_file
 
     settings = get_settings()
+    setup_logging("WARNING")
     report = asyncio.run(ingest_file(settings, file, default_tenant=tenant))
-    click.echo(f"appended {report.appended}, refused {len(report.refused)} of {report.lines} line(s)")
-    for line_no, reason in report.refused[:20]:
+    duplicates = f"{report.duplicates} already stored (not sent)" if report.checked_duplicates \
+        else "duplicates not checked (read model unreachable)"
+    click.echo(f"{report.lines} line(s): appended {report.appended} new, {duplicates},"
+               f" refused {len(report.refused)}")
+    for line_no, reason in report.refused[:50]:
         click.echo(f"  line {line_no}: {reason}", err=True)
+    if len(report.refused) > 50:
+        click.echo(f"  ... and {len(report.refused) - 50} more refused line(s)", err=True)
     if report.refused:
         sys.exit(1)
 
@@ -96,7 +128,8 @@ def schemas() -> None:
 
 
 @schemas.command("export")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("schemas-out"))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("schemas-out"),
+              show_default=True, help="Directory to write the .json files into (created if missing).")
 def export_cmd(out: Path) -> None:
     """Write one JSON Schema file per event type."""
     from schemas.export import export_schemas
@@ -107,14 +140,21 @@ def export_cmd(out: Path) -> None:
 
 @main.command()
 @click.option("--api-url", default=None, help="Defaults to http://MEMORY_API__HOST:MEMORY_API__PORT.")
-@click.option("--conversation", default="demo-conversation")
-def demo(api_url: str | None, conversation: str) -> None:
-    """Ingest the sample conversation and print its turn-start context."""
+@click.option("--conversation", default="demo-conversation", show_default=True,
+              help="Conversation id to append the sample to (running again appends nothing twice).")
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for the memory systems before showing what there is.")
+def demo(api_url: str | None, conversation: str, timeout: float) -> None:
+    """Append a sample conversation (52 messages, 4 sessions, 4 subjects), wait until every
+    memory system has worked on it, and print the summary chain, facts, topics and a
+    turn-start context with retrieved memories. Needs a running worker and API (`make run`)."""
     from memory_agent.demo import run_demo
 
     settings = get_settings()
+    setup_logging("WARNING")
     url = api_url or f"http://{settings.api.host}:{settings.api.port}"
-    asyncio.run(run_demo(settings, url, conversation))
+    if not asyncio.run(run_demo(settings, url, conversation, timeout=timeout, say=click.echo)):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

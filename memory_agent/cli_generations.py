@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 
 import click
 import psycopg
@@ -16,8 +18,18 @@ from projections import generations as gens
 from projections.diff import diff_generations, render_text
 
 
-def _conn():
-    return psycopg.connect(get_settings().postgres.dsn, autocommit=True)
+@contextlib.contextmanager
+def _conn() -> Iterator[psycopg.Connection]:
+    """A connection to the read model; unreachable or not migrated: a clear error, no traceback."""
+    dsn = get_settings().postgres.dsn
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            yield conn
+    except psycopg.errors.UndefinedTable as exc:
+        raise click.ClickException(f"{str(exc).splitlines()[0]}: run `memory-agent migrate` first") from None
+    except psycopg.OperationalError as exc:
+        raise click.ClickException(f"cannot reach PostgreSQL ({str(exc).strip().splitlines()[0]});"
+                                   " is it running? (`memory-agent infra status`)") from None
 
 
 @click.group()
@@ -26,7 +38,7 @@ def replay() -> None:
 
 
 @replay.command("start")
-@click.option("--generation", "name", required=True, help="Name of the new generation ([a-z0-9_]).")
+@click.option("--generation", "name", required=True, metavar="NAME", help="Name of the new generation ([a-z0-9_]).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Setting for the new generation, e.g. llm.summary_prompt_version=summary-v2 (repeatable).")
 @click.option("--detach", is_flag=True, help="Start it and return; watch with `replay status`.")
@@ -34,7 +46,8 @@ def replay() -> None:
               help="batch: rebuild the history in bulk, then hand over to the stream agents (window system"
                    " only); stream: the stream agents from the start of the log; auto: batch when possible.")
 def start(name: str, sets: tuple[str, ...], detach: bool, mode: str) -> None:
-    """Start a replay worker for NAME; show its progress until it has caught up with the log."""
+    """Start a replay worker that rebuilds memory into generation --generation NAME; show its
+    progress until it has caught up with the log."""
     settings = get_settings()
     try:
         log, mode = asyncio.run(replays.start_replay(settings, name, replays.parse_overrides(sets), mode))
@@ -66,7 +79,7 @@ def _watch(settings, name: str) -> None:
 
 @replay.command("status")
 @click.argument("name", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(name: str | None, as_json: bool) -> None:
     """Progress of one generation (or all): events processed / total, derived events, caught up?"""
     settings = get_settings()
@@ -113,18 +126,32 @@ def generations() -> None:
 
 
 @generations.command("list")
-def list_cmd() -> None:
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per generation, in a list.")
+def list_cmd(as_json: bool) -> None:
+    """Every generation of this deployment: * marks the one serving reads; then its status,
+    creation time and the settings it was built with (replay --set overrides)."""
     settings = get_settings()
     with _conn() as conn:
-        for g in gens.list_generations(conn, settings.kafka.topic_prefix):
-            mark = "*" if g.is_active else " "
-            click.echo(f"{mark} {g.name:20} {g.status:10} created {g.created_at:%Y-%m-%d %H:%M} {json.dumps(g.config)}")
+        rows = gens.list_generations(conn, settings.kafka.topic_prefix)
+    if as_json:
+        click.echo(json.dumps([{
+            "name": g.name, "active": g.is_active, "status": g.status, "settings": g.config,
+            "created_at": g.created_at.isoformat(),
+            "activated_at": g.activated_at.isoformat() if g.activated_at else None,
+        } for g in rows], indent=2))
+        return
+    if not rows:
+        click.echo(f"no generations for topic prefix {settings.kafka.topic_prefix!r} (run `memory-agent migrate`)")
+    for g in rows:
+        mark = "*" if g.is_active else " "
+        overrides = ", ".join(f"{k}={v}" for k, v in sorted(g.config.items())) or "defaults"
+        click.echo(f"{mark} {g.name:20} {g.status:10} created {g.created_at:%Y-%m-%d %H:%M}  settings: {overrides}")
 
 
 @generations.command("diff")
 @click.argument("a")
 @click.argument("b")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def diff(a: str, b: str, as_json: bool) -> None:
     """Per conversation, what differs between generations A and B."""
     with _conn() as conn:
