@@ -121,7 +121,7 @@ async def agent_costs(chat, vectors, threshold: float, compare: bool) -> None:
           f"| {agent_s / len(events) * 1e6:.0f} CPU-µs ({len(events)} events, "
           f"state {len(raw) / 1000:.1f} KB at the end) |")
     if archived:
-        print(f"| compaction (offline summary + gzip archive merge), threshold {threshold} "
+        print(f"| compaction (offline summary + gzip archive merge), threshold {threshold} + {settings.topics.bonus} "
               f"| {compaction_s / archived * 1000:.2f} CPU-ms per archived message "
               f"({archived} messages archived by the compactions of {len(archives)} topics) |")
     if compare:
