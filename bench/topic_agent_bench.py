@@ -5,6 +5,7 @@ Kafka + PostgreSQL.
     python bench/topic_agent_bench.py                      # offline parts + live run (needs the stack)
     python bench/topic_agent_bench.py --offline-only
     python bench/topic_agent_bench.py --conversations 20 --threshold 0.3   # default: the embedder's
+    python bench/topic_agent_bench.py --live-only --conversations 3 --repeat 9   # 5,886 messages, long chats
 
 The live run uses MEMORY_KAFKA__BOOTSTRAP_SERVERS / MEMORY_POSTGRES__DSN (default: the local stack
 on 19092 / 15432), a throw-away topic prefix and schema, and removes them afterwards.
@@ -121,7 +122,7 @@ async def agent_costs(chat, vectors, threshold: float, compare: bool) -> None:
           f"| {agent_s / len(events) * 1e6:.0f} CPU-µs ({len(events)} events, "
           f"state {len(raw) / 1000:.1f} KB at the end) |")
     if archived:
-        print(f"| compaction (offline summary + gzip archive merge), threshold {threshold} "
+        print(f"| compaction (offline summary + gzip archive merge), threshold {threshold} + {settings.topics.bonus} "
               f"| {compaction_s / archived * 1000:.2f} CPU-ms per archived message "
               f"({archived} messages archived by the compactions of {len(archives)} topics) |")
     if compare:
@@ -208,7 +209,7 @@ async def live(args, chat) -> None:
         async with MemoryClient(settings) as client:
             futures = [await client.enqueue(client.message_event(
                 tenant_id="bench", conversation_id=f"chat-{c}", user_id="u", seq=seq, role=role, content=text))
-                for c in range(args.conversations) for seq, (_, role, text) in enumerate(chat)]
+                for c in range(args.conversations) for seq, (_, role, text) in enumerate(chat * args.repeat)]
             await asyncio.gather(*futures)
         total = len(futures)
         with log_path.open("wb") as log:
@@ -232,20 +233,22 @@ async def live(args, chat) -> None:
                     first = (time.monotonic(), placed, _cpu_seconds(process.pid))
                 await asyncio.sleep(0.2)
             end, cpu_end = time.monotonic(), _cpu_seconds(process.pid)
-            latencies = await _placement_latency(client_settings=settings, conn=conn, chat=chat)
-            row = await (await conn.execute(
-                "SELECT count(*), count(*) FILTER (WHERE evicted_at IS NOT NULL), coalesce(sum(compactions), 0),"
-                " (SELECT coalesce(1 - sum(gzip_bytes)::float8 / nullif(sum(json_bytes), 0), 0) FROM topic_archives)"
-                " FROM topics")).fetchone()
             held = await (await conn.execute(
                 "SELECT (SELECT count(*) FROM topic_messages), (SELECT coalesce(sum(message_count), 0)"
                 " FROM topic_archives), (SELECT count(*) FROM topic_unassigned)")).fetchone()
             reasons = await (await conn.execute(
                 "SELECT regexp_replace(reason, '[0-9]+', 'N', 'g') r, count(*) FROM topic_unassigned"
                 " GROUP BY r ORDER BY 2 DESC LIMIT 3")).fetchall()
+            # (counted before the latency probes below add their own messages)
+            latencies = await _placement_latency(client_settings=settings, conn=conn, chat=chat)
+            row = await (await conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE evicted_at IS NOT NULL), coalesce(sum(compactions), 0),"
+                " (SELECT coalesce(1 - sum(gzip_bytes)::float8 / nullif(sum(json_bytes), 0), 0) FROM topic_archives)"
+                " FROM topics")).fetchone()
         rate = (total - first[1]) / (end - first[0])
         systems = getattr(Settings(**{}), "systems", None) and os.environ.get("MEMORY_SYSTEMS", '["topics"]')
-        print(f"\nLive: {args.conversations} conversations x {len(chat)} messages = {total} messages backlogged on "
+        print(f"\nLive: {args.conversations} conversations x {len(chat) * args.repeat} messages = {total} messages "
+              f"backlogged on "
               f"{args.partitions} partitions, threshold {args.threshold or 'default'}, "
               f"worker systems {systems or 'all'}:")
         print(f"- worker start to first placement {first[0] - started:.1f} s; then {total - first[1]} messages in "
@@ -274,6 +277,8 @@ async def main() -> None:
     parser.add_argument("--live-only", action="store_true")
     parser.add_argument("--conversations", type=int, default=20)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="each conversation is the chat this many times over (long conversations, issue 16)")
     parser.add_argument("--threshold", type=float, default=None,
                         help="topic similarity threshold (live run; default: the embedding model's)")
     parser.add_argument("--timeout", type=float, default=600.0)
