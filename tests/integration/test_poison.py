@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from datetime import UTC, datetime
 
 import httpx
 import orjson
@@ -17,8 +18,8 @@ from memory_agent.client import MemoryClient
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
 from schemas.envelope import InvalidEvent, conversation_key
-from schemas.events import WindowTicked
-from schemas.registry import WINDOW_TICKED
+from schemas.events import SummaryRequested, WindowTicked
+from schemas.registry import SUMMARY_REQUESTED, WINDOW_TICKED
 from streams.context import StreamContext
 from streams.stages import Stage, StageRunner
 from tests.integration.test_backbone import read_dead_letters
@@ -177,6 +178,18 @@ async def _has(settings, sql: str, at_least: int, params=()) -> bool:
     return await _count(settings, sql, params) >= at_least
 
 
+def _summary_requested(memory_id: int):
+    return new_event(SUMMARY_REQUESTED, SummaryRequested(memory_id=memory_id, start_seq=0, end_seq=4,
+                                                         prompt_version="p", model="m"),
+                     tenant_id="tenant-a", conversation_id="net", user_id="u1", seq=4)
+
+
+def _topic_created(topic_id: str, seq: int):
+    return new_event(te.TOPIC_CREATED, te.TopicCreated(topic_id=topic_id, title=topic_id, seq=seq, importance=0.5,
+                                                       created_at=datetime.now(UTC)),
+                     tenant_id="tenant-a", conversation_id="net", user_id="u1", seq=4)
+
+
 @pytest.mark.asyncio
 async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_applied(settings, monkeypatch):
     # Switch the storable rules off so that the database itself meets the poison: the
@@ -194,16 +207,36 @@ async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_appl
         values += [message_value("tenant-a", "net", seq) for seq in range(5, 10)]
         for value in values:  # one partition, one batch
             await (await producer.send(settings.kafka.conversation_topic, value=value, key=key))
+        # Derived events of the pipelined projectors (memory, topics): one bad between good ones.
+        derived = [_summary_requested(1), _summary_requested(2**31), _summary_requested(3),
+                   _topic_created("t1", 0), _topic_created("t2", 2**31), _topic_created("t3", 2)]
+        derived_offsets = []
+        for event in derived:
+            meta = await (await producer.send(settings.kafka.memory_topic(settings.generation), value=encode(event),
+                                              key=key))
+            derived_offsets.append(meta.offset)
     finally:
         await producer.stop()
 
     async with running_projectors(settings) as task:
         await wait_until(lambda: _has(settings, "SELECT count(*) FROM messages", 10), 120, "10 messages")
-        letters = await read_dead_letters(settings, 3)
-        await wait_until(lambda: _has(settings, "SELECT sum(next_offset) FROM projector_offsets WHERE"
-                                      " projector = 'messages'", len(values)), 60, "the messages offset at the end")
+        await wait_until(lambda: _has(settings, "SELECT count(*) FROM memory", 2), 120, "2 summary requests")
+        await wait_until(lambda: _has(settings, "SELECT count(*) FROM topics", 2), 120, "2 topics")
+        letters = await read_dead_letters(settings, 5)
+        for projector, end in (("messages", len(values)), ("memory", derived_offsets[-1] + 1),
+                               ("topics", derived_offsets[-1] + 1)):
+            await wait_until(lambda: _has(settings, "SELECT sum(next_offset) FROM projector_offsets WHERE"
+                                          " projector = %s", end, (projector,)), 60, f"the {projector} offset at the end")
         assert not task.done()
-    assert sorted(letter["source"]["offset"] for letter in letters) == [5, 6, 7]
+    by_stage = {}
+    for letter in letters:
+        by_stage.setdefault(letter["stage"], []).append(letter["source"]["offset"])
+    assert {stage: sorted(offsets) for stage, offsets in by_stage.items()} == {
+        "projector.messages": [5, 6, 7], "projector.memory": [derived_offsets[1]],
+        "projector.topics": [derived_offsets[4]],
+    }
+    assert await _count(settings, "SELECT count(*) FROM memory WHERE memory_id IN (1, 3)") == 2
+    assert await _count(settings, "SELECT count(*) FROM topics WHERE topic_id IN ('t1', 't3')") == 2
     assert {letter["reason"] for letter in letters} == {"apply_failed"}
     details = " ".join(letter["detail"] for letter in letters)
     assert "NumericValueOutOfRange" in details and ("NUL" in details or "0x00" in details), details
