@@ -55,6 +55,7 @@ def make_app(settings: Settings) -> faust.App:
             stage, topic=memory_topic, group_id=stage_group(settings, stage.name),
             bootstrap_servers=kafka.bootstrap_servers, decode_if=ctx.decode_if, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
             dead_letter_topic=kafka.dead_letter_topic, max_dead_letter_bytes=kafka.max_dead_letter_bytes,
+            limits=ctx.limits,
         )
         for stage in ctx.stages
     ]

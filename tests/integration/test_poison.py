@@ -250,7 +250,7 @@ async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_appl
 async def test_a_stage_dead_letters_requests_it_cannot_answer_and_skips_wrongly_keyed_ones(settings):
     topic = settings.kafka.memory_topic(settings.generation)
     requests = {i: new_event(WINDOW_TICKED, WindowTicked(), tenant_id="t", conversation_id="c1", user_id="u",
-                             event_id=f"req-{i}") for i in range(6)}
+                             event_id=f"req-{i}") for i in range(8)}
     keys = {i: requests[i].key for i in requests} | {4: b"t/somebody-else", 5: None}
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
     await producer.start()
@@ -271,6 +271,12 @@ async def test_a_stage_dead_letters_requests_it_cannot_answer_and_skips_wrongly_
                                      conversation_id="c1", user_id="u"))
             elif event.envelope.event_id == "req-2":
                 raise ValueError("this request cannot be answered")
+            elif event.envelope.event_id == "req-6":  # a model's NUL: dropped, the answer goes out
+                out.append(new_event(te.TOPIC_TICKED, te.TopicTicked(reason="nul\u0000here"), tenant_id="t",
+                                     conversation_id="c1", user_id="u", event_id="answer-req-6"))
+            elif event.envelope.event_id == "req-7":  # an answer no consumer could store
+                out.append(new_event(te.TOPIC_MESSAGE_UNASSIGNED, te.TopicMessageUnassigned(seq=2**31, reason="r"),
+                                     tenant_id="t", conversation_id="c1", user_id="u", seq=1))
             else:
                 out.append(new_event(te.TOPIC_TICKED, te.TopicTicked(), tenant_id="t", conversation_id="c1",
                                      user_id="u", event_id=f"answer-{event.envelope.event_id}"))
@@ -283,18 +289,20 @@ async def test_a_stage_dead_letters_requests_it_cannot_answer_and_skips_wrongly_
                          dead_letter_topic=settings.kafka.dead_letter_topic)
     task = asyncio.create_task(runner.run())
     try:
-        letters = await read_dead_letters(settings, 2)
+        letters = await read_dead_letters(settings, 3)
         assert not task.done(), task.exception() if task.done() else None
-        answered = {"answer-req-0", "answer-req-3"}
+        answered = {"answer-req-0", "answer-req-3", "answer-req-6"}
         await wait_until(lambda: _answered(settings, topic, answered), 60, "the other requests answered")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    assert sorted(set(handled)) == ["req-0", "req-1", "req-2", "req-3"]  # the wrongly keyed ones never
+    assert sorted(set(handled)) == ["req-0", "req-1", "req-2", "req-3", "req-6", "req-7"]  # not the wrongly keyed
     by_offset = {letter["source"]["offset"]: letter for letter in letters}
     assert by_offset[sent[1].offset]["reason"] == "result_too_large"
     assert by_offset[sent[2].offset]["reason"] == "apply_failed"
     assert "cannot be answered" in by_offset[sent[2].offset]["detail"]
+    assert by_offset[sent[7].offset]["reason"] == "result_invalid" and "out_of_range" in by_offset[sent[7].offset][
+        "detail"]
     assert {letter["stage"] for letter in letters} == {"stage.poisoned"}
 
 
@@ -306,6 +314,7 @@ async def _answered(settings, topic: str, wanted: set[str]) -> bool:
         found = set()
         for records in (await consumer.getmany(timeout_ms=1000)).values():
             found |= {r.value for r in records if r.value and b"answer-req" in r.value}
+        assert not any(b"\\u0000" in value for value in found)  # every answer a consumer can store
         return all(any(w.encode() in f for f in found) for w in wanted)
     finally:
         await consumer.stop()
