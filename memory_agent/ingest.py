@@ -23,8 +23,9 @@ from tqdm import tqdm
 
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
-from schemas.codec import validate
+from schemas.codec import encode_checked, validate
 from schemas.envelope import Envelope, InvalidEvent
+from schemas.limits import DEFAULT_LIMITS, Limits
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,10 @@ def derived_event_id(tenant: str, conversation: str, seq: object, role: object, 
     return str(uuid.uuid5(_NAMESPACE, f"{tenant}/{conversation}/{seq}/{digest}"))
 
 
-def parse_line(line: bytes, default_tenant: str | None, max_content_chars: int) -> Envelope:
-    """A line with a `type` is a full envelope; otherwise a plain message. Raises InvalidEvent."""
+def parse_line(line: bytes, default_tenant: str | None, limits: Limits = DEFAULT_LIMITS) -> Envelope:
+    """A line with a `type` is a full envelope; otherwise a plain message. Checked against every
+    rule a consumer applies (schemas/limits.py), so nothing is sent that would be dead-lettered.
+    Raises InvalidEvent."""
     try:
         data = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
@@ -59,7 +62,7 @@ def parse_line(line: bytes, default_tenant: str | None, max_content_chars: int) 
     if not isinstance(data, dict):
         raise InvalidEvent("not_an_object", "each line must be a JSON object")
     if "type" in data:
-        return validate(data, max_content_chars=max_content_chars).envelope
+        return _checked(validate(data, limits=limits).envelope, limits)
     unknown = sorted(set(data) - set(MESSAGE_FIELDS) - set(OPTIONAL_FIELDS))
     if unknown:
         raise InvalidEvent("invalid_field", f"unknown field(s) {', '.join(unknown)}")
@@ -85,9 +88,14 @@ def parse_line(line: bytes, default_tenant: str | None, max_content_chars: int) 
         "occurred_at": data.get("occurred_at") or datetime.now(UTC).isoformat(),
         "payload": {"role": data["role"], "content": data["content"], "metadata": data.get("metadata") or {}},
     }
-    envelope = validate(raw, max_content_chars=max_content_chars).envelope
+    envelope = _checked(validate(raw, limits=limits).envelope, limits)
     if envelope.occurred_at.tzinfo is None:
         raise InvalidEvent("invalid_field", "occurred_at: needs a time zone (e.g. 2026-03-02T09:00:00Z)")
+    return envelope
+
+
+def _checked(envelope: Envelope, limits: Limits) -> Envelope:
+    encode_checked(envelope, limits)  # sizes of the whole record and of its dead letter
     return envelope
 
 
@@ -118,7 +126,7 @@ def plan(
             continue
         report.lines += 1
         try:
-            parsed.append((line_no, parse_line(line, default_tenant, settings.limits.max_content_chars)))
+            parsed.append((line_no, parse_line(line, default_tenant, Limits.of(settings))))
         except InvalidEvent as exc:
             report.refused.append((line_no, str(exc)))
     try:

@@ -113,7 +113,8 @@ def decode(
     max_content_chars: int | None = None,
 ) -> Event:
     """Decode and validate one Kafka value (and its key: the event's own conversation);
-    raise InvalidEvent with a stable reason (schemas/limits.py has the rules)."""
+    raise InvalidEvent with a stable reason (schemas/limits.py has the rules).
+    `max_event_bytes`/`max_content_chars` are the older spelling of `limits`."""
     limits = _limits(limits, max_event_bytes, max_content_chars)
     if raw is None:
         raise InvalidEvent("not_json", "empty value (tombstone)")

@@ -153,6 +153,18 @@ def _walk(value: Any, where: str, *, free_form: bool) -> None:
             _walk(item, f"{where}[{index}]", free_form=free_form)
 
 
+def scrub_text(value: Any) -> Any:
+    """A copy of JSON-like `value` whose texts (and keys) lost NUL and lone surrogates: for
+    a model's answer, which no rule of ours shaped (an input with them is refused instead)."""
+    if isinstance(value, str):
+        return _BAD_TEXT.sub("", value)
+    if isinstance(value, dict):
+        return {scrub_text(k): scrub_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_text(item) for item in value]
+    return value
+
+
 def check_key(key: bytes | None, envelope: Envelope) -> None:
     """The Kafka key must be the event's own conversation: a consumer keys its state by it."""
     if key is None:

@@ -61,6 +61,7 @@ def make_app(settings: Settings) -> faust.App:
             bootstrap_servers=kafka.bootstrap_servers, decode_if=ctx.decode_if, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
             dead_letter_topic=kafka.dead_letter_topic, max_dead_letter_bytes=kafka.max_dead_letter_bytes,
             session_timeout_s=kafka.session_timeout_s,
+            limits=ctx.limits,
         )
         for stage in ctx.stages
     ]

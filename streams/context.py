@@ -80,6 +80,9 @@ class StreamContext:
 
     async def refuse(self, record, reason: str, detail: str, *, stage: str) -> None:
         """Send a record's dead letter (`record`: anything with topic, partition, offset, key, value)."""
+        if self.dead_letters is None:
+            log.error("%s refused a record (%s: %s) and has no dead-letter topic", stage, reason, detail)
+            return
         value = dead_letter_value(DeadLetter(record, reason, detail), stage=stage,
                                   max_bytes=self.settings.kafka.max_dead_letter_bytes)
         await self.dead_letters.send(key=letter_key(record), value=value, headers=[("reason", reason.encode())])

@@ -38,10 +38,10 @@ from memory_agent import metrics
 from projections import dead_letter
 from projections.dead_letter import DeadLetter
 from projections.isolation import describe, is_record_error
-from schemas.limits import DEFAULT_MAX_DEAD_LETTER_BYTES
 from projections.outage import Backoff, is_transient, retry_transient
-from schemas.codec import Event, encode
-from schemas.envelope import Envelope
+from schemas.codec import Event, encode_checked
+from schemas.envelope import Envelope, InvalidEvent
+from schemas.limits import DEFAULT_LIMITS, DEFAULT_MAX_DEAD_LETTER_BYTES, Limits, scrub_text
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +161,13 @@ class StageRunner:
         decode_if: Callable[..., Event | None], fetch_max_wait_ms: int = 50,
         commit_interval_s: float = 0.5, settle_timeout_s: float = 30.0, session_timeout_s: float = 10.0,
         dead_letter_topic: str | None = None, max_dead_letter_bytes: int = DEFAULT_MAX_DEAD_LETTER_BYTES,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         """`decode_if(value, types, key=key)`: the event, or None (skipped) for other types,
         invalid records and keys that are not the event's conversation."""
         self.stage, self.topic, self.group_id = stage, topic, group_id
         self.dead_letter_topic, self.max_dead_letter_bytes = dead_letter_topic, max_dead_letter_bytes
+        self.limits = limits
         self.bootstrap_servers, self.decode_if = bootstrap_servers, decode_if
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.commit_interval_s, self.settle_timeout_s = commit_interval_s, settle_timeout_s
@@ -251,6 +253,9 @@ class StageRunner:
                 await self.send_through_outages(results, tp)
             except MessageSizeTooLargeError as exc:  # the requests' fault, not the broker's
                 await self._refuse([record for record, _ in batch], "result_too_large", describe(exc))
+            except InvalidEvent as exc:  # an answer no consumer could store
+                reason = "result_too_large" if exc.reason == "oversized" else "result_invalid"
+                await self._refuse([record for record, _ in batch], reason, describe(exc))
             except KafkaError as exc:  # refused for good (not an outage): stop, nothing is committed
                 self._fatal = exc
                 return
@@ -259,6 +264,16 @@ class StageRunner:
         finally:
             self._in_flight_gauge.dec()
             self._slots.release()
+
+    def _checked(self, envelope: Envelope) -> bytes:
+        try:
+            return encode_checked(envelope, self.limits)
+        except InvalidEvent as exc:
+            if exc.reason != "invalid_text":
+                raise
+            log.warning("stage %s: dropped NUL or lone surrogates from a %s (%s)", self.stage.name, envelope.type,
+                        exc.detail)
+            return encode_checked(envelope.model_copy(update={"payload": scrub_text(envelope.payload)}), self.limits)
 
     async def _refuse(self, records: list[ConsumerRecord], reason: str, detail: str) -> None:
         """Dead-letter requests this stage cannot answer, so they do not come back forever."""
@@ -279,12 +294,16 @@ class StageRunner:
         return await retry_transient(lambda: self.stage.handle(events), what=f"stage {self.stage.name} on {tp}")
 
     async def send_through_outages(self, results: list[Envelope], tp: TopicPartition) -> None:
-        """Results to the memory topic, re-sent until the broker takes them. A repeat is harmless:
-        the folds ignore a result they have already seen."""
+        """Results to the memory topic, checked as every consumer will check them (a model's NUL
+        is dropped; another broken rule raises InvalidEvent, a result too large for a record
+        MessageSizeTooLargeError, before anything of the batch is sent), re-sent until the
+        broker takes them. A repeat is harmless: the folds ignore a result they have already seen."""
+        values = [(e.key, self._checked(e)) for e in results]  # InvalidEvent before anything is sent
+
         async def send() -> None:
-            sent = [await self.producer.send(self.topic, key=e.key, value=encode(e)) for e in results]
+            sent = [await self.producer.send(self.topic, key=key, value=value) for key, value in values]
             await asyncio.gather(*sent)
-        if results:
+        if values:
             await retry_transient(send, what=f"stage {self.stage.name} results for {tp}")
 
     async def _fetch(self) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from datetime import UTC, datetime
 
 import httpx
 import orjson
@@ -17,8 +18,8 @@ from memory_agent.client import MemoryClient
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
 from schemas.envelope import InvalidEvent, conversation_key
-from schemas.events import WindowTicked
-from schemas.registry import WINDOW_TICKED
+from schemas.events import SummaryRequested, WindowTicked
+from schemas.registry import SUMMARY_REQUESTED, WINDOW_TICKED
 from streams.context import StreamContext
 from streams.stages import Stage, StageRunner
 from tests.integration.test_backbone import read_dead_letters
@@ -177,6 +178,18 @@ async def _has(settings, sql: str, at_least: int, params=()) -> bool:
     return await _count(settings, sql, params) >= at_least
 
 
+def _summary_requested(memory_id: int):
+    return new_event(SUMMARY_REQUESTED, SummaryRequested(memory_id=memory_id, start_seq=0, end_seq=4,
+                                                         prompt_version="p", model="m"),
+                     tenant_id="tenant-a", conversation_id="net", user_id="u1", seq=4)
+
+
+def _topic_created(topic_id: str, seq: int):
+    return new_event(te.TOPIC_CREATED, te.TopicCreated(topic_id=topic_id, title=topic_id, seq=seq, importance=0.5,
+                                                       created_at=datetime.now(UTC)),
+                     tenant_id="tenant-a", conversation_id="net", user_id="u1", seq=4)
+
+
 @pytest.mark.asyncio
 async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_applied(settings, monkeypatch):
     # Switch the storable rules off so that the database itself meets the poison: the
@@ -194,16 +207,36 @@ async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_appl
         values += [message_value("tenant-a", "net", seq) for seq in range(5, 10)]
         for value in values:  # one partition, one batch
             await (await producer.send(settings.kafka.conversation_topic, value=value, key=key))
+        # Derived events of the pipelined projectors (memory, topics): one bad between good ones.
+        derived = [_summary_requested(1), _summary_requested(2**31), _summary_requested(3),
+                   _topic_created("t1", 0), _topic_created("t2", 2**31), _topic_created("t3", 2)]
+        derived_offsets = []
+        for event in derived:
+            meta = await (await producer.send(settings.kafka.memory_topic(settings.generation), value=encode(event),
+                                              key=key))
+            derived_offsets.append(meta.offset)
     finally:
         await producer.stop()
 
     async with running_projectors(settings) as task:
         await wait_until(lambda: _has(settings, "SELECT count(*) FROM messages", 10), 120, "10 messages")
-        letters = await read_dead_letters(settings, 3)
-        await wait_until(lambda: _has(settings, "SELECT sum(next_offset) FROM projector_offsets WHERE"
-                                      " projector = 'messages'", len(values)), 60, "the messages offset at the end")
+        await wait_until(lambda: _has(settings, "SELECT count(*) FROM memory", 2), 120, "2 summary requests")
+        await wait_until(lambda: _has(settings, "SELECT count(*) FROM topics", 2), 120, "2 topics")
+        letters = await read_dead_letters(settings, 5)
+        for projector, end in (("messages", len(values)), ("memory", derived_offsets[-1] + 1),
+                               ("topics", derived_offsets[-1] + 1)):
+            await wait_until(lambda: _has(settings, "SELECT sum(next_offset) FROM projector_offsets WHERE"
+                                          " projector = %s", end, (projector,)), 60, f"the {projector} offset at the end")
         assert not task.done()
-    assert sorted(letter["source"]["offset"] for letter in letters) == [5, 6, 7]
+    by_stage = {}
+    for letter in letters:
+        by_stage.setdefault(letter["stage"], []).append(letter["source"]["offset"])
+    assert {stage: sorted(offsets) for stage, offsets in by_stage.items()} == {
+        "projector.messages": [5, 6, 7], "projector.memory": [derived_offsets[1]],
+        "projector.topics": [derived_offsets[4]],
+    }
+    assert await _count(settings, "SELECT count(*) FROM memory WHERE memory_id IN (1, 3)") == 2
+    assert await _count(settings, "SELECT count(*) FROM topics WHERE topic_id IN ('t1', 't3')") == 2
     assert {letter["reason"] for letter in letters} == {"apply_failed"}
     details = " ".join(letter["detail"] for letter in letters)
     assert "NumericValueOutOfRange" in details and ("NUL" in details or "0x00" in details), details
@@ -217,7 +250,7 @@ async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_appl
 async def test_a_stage_dead_letters_requests_it_cannot_answer_and_skips_wrongly_keyed_ones(settings):
     topic = settings.kafka.memory_topic(settings.generation)
     requests = {i: new_event(WINDOW_TICKED, WindowTicked(), tenant_id="t", conversation_id="c1", user_id="u",
-                             event_id=f"req-{i}") for i in range(6)}
+                             event_id=f"req-{i}") for i in range(8)}
     keys = {i: requests[i].key for i in requests} | {4: b"t/somebody-else", 5: None}
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
     await producer.start()
@@ -238,6 +271,12 @@ async def test_a_stage_dead_letters_requests_it_cannot_answer_and_skips_wrongly_
                                      conversation_id="c1", user_id="u"))
             elif event.envelope.event_id == "req-2":
                 raise ValueError("this request cannot be answered")
+            elif event.envelope.event_id == "req-6":  # a model's NUL: dropped, the answer goes out
+                out.append(new_event(te.TOPIC_TICKED, te.TopicTicked(reason="nul\u0000here"), tenant_id="t",
+                                     conversation_id="c1", user_id="u", event_id="answer-req-6"))
+            elif event.envelope.event_id == "req-7":  # an answer no consumer could store
+                out.append(new_event(te.TOPIC_MESSAGE_UNASSIGNED, te.TopicMessageUnassigned(seq=2**31, reason="r"),
+                                     tenant_id="t", conversation_id="c1", user_id="u", seq=1))
             else:
                 out.append(new_event(te.TOPIC_TICKED, te.TopicTicked(), tenant_id="t", conversation_id="c1",
                                      user_id="u", event_id=f"answer-{event.envelope.event_id}"))
@@ -250,18 +289,20 @@ async def test_a_stage_dead_letters_requests_it_cannot_answer_and_skips_wrongly_
                          dead_letter_topic=settings.kafka.dead_letter_topic)
     task = asyncio.create_task(runner.run())
     try:
-        letters = await read_dead_letters(settings, 2)
+        letters = await read_dead_letters(settings, 3)
         assert not task.done(), task.exception() if task.done() else None
-        answered = {"answer-req-0", "answer-req-3"}
+        answered = {"answer-req-0", "answer-req-3", "answer-req-6"}
         await wait_until(lambda: _answered(settings, topic, answered), 60, "the other requests answered")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    assert sorted(set(handled)) == ["req-0", "req-1", "req-2", "req-3"]  # the wrongly keyed ones never
+    assert sorted(set(handled)) == ["req-0", "req-1", "req-2", "req-3", "req-6", "req-7"]  # not the wrongly keyed
     by_offset = {letter["source"]["offset"]: letter for letter in letters}
     assert by_offset[sent[1].offset]["reason"] == "result_too_large"
     assert by_offset[sent[2].offset]["reason"] == "apply_failed"
     assert "cannot be answered" in by_offset[sent[2].offset]["detail"]
+    assert by_offset[sent[7].offset]["reason"] == "result_invalid" and "out_of_range" in by_offset[sent[7].offset][
+        "detail"]
     assert {letter["stage"] for letter in letters} == {"stage.poisoned"}
 
 
@@ -273,6 +314,7 @@ async def _answered(settings, topic: str, wanted: set[str]) -> bool:
         found = set()
         for records in (await consumer.getmany(timeout_ms=1000)).values():
             found |= {r.value for r in records if r.value and b"answer-req" in r.value}
+        assert not any(b"\\u0000" in value for value in found)  # every answer a consumer can store
         return all(any(w.encode() in f for f in found) for w in wanted)
     finally:
         await consumer.stop()

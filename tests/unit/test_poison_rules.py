@@ -202,3 +202,10 @@ def test_agents_skip_records_whose_key_is_not_their_conversation():
     assert ctx.decode(value, key=None) is None
     assert ctx.decode_if(value, frozenset({"message.appended"}), key=b"tenant-a/conv-alice") is None
     assert ctx.decode(value, key=b"tenant-c/conv-c").envelope.seq == 3
+
+
+def test_scrub_text_drops_only_what_no_consumer_can_store():
+    from schemas.limits import scrub_text
+
+    dirty = {"text": "a\u0000b\ud800c", "list": ["x\u0000", 1, 2.5, None], "k\u0000": {"ok": "é😀"}}
+    assert scrub_text(dirty) == {"text": "abc", "list": ["x", 1, 2.5, None], "k": {"ok": "é😀"}}
