@@ -80,3 +80,15 @@ def test_filter_is_installed_once_on_the_coordinator_logger(caplog) -> None:
     with caplog.at_level(logging.INFO, logger=COORDINATOR_LOGGER):
         logger.error("Group Coordinator Request failed: %s", "GroupCoordinatorNotAvailableError")
     assert [r.levelname for r in caplog.records] == ["INFO"]
+
+
+def test_downgraded_record_formats_with_faust_s_own_formatter() -> None:
+    """The worker logs through mode's ExtensionFormatter, which rewrites record.args."""
+    import io
+
+    from mode.utils.logging import ExtensionFormatter
+
+    record = _record(logging.ERROR, "Group Coordinator Request failed: %s", "GroupCoordinatorNotAvailableError")
+    assert TransientCoordinatorFilter().filter(record)
+    text = ExtensionFormatter(stream=io.StringIO(), fmt="[%(levelname)s] %(message)s").format(record)
+    assert text.startswith("[INFO] Group Coordinator Request failed: GroupCoordinatorNotAvailableError (transient")
