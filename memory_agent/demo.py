@@ -206,7 +206,11 @@ class DemoProbe:
         if trigger is None or "window" not in self.settings.systems:
             say(f"  {label} appended")
             return
+        last_report = begin
         while time.monotonic() < deadline:
+            if time.monotonic() - last_report >= 10.0:
+                last_report = time.monotonic()
+                say(f"  {label} appended; waiting {last_report - begin:.0f}s for the summary up to seq {trigger}...")
             try:
                 await self.summaries()
             except psycopg.Error:

@@ -64,10 +64,15 @@ def render_topics(body: dict) -> list[str]:
 
 
 def _score(s: dict[str, Any]) -> str:
+    """Seed 001's breakdown; parts the API does not send are left out (it may grow new ones)."""
+    def num(key: str) -> str:
+        value = s.get(key)
+        return f"{value:.2f}" if isinstance(value, (int, float)) else "?"
+
     found = "+".join(s.get("found_by") or [])
-    return (f"final {s['final']:.2f} = similarity {s['similarity']:.2f} (cosine {s['cosine']:.2f},"
-            f" keyword {s['keyword_score']:.2f}) x importance {s['importance_weight']:.2f}"
-            f" x recency {s['recency_weight']:.2f}  [{found}]")
+    return (f"final {num('final')} = similarity {num('similarity')} (cosine {num('cosine')},"
+            f" keyword {num('keyword_score')}) x importance {num('importance_weight')}"
+            f" x recency {num('recency_weight')}" + (f"  [{found}]" if found else ""))
 
 
 def render_context(context: dict, query: str) -> list[str]:
@@ -90,13 +95,13 @@ def render_context(context: dict, query: str) -> list[str]:
                  f" {retrieved.get('tokens_used', 0)}/{retrieved.get('budget_tokens', 0)} tokens,"
                  f" threshold {retrieved.get('threshold', 0)}")
     for item in items:
-        lines.append(f"    {item['kind']}: {clip(item.get('line') or item['content'], 90)}")
-        lines.append(f"        {_score(item['score'])}")
+        lines.append(f"    {item.get('kind', 'item')}: {clip(item.get('line') or item.get('content'), 90)}")
+        lines.append(f"        {_score(item.get('score') or {})}")
     surfaced = [e for e in retrieved.get("excluded") or [] if e.get("reason") == "already_surfaced" and e.get("score")]
     if surfaced:
         lines.append(f"  left out: {len(surfaced)} already surfaced earlier in this conversation (not repeated):")
     for e in surfaced[:3]:
-        lines.append(f"    {e['kind']} {e['id']}: {_score(e['score'])}")
+        lines.append(f"    {e.get('kind', 'item')} {e.get('id', '')}: {_score(e['score'])}")
     if retrieved.get("error"):
         lines.append(f"    retrieval error: {retrieved['error']}")
     topic = context.get("active_topic")

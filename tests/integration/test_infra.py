@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import socket
@@ -35,9 +36,8 @@ def local_settings() -> Settings:
 
 @pytest.fixture
 def scratch_dir() -> Iterator[Path]:
-    """A temp dir PostgreSQL's service user can traverse (pytest's own are kept at 0700)."""
+    """A private temp dir (0700, as mkdtemp makes it): the launcher must not need to open it up."""
     path = Path(tempfile.mkdtemp(prefix="memory-agent-infra-test-"))
-    path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -119,6 +119,8 @@ def test_down_and_up_again_in_a_separate_state_dir(scratch_dir: Path) -> None:
         kafka={"bootstrap_servers": f"127.0.0.1:{kafka_port}"},
         postgres={"dsn": f"postgresql://postgres@127.0.0.1:{postgres_port}/scratch"},
     )
+    modes = {p: p.stat().st_mode for p in (scratch_dir, *scratch_dir.parents)}
+    cluster = PostgresConfig.from_settings(settings).cluster_dir
     shared_jars = REPO_ROOT / ".state" / "kafka" / "libs"
     if (shared_jars / ".complete").exists():
         # Saves a Maven run; the shared state dir's first start already exercised fetching.
@@ -140,9 +142,17 @@ def test_down_and_up_again_in_a_separate_state_dir(scratch_dir: Path) -> None:
         assert warm.kafka.pid != cold.kafka.pid
         with psycopg.connect(settings.postgres.dsn) as conn:
             assert conn.execute("SELECT v::text FROM kept").fetchone() == ("[1,2]",)
+        if os.geteuid() == 0:
+            # As root the cluster lives under the system dir, owned by the service user.
+            assert (cluster / "data" / "PG_VERSION").exists()
+            assert (scratch_dir / "state" / "postgres" / "cluster").resolve() == cluster
     finally:
         launcher.down(settings)
+        if os.geteuid() == 0:
+            shutil.rmtree(cluster, ignore_errors=True)
     assert not _listening(kafka_port) and not _listening(postgres_port)
+    # No folder of the user's had its permissions changed (a private dir stays private).
+    assert {p: p.stat().st_mode for p in modes} == modes
 
 
 def test_compose_file_is_well_formed() -> None:
