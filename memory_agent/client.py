@@ -65,7 +65,7 @@ class MemoryClient:
         subject_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         event_id: str | None = None,
-        occurred_at: datetime | None = None,
+        occurred_at: datetime | str | None = None,
     ) -> Envelope:
         """Build and validate a message.appended envelope against every rule a consumer checks
         (schemas/limits.py); raises InvalidEvent with a reason code and a clear message."""
@@ -78,7 +78,10 @@ class MemoryClient:
             "user_id": user_id,
             "subject_id": subject_id,
             "seq": seq,
-            "occurred_at": (occurred_at or datetime.now(UTC)).isoformat(),
+            # An ISO 8601 string is parsed by the envelope's model like a datetime (a bad one is an
+            # InvalidEvent naming the field, never an AttributeError).
+            "occurred_at": occurred_at.isoformat() if isinstance(occurred_at, datetime)
+            else occurred_at or datetime.now(UTC).isoformat(),
             "payload": {"role": role, "content": content, "metadata": metadata or {}},
         }
         return self.validate_event(raw)

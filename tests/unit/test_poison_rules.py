@@ -7,6 +7,8 @@ import hashlib
 
 import orjson
 import psycopg
+from datetime import UTC, datetime
+
 import pytest
 from aiokafka.structs import ConsumerRecord
 
@@ -25,6 +27,13 @@ def _sdk_event(**changes):
     client = MemoryClient(Settings(environment="test"))
     fields = {"user_id": "u1", "seq": 1, "role": "user", "content": "hi"} | changes
     return client.message_event(tenant_id="tenant-a", conversation_id="victim", **fields)
+
+
+def test_the_sdk_takes_an_iso_string_time_and_refuses_a_bad_one_with_its_field():
+    assert _sdk_event(occurred_at="2026-01-01T00:00:00Z").occurred_at == datetime(2026, 1, 1, tzinfo=UTC)
+    with pytest.raises(InvalidEvent) as refused:
+        _sdk_event(occurred_at="last tuesday")
+    assert refused.value.reason == "invalid_field" and "occurred_at" in refused.value.detail
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
