@@ -216,6 +216,20 @@ async def test_a_pooled_connection_killed_by_the_server_is_replaced_before_use(s
 
 
 @pytest.mark.asyncio
+async def test_a_statement_past_the_timeout_is_cancelled_and_answered_503(settings):
+    settings = with_keys(settings, statement_timeout_ms=300)
+    await conversation(settings, "alice-chat", "alice", ["hello"])
+    async with running_api(settings) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        async with await connect(settings) as locker:  # this test's schema only: nobody else waits
+            await locker.execute("LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE")
+            blocked = await asyncio.wait_for(http.get("/v1/conversations/alice-chat/messages", headers=ALICE), 30)
+            await locker.rollback()
+        assert blocked.status_code == 503 and blocked.headers["Retry-After"] == "1"
+        assert "statement timeout (300 ms)" in blocked.json()["detail"]
+        assert (await http.get("/v1/conversations/alice-chat/messages", headers=ALICE)).status_code == 200
+
+
+@pytest.mark.asyncio
 async def test_clear_answers_for_malformed_requests(settings):
     settings = with_keys(settings)
     key = {"X-API-Key": "svc-owner"}
