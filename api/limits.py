@@ -19,10 +19,6 @@ class TenantSlots:
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._users: dict[str, int] = {}
 
-    def in_use(self, tenant: str) -> int:
-        slots = self._slots.get(tenant)
-        return 0 if slots is None else self.per_tenant - slots._value  # noqa: SLF001 - read only
-
     @contextlib.asynccontextmanager
     async def hold(self, tenant: str) -> AsyncIterator[None]:
         slots = self._slots.setdefault(tenant, asyncio.Semaphore(self.per_tenant))

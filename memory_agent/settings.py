@@ -87,7 +87,7 @@ class ApiKeyGrant(BaseModel):
     "nobody" (ingest only), "conversation_owner" (read a conversation as its owner, the
     default) or "any_user" (may name any user of the tenant; every such act is logged)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     tenant: str = Field(min_length=1, max_length=200)
     user: str | None = Field(None, min_length=1, max_length=200)
@@ -107,6 +107,8 @@ class ApiKeyGrant(BaseModel):
 
 
 class ApiSettings(BaseModel):
+    model_config = ConfigDict(hide_input_in_errors=True)
+
     host: str = "127.0.0.1"
     port: int = 8080
     # API key -> tenant id, or -> a grant {"tenant", "user"?, "act_as"?, "name"?}. A key is
@@ -384,7 +386,8 @@ class TopicSettings(BaseModel):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="MEMORY_", env_nested_delimiter="__", frozen=True, extra="ignore"
+        env_prefix="MEMORY_", env_nested_delimiter="__", frozen=True, extra="ignore",
+        hide_input_in_errors=True,  # a refused setting's error never prints keys or DSNs
     )
 
     environment: Literal["development", "test", "production"] = "development"

@@ -37,5 +37,10 @@ async def list_generations(settings: AdminDep) -> list[dict]:
     """Every generation with its status, config, LLM cache use and progress against the log."""
     listed = await asyncio.to_thread(_list, settings)
     for generation in listed:
-        generation["progress"] = (await replays.progress(settings, generation["name"])).as_dict()
+        try:
+            progress = await asyncio.wait_for(replays.progress(settings, generation["name"]),
+                                              settings.api.ready_timeout_s * 5)
+            generation["progress"] = progress.as_dict()
+        except Exception as exc:  # noqa: BLE001 - Kafka unavailable: the registry is still worth showing
+            generation["progress"] = {"error": f"{type(exc).__name__}: {exc}"}
     return listed

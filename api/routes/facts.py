@@ -27,7 +27,8 @@ from streams.facts.ids import to_vector
 
 router = APIRouter(prefix="/v1/facts", tags=["facts"])
 UserHeader = Annotated[str | None, Header(alias="X-User-Id", pattern=IDENTIFIER, max_length=200,
-                                          description="The acting user (the API key names the tenant)")]
+                                          description="The acting user, for a service key granted act_as any_user"
+                                                      " (a user key acts as its own user)")]
 MAX_WAIT_MS = 30_000
 
 

@@ -155,6 +155,21 @@ async def test_hostile_min_seq_is_answered_at_once_and_never_starves_another_ten
 
 
 @pytest.mark.asyncio
+async def test_missing_seqs_are_the_gaps_and_the_tail(settings):
+    settings = with_keys(settings)
+    await conversation(settings, "gappy", "alice", [f"m{i}" for i in range(6)])
+    async with await connect(settings) as conn:  # seqs 2, 3 never arrived
+        await conn.execute("DELETE FROM messages WHERE conversation_id = 'gappy' AND seq IN (2, 3)")
+    async with running_api(settings) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
+        body = (await http.get("/v1/conversations/gappy/context", params={"min_seq": 7, "wait_ms": 0},
+                               headers=ALICE)).json()
+        assert body["watermark"]["missing_seqs"] == [2, 3, 6, 7] and body["watermark"]["complete"] is False
+        before = (await http.get("/v1/conversations/gappy/context", params={"min_seq": 7, "before_seq": 3,
+                                                                            "wait_ms": 0}, headers=ALICE)).json()
+        assert before["watermark"]["missing_seqs"] == [2]
+
+
+@pytest.mark.asyncio
 async def test_a_tenant_past_its_share_of_the_pool_gets_429_with_retry_after(settings):
     settings = with_keys(settings, max_wait_ms=5_000, tenant_max_connections=1, tenant_queue_ms=0)
     await conversation(settings, "alice-chat", "alice", ["hello"])
@@ -213,6 +228,20 @@ async def test_a_pooled_connection_killed_by_the_server_is_replaced_before_use(s
             assert (await cur.fetchall()), "the API's pooled connection was found"
         after = await http.get("/v1/conversations/alice-chat/messages", headers=ALICE)
         assert after.status_code == 200, after.text
+
+
+@pytest.mark.asyncio
+async def test_a_statement_past_the_timeout_is_cancelled_and_answered_503(settings):
+    settings = with_keys(settings, statement_timeout_ms=300)
+    await conversation(settings, "alice-chat", "alice", ["hello"])
+    async with running_api(settings) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        async with await connect(settings) as locker:  # this test's schema only: nobody else waits
+            await locker.execute("LOCK TABLE conversations IN ACCESS EXCLUSIVE MODE")
+            blocked = await asyncio.wait_for(http.get("/v1/conversations/alice-chat/messages", headers=ALICE), 30)
+            await locker.rollback()
+        assert blocked.status_code == 503 and blocked.headers["Retry-After"] == "1"
+        assert "statement timeout (300 ms)" in blocked.json()["detail"]
+        assert (await http.get("/v1/conversations/alice-chat/messages", headers=ALICE)).status_code == 200
 
 
 @pytest.mark.asyncio
