@@ -244,3 +244,14 @@ def related_query(messages: Sequence[Any], limit: int = 80) -> str:
                 counts[word] = counts.get(word, 0) + 1
     words = sorted(counts, key=lambda w: (-counts[w], w))[:limit]
     return " | ".join(words)
+
+
+def pick_related(stored: Sequence[ExistingFact], recent: Sequence[ExistingFact], query: str,
+                 limit: int) -> list[ExistingFact]:
+    """Up to half of `limit` from the recently recorded facts (maybe not projected yet) that
+    share query words, most shared first; then the stored ones (already ranked); no fact twice."""
+    words = set(query.split(" | "))
+    ranked = sorted(((len(words & set(_words(f.content))), -i, f) for i, f in enumerate(recent)),
+                    key=lambda t: (-t[0], t[1]))
+    fresh = [f for shared, _, f in ranked if shared > 0][:max(limit // 2, 1)]
+    return list({f.fact_id: f for f in [*fresh, *stored]}.values())[:limit]
