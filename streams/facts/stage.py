@@ -25,11 +25,13 @@ from streams.facts.offline import ExistingFact, pick_related, related_query
 log = logging.getLogger(__name__)
 
 
-# The owner's current facts of the subject ranked by shared words with the chunk (an OR query).
+# The owner's current facts of the subject ranked by shared words with the chunk (an OR query),
+# from before the chunk's newest message: a replay never shows an older chunk "future" facts.
 _RELATED = """
 SELECT fact_id, content, category FROM facts
  WHERE tenant_id = %(tenant)s AND owner_user_id = %(owner)s AND subject_id IS NOT DISTINCT FROM %(subject)s
-   AND valid_to IS NULL AND deleted_at IS NULL AND content_tsv @@ to_tsquery('english', %(query)s)
+   AND valid_to IS NULL AND deleted_at IS NULL AND valid_from <= %(before)s
+   AND content_tsv @@ to_tsquery('english', %(query)s)
  ORDER BY ts_rank(content_tsv, to_tsquery('english', %(query)s)) DESC, updated_at DESC, fact_id
  LIMIT %(limit)s
 """
@@ -151,7 +153,7 @@ class ChunkStage:
         async with self.pool.connection() as conn:
             cur = await conn.execute(_RELATED, {
                 "tenant": cause.tenant_id, "owner": inputs.owner_user_id, "subject": inputs.subject_id,
-                "query": query, "limit": self.related_facts})
+                "query": query, "limit": self.related_facts, "before": inputs.observed_at})
             stored = [ExistingFact(fact_id, content, category) for fact_id, content, category in await cur.fetchall()]
         recent = self._recent.get((cause.tenant_id, cause.conversation_id), [])
         return pick_related(stored, recent, query, self.related_facts)
