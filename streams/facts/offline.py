@@ -1,7 +1,7 @@
 """The offline extractor (no LLM): facts from every human speaker, by name and dated, typed and
 ranked by rules, and a chunk summary that keeps names, numbers, places and dates.
 
-A documented fallback, recorded as `offline-rules-v1`, never presented as an LLM.
+A documented fallback, recorded as `offline-rules-v2`, never presented as an LLM.
 """
 
 from __future__ import annotations
