@@ -23,6 +23,8 @@ _NOT_A_FACT = re.compile(
     r"\?\s*$|^(?:i|we) (?:was|were) (?:wondering|just|going to ask)\b|^(?:i|we) have (?:a|another) question"
     r"|^(?:my|our) (?:question|point|bad|pleasure|apologies)\b"
     r"|^i (?:think|guess|mean|suppose|wonder|bet|believe)\b"
+    r"|^i(?:'d| would)? (?:need|want|like|love) (?:to know|to ask|to understand|help|some help|a hand|you to)\b"
+    r"|^i(?:'m| am) (?:asking|trying to understand|not sure|confused)\b"
     r"|^i (?:agree|see|hope|know|understand|appreciate|feel)\b(?:\W+\w+){0,3}\W*$"
     r"|^i(?:'m| am) (?:so |really |very |just )?(?:glad|happy|sorry|excited|thrilled|proud) (?:for|to hear|that) you")
 _INTERJECTION = re.compile(r"^(?:(?:yes|yeah|yep|no|oh|ah|well|so|haha|wow|ok|okay|honestly|actually|hey|hi"
