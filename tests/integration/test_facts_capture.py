@@ -279,4 +279,4 @@ async def test_two_named_people_offline_facts_by_name_with_dates_and_an_update_t
     assert await rows(settings, "SELECT from_fact_id, to_fact_id FROM fact_links WHERE relationship = 'supersedes'"
                       ) == [(porto[0], lisbon[0])]
     assert await rows(settings, "SELECT detail->>'reason' FROM fact_history WHERE fact_id = %s"
-                                " AND change = 'superseded'", (lisbon[0],)) == [("llm verdict: contradicts",)]
+                                " AND change = 'superseded'", (lisbon[0],)) == [("extractor verdict: contradicts",)]
