@@ -7,8 +7,9 @@ scorer both see the day, the month and the year.
 
 Covered: today/tonight/this morning, yesterday/last night, tomorrow, the day before
 yesterday / after tomorrow, N days|weeks|months|years ago, in N days|weeks|months|years,
-last|this|next week|weekend|month|year, last|this|next <weekday>, a bare weekday ("on
-Friday": the one before when the sentence is in the past tense, else the next one),
+last|this|next week|weekend|month|year, last|this|next <weekday>, "on <weekday>" or
+"<weekday> morning/evening/..." (the one before when the sentence is in the past tense,
+else the next one; a weekday alone, as in "Friday deploys", is left alone),
 last|this|next <month name>, last|this|next <season>. Numbers may be digits or words
 ("two", "a", "a couple of", "a few" = about 3). Anything else is left as it was; the
 resolver never guesses a year from a bare month name.
@@ -53,7 +54,7 @@ _TABLE: tuple[tuple[str, str], ...] = (
     ("rel-weekday", r"(?P<rel>last|this|next|this past|this coming) " + _WEEKDAY),
     ("rel-month", r"(?P<rel>last|this|next|this past|this coming) " + _MONTH),
     ("rel-season", r"(?P<rel>last|this|next|this past|this coming) " + _SEASON),
-    ("weekday", r"(?:on )?" + _WEEKDAY),
+    ("weekday", r"on " + _WEEKDAY + r"|" + _WEEKDAY.replace("wd>", "wd2>") + r"(?= (?:morning|afternoon|evening|night))"),
 )
 _PATTERN = re.compile(
     r"\b(?:" + "|".join(f"(?P<k{i}>{p.replace('(?P<', f'(?P<g{i}_')})" for i, (_, p) in enumerate(_TABLE)) + r")\b"
@@ -175,7 +176,7 @@ def _when(kind: str, groups: dict[str, str | None], day: date, sentence: str) ->
     if kind == "rel-weekend":
         return _weekend(day, rel)
     if kind in ("rel-weekday", "weekday"):
-        target = WEEKDAYS.index(groups["wd"].lower())
+        target = WEEKDAYS.index((groups.get("wd") or groups["wd2"]).lower())
         return format_date(_weekday(day, target, rel, bool(_PAST.search(sentence))))
     if kind == "rel-month":
         return _named_month(day, MONTHS.index(groups["mon"].capitalize()) + 1, rel)
@@ -197,8 +198,6 @@ def find(text: str, at: datetime | date) -> list[Resolved]:
         if kind == "rel-month" and (groups.get("mon") or "").lower() == "may" \
                 and (groups.get("rel") or "").lower() == "this":
             continue  # "this may be": the verb, not the month
-        if kind == "weekday" and match.group(0)[0].islower() and not match.group(0).lower().startswith("on "):
-            continue  # "friday" in running lowercase text is too often not a date
         when = _when(kind, groups, day, text)
         if when is not None:
             found.append(Resolved(match.start(), match.end(), match.group(0), when))

@@ -14,8 +14,8 @@ from domain.dates import MONTHS, WEEKDAYS, annotate, format_date
 from domain.speakers import speaker_of
 from memory_agent.llm.port import ChatMessage, SummaryOutput
 
-MODEL = "extractive-v1"
-PROMPT_VERSION = "extractive-v1"  # no prompt: the algorithm's version stands in for it
+MODEL = "extractive-v2"
+PROMPT_VERSION = "extractive-v2"  # no prompt: the algorithm's version stands in for it
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -45,7 +45,7 @@ class _Sentence:
 
 class ExtractiveSummarizer:
     """A documented fallback, never LLM quality: rows record model and prompt_version
-    "extractive-v1" (the algorithm's version; there is no prompt).
+    "extractive-v2" (the algorithm's version; there is no prompt).
 
     Candidates are the sentences of the previous summary still inside the window plus the
     sentences of the new messages; they are scored by TF-IDF centrality (similarity to the

@@ -137,7 +137,7 @@ def _supersede(old: Neighbour, now: float, reason: str) -> FactDecision:
 
 
 def _from_verdict(new: NewFact, old: Neighbour, verdict: LlmVerdict, now: float) -> FactDecision:
-    why = f"llm verdict: {verdict.relation}"
+    why = f"extractor verdict: {verdict.relation}"  # the LLM or the offline rules
     if verdict.relation == "duplicate":
         return _merge(new, old, now, why)
     if verdict.relation == "contradicts":

@@ -12,7 +12,7 @@ from streams.facts.offline import ExistingFact, is_worth_it, offline_facts, offl
 CATEGORIES = ("personality", "hobby", "relationship", "milestone", "occupation", "preference", "habit", "other")
 MEMORY_TYPES = ("decision", "insight", "fact", "preference", "project", "conversation", "general")
 DEFAULT_IMPORTANCE = 3
-OFFLINE_EXTRACTOR = "offline-rules-v1"  # recorded on rows so they never claim LLM quality
+OFFLINE_EXTRACTOR = "offline-rules-v2"  # recorded on rows so they never claim LLM quality
 
 RELATIONS = ("new", "duplicate", "contradicts", "elaborates")  # a fact vs an existing memory
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)

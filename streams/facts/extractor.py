@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
-
-from dataclasses import replace
 
 from domain.dates import annotate, format_date
 from domain.speakers import speaker_of

@@ -1,7 +1,7 @@
 """The offline extractor (no LLM): facts from every human speaker, by name and dated, typed and
 ranked by rules, and a chunk summary that keeps names, numbers, places and dates.
 
-A documented fallback, recorded as `offline-rules-v1`, never presented as an LLM.
+A documented fallback, recorded as `offline-rules-v2`, never presented as an LLM.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ _NOT_A_FACT = re.compile(
     r"\?\s*$|^(?:i|we) (?:was|were) (?:wondering|just|going to ask)\b|^(?:i|we) have (?:a|another) question"
     r"|^(?:my|our) (?:question|point|bad|pleasure|apologies)\b"
     r"|^i (?:think|guess|mean|suppose|wonder|bet|believe)\b"
+    r"|^i(?:'d| would)? (?:need|want|like|love) (?:to know|to ask|to understand|help|some help|a hand|you to)\b"
+    r"|^i(?:'m| am) (?:asking|trying to understand|not sure|confused)\b"
     r"|^i (?:agree|see|hope|know|understand|appreciate|feel)\b(?:\W+\w+){0,3}\W*$"
     r"|^i(?:'m| am) (?:so |really |very |just )?(?:glad|happy|sorry|excited|thrilled|proud) (?:for|to hear|that) you")
 _INTERJECTION = re.compile(r"^(?:(?:yes|yeah|yep|no|oh|ah|well|so|haha|wow|ok|okay|honestly|actually|hey|hi"
@@ -244,3 +246,14 @@ def related_query(messages: Sequence[Any], limit: int = 80) -> str:
                 counts[word] = counts.get(word, 0) + 1
     words = sorted(counts, key=lambda w: (-counts[w], w))[:limit]
     return " | ".join(words)
+
+
+def pick_related(stored: Sequence[ExistingFact], recent: Sequence[ExistingFact], query: str,
+                 limit: int) -> list[ExistingFact]:
+    """Up to half of `limit` from the recently recorded facts (maybe not projected yet) that
+    share query words, most shared first; then the stored ones (already ranked); no fact twice."""
+    words = set(query.split(" | "))
+    ranked = sorted(((len(words & set(_words(f.content))), -i, f) for i, f in enumerate(recent)),
+                    key=lambda t: (-t[0], t[1]))
+    fresh = [f for shared, _, f in ranked if shared > 0][:max(limit // 2, 1)]
+    return list({f.fact_id: f for f in [*fresh, *stored]}.values())[:limit]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,19 +20,25 @@ from schemas.envelope import Envelope
 from streams.facts import ids
 from streams.facts.extraction import MalformedExtraction
 from streams.facts.extractor import ChunkExtractor, Extraction
-from streams.facts.offline import ExistingFact, related_query
+from streams.facts.offline import ExistingFact, pick_related, related_query
 
 log = logging.getLogger(__name__)
 
 
-# The owner's current facts of the subject ranked by shared words with the chunk (an OR query).
+# The owner's current facts of the subject ranked by shared words with the chunk (an OR query),
+# from before the chunk's newest message: a replay never shows an older chunk "future" facts.
 _RELATED = """
 SELECT fact_id, content, category FROM facts
  WHERE tenant_id = %(tenant)s AND owner_user_id = %(owner)s AND subject_id IS NOT DISTINCT FROM %(subject)s
-   AND valid_to IS NULL AND deleted_at IS NULL AND content_tsv @@ to_tsquery('english', %(query)s)
+   AND valid_to IS NULL AND deleted_at IS NULL AND valid_from <= %(before)s
+   AND content_tsv @@ to_tsquery('english', %(query)s)
  ORDER BY ts_rank(content_tsv, to_tsquery('english', %(query)s)) DESC, updated_at DESC, fact_id
  LIMIT %(limit)s
 """
+
+
+_RECENT_FACTS = 50  # per conversation
+_RECENT_CONVERSATIONS = 2000
 
 
 class InputsNotReady(Exception):
@@ -60,6 +67,8 @@ class ChunkStage:
         self.inputs_wait_s = inputs_wait_s
         self.max_event_bytes = max_event_bytes
         self.related_facts = related_facts
+        # The facts of each conversation's latest chunks, newest conversations last.
+        self._recent: OrderedDict[tuple[str, str], list[ExistingFact]] = OrderedDict()
 
     async def handle(self, event: Event) -> Envelope | None:
         """The result event for a request, or None when its range is already recorded."""
@@ -72,7 +81,6 @@ class ChunkStage:
         started = time.monotonic()
         try:
             inputs = await self._inputs(cause, request)
-            await self._previous_projected(cause, request)
             existing = await self._related(cause, inputs)
             extraction = await self.extractor.extract(inputs.messages, existing)
             result = await self._recorded(cause, request, inputs, extraction, started)
@@ -119,6 +127,7 @@ class ChunkStage:
         if size > self.max_event_bytes:
             raise ValueError(f"chunk.recorded would be {size} bytes > {self.max_event_bytes}; "
                              "lower facts.max_facts_per_chunk or the embedding dimensions")
+        self._remember(cause, facts)
         return envelope
 
     def _failed(self, cause: Envelope, request: fe.ChunkRequested, error: str, retryable: bool) -> Envelope:
@@ -130,25 +139,12 @@ class ChunkStage:
         return new_event(fe.CHUNK_FAILED, payload, tenant_id=cause.tenant_id, conversation_id=cause.conversation_id,
                          user_id=cause.user_id, subject_id=cause.subject_id, seq=cause.seq)
 
-    async def _previous_projected(self, cause: Envelope, request: fe.ChunkRequested) -> None:
-        """The fold asks for the next range as soon as the previous one is recorded, maybe before
-        the projector has written its facts: wait (bounded) for them, so that the extractor
-        sees them as related memories. A skipped range never appears: then go on without it."""
-        if request.start_seq == 0 or self.related_facts <= 0:
-            return
-        deadline = time.monotonic() + min(self.inputs_wait_s, 10.0)
-        while time.monotonic() < deadline:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT 1 FROM conversation_chunks WHERE tenant_id = %s AND conversation_id = %s"
-                    " AND message_range_end >= %s LIMIT 1", (cause.tenant_id, cause.conversation_id, request.start_seq))
-                if await cur.fetchone() is not None:
-                    return
-            await asyncio.sleep(0.05)
-
     async def _related(self, cause: Envelope, inputs: ChunkInputs) -> list[ExistingFact]:
         """The owner's current facts of this subject that share the most words with the chunk
-        (PostgreSQL full text over facts.content_tsv), for the extractor to update or repeat."""
+        (PostgreSQL full text over facts.content_tsv), for the extractor to update or repeat,
+        plus the facts this stage itself recorded for the conversation's latest chunks: the
+        fold asks for the next range as soon as one is recorded, often before the projector
+        has written its facts."""
         if self.related_facts <= 0:
             return []
         query = related_query(inputs.messages)
@@ -157,8 +153,17 @@ class ChunkStage:
         async with self.pool.connection() as conn:
             cur = await conn.execute(_RELATED, {
                 "tenant": cause.tenant_id, "owner": inputs.owner_user_id, "subject": inputs.subject_id,
-                "query": query, "limit": self.related_facts})
-            return [ExistingFact(fact_id, content, category) for fact_id, content, category in await cur.fetchall()]
+                "query": query, "limit": self.related_facts, "before": inputs.observed_at})
+            stored = [ExistingFact(fact_id, content, category) for fact_id, content, category in await cur.fetchall()]
+        recent = self._recent.get((cause.tenant_id, cause.conversation_id), [])
+        return pick_related(stored, recent, query, self.related_facts)
+
+    def _remember(self, cause: Envelope, facts: list[fe.RecordedFact]) -> None:
+        key = (cause.tenant_id, cause.conversation_id)
+        kept = self._recent.pop(key, []) + [ExistingFact(f.fact_id, f.content, f.category) for f in facts]
+        self._recent[key] = kept[-_RECENT_FACTS:]
+        while len(self._recent) > _RECENT_CONVERSATIONS:
+            self._recent.popitem(last=False)
 
     async def _already_recorded(self, cause: Envelope, request: fe.ChunkRequested) -> bool:
         """Redelivered or re-issued requests must not pay for a second LLM call."""

@@ -133,7 +133,7 @@ async def test_sessions_produce_chunks_and_facts_that_merge_and_supersede(settin
             assert chunks == [("s1", 0, 4, "fake-llm", "fake-embedding", 384),
                               ("s2", 0, 4, "fake-llm", "fake-embedding", 384),
                               ("s3", 0, 4, "fake-llm", "fake-embedding", 384),
-                              ("s4", 0, 4, "offline-rules-v1", "fake-embedding", 384)]
+                              ("s4", 0, 4, "offline-rules-v2", "fake-embedding", 384)]
             assert model.extractions == ["s1", "s1", "s2", "s3"]  # the gate kept s4 from the big model
             assert model.gates == ["s1", "s1", "s2", "s3", "s4"]
 
@@ -221,13 +221,13 @@ async def test_offline_extractor_and_local_embeddings_without_any_llm(settings):
             await wait_for_chunks(settings, count, worker.log_path)
     chunks = await rows(settings, "SELECT conversation_id, model, prompt_version, embedding_model FROM"
                                   " conversation_chunks ORDER BY conversation_id")
-    assert chunks == [(c, "offline-rules-v1", "offline-rules-v1", "all-MiniLM-L6-v2-onnx-int8") for c in lines]
+    assert chunks == [(c, "offline-rules-v2", "offline-rules-v2", "all-MiniLM-L6-v2-onnx-int8") for c in lines]
     facts = await rows(settings, "SELECT content, category, extracted_by, valid_to IS NULL, source_conversation_id,"
                                  " array_length(source_event_ids, 1) FROM facts ORDER BY valid_from, content")
     assert facts == [
-        ("The user lives in Lisbon.", "other", "offline-rules-v1", False, "o1", 8),  # merged by o3, superseded by o4
-        ("The user usually plays chess on Sundays.", "habit", "offline-rules-v1", True, "o1", 4),
-        ("The user lives in Porto now.", "other", "offline-rules-v1", True, "o4", 4),
+        ("The user lives in Lisbon.", "other", "offline-rules-v2", False, "o1", 8),  # merged by o3, superseded by o4
+        ("The user usually plays chess on Sundays.", "habit", "offline-rules-v2", True, "o1", 4),
+        ("The user lives in Porto now.", "other", "offline-rules-v2", True, "o4", 4),
     ]
     gate = await rows(settings, "SELECT count(*) FROM facts WHERE source_conversation_id = 'o2'")
     assert gate == [(0,)]  # the heuristic gate found only chatter in o2
@@ -279,4 +279,4 @@ async def test_two_named_people_offline_facts_by_name_with_dates_and_an_update_t
     assert await rows(settings, "SELECT from_fact_id, to_fact_id FROM fact_links WHERE relationship = 'supersedes'"
                       ) == [(porto[0], lisbon[0])]
     assert await rows(settings, "SELECT detail->>'reason' FROM fact_history WHERE fact_id = %s"
-                                " AND change = 'superseded'", (lisbon[0],)) == [("llm verdict: contradicts",)]
+                                " AND change = 'superseded'", (lisbon[0],)) == [("extractor verdict: contradicts",)]

@@ -46,6 +46,7 @@ SUNDAY = date(2023, 5, 14)
     ("this Wednesday", MONDAY, "10 May 2023"),
     ("On Saturday I went hiking.", MONDAY, "6 May 2023"),  # past tense: the one before
     ("I will go on Friday.", MONDAY, "12 May 2023"),  # otherwise the next one
+    ("Saturday night we danced", MONDAY, "6 May 2023"),
     ("last weekend", MONDAY, "the weekend of 6 May 2023"),
     ("last weekend", SUNDAY, "the weekend of 6 May 2023"),
     ("next weekend", MONDAY, "the weekend of 13 May 2023"),
@@ -65,6 +66,7 @@ def test_expression_resolves_to(text, at, expected):
 @pytest.mark.parametrize("text", [
     "this may be true", "I may go", "I like fridays", "the weekly meeting", "a sunday roast recipe",
     "yesterday (7 May 2023) again", "yesterday's news",
+    "Friday deploys were banned", "I play chess on Sundays",
 ])
 def test_not_a_date_or_already_annotated(text):
     assert annotate(text, MONDAY) == text

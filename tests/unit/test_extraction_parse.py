@@ -161,7 +161,9 @@ def test_offline_categories_follow_the_keyword_rules(sentence, category):
 
 
 @pytest.mark.parametrize("sentence", ["I like it.", "I love you!", "My bad.", "I was wondering about that.",
-                                      "My question is simple?", "I think I live in Lisbon."])
+                                      "My question is simple?", "I think I live in Lisbon.",
+                                      "I need help with my Python code.", "I'd like to know how sorting works.",
+                                      "I'm not sure what the error means."])
 def test_offline_extractor_skips_empty_or_conversational_first_person_sentences(sentence):
     assert extract_offline([Msg("user", sentence)]).facts == ()
 

@@ -28,8 +28,8 @@ def seqs(summary: str) -> list[int]:
 
 async def test_output_is_labelled_as_not_an_llm():
     out = await ExtractiveSummarizer().summarize_window(None, CONVERSATION[:4], 0, 3)
-    assert out.model == "extractive-v1"
-    assert out.prompt_version == "extractive-v1"
+    assert out.model == "extractive-v2"
+    assert out.prompt_version == "extractive-v2"
     assert out.text
 
 

@@ -11,7 +11,7 @@ from tests.support.fake_openai import fake_openai  # noqa: F401
 def test_offline_default_is_the_extractive_summarizer():
     summarizer = make_summarizer(Settings())
     assert isinstance(summarizer, ExtractiveSummarizer)
-    assert summarizer.model == "extractive-v1"
+    assert summarizer.model == "extractive-v2"
     assert make_json_completer(Settings()) is None
 
 

@@ -128,3 +128,13 @@ def test_first_person_is_rewritten_by_name(sentence, expected):
 def test_gate_listens_to_every_human_speaker(lines, worth):
     chat = [ChatMessage(i, "user" if i % 2 == 0 else "assistant", text) for i, text in enumerate(lines)]
     assert heuristic_gate(chat)[0] is worth
+
+
+def test_related_memories_mix_recent_unprojected_facts_with_stored_ones():
+    from streams.facts.offline import pick_related
+
+    stored = [ExistingFact("s1", "Caroline lives in Lisbon."), ExistingFact("s2", "Caroline paints.")]
+    recent = [ExistingFact("r1", "Melanie likes jazz."), ExistingFact("s1", "Caroline lives in Lisbon."),
+              ExistingFact("r2", "Caroline adopted Oscar in Lisbon.")]
+    picked = pick_related(stored, recent, "lisbon | oscar", 3)
+    assert [f.fact_id for f in picked] == ["r2", "s1", "s2"]  # no shared word: r1 left out; s1 once

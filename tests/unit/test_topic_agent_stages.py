@@ -98,7 +98,7 @@ async def test_the_offline_summary_keeps_the_whole_topic_not_a_window():
     first = await summarizer.summarize("t", None, [ChatMessage(0, "user", "Carbonara needs guanciale.")], 0)
     later = await summarizer.summarize("t", first.text, [ChatMessage(40, "user", "Pecorino, not parmesan.")], 40)
     assert "[0] user: Carbonara needs guanciale." in later.text and "[40] user:" in later.text
-    assert later.model == later.prompt_version == "extractive-v1"
+    assert later.model == later.prompt_version == "extractive-v2"
 
 
 def test_topic_settings_come_from_the_environment_and_are_checked(monkeypatch):
