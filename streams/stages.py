@@ -34,7 +34,7 @@ from aiokafka import (
 from aiokafka.errors import KafkaError
 
 from memory_agent import metrics
-from projections.outage import Backoff, is_transient, retry_transient
+from projections.outage import retry_transient
 from schemas.codec import Event, encode
 from schemas.envelope import Envelope
 
@@ -265,16 +265,7 @@ class StageRunner:
 
     async def _fetch(self) -> dict:
         """The next records; an unreachable broker is waited out (aiokafka reconnects itself)."""
-        backoff = Backoff()
-        while True:
-            try:
-                return await self.consumer.getmany(timeout_ms=200)
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                delay = backoff.next_delay()
-                log.warning("stage %s: fetch failed (%s); retrying in %.1fs", self.stage.name, exc, delay)
-                await asyncio.sleep(delay)
+        return await retry_transient(lambda: self.consumer.getmany(timeout_ms=200), what=f"stage {self.stage.name} fetch")
 
     async def commit(self) -> None:
         positions = self.offsets.to_commit()
