@@ -122,7 +122,9 @@ class ProjectorRunner:
         self._stopping = False
 
     async def start(self) -> None:
-        self.conn = await retry_transient(lambda: connect(self.settings), what=f"projector {self.projector.name} connect")
+        self.conn = await retry_transient(
+            lambda: connect(self.settings), what=f"projector {self.projector.name} connect"
+        )
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka.bootstrap_servers, enable_idempotence=True, acks="all"
         )
@@ -185,7 +187,6 @@ class ProjectorRunner:
             await self.consumer.commit(offsets)
         except Exception as exc:  # noqa: BLE001 - rebalance in progress etc.; harmless
             log.debug("kafka offset commit skipped: %s", exc)
-
 
     # --- outages: PostgreSQL or Kafka down (retry the same batch), never a per-record failure ---
 

@@ -265,7 +265,9 @@ class StageRunner:
 
     async def _fetch(self) -> dict:
         """The next records; an unreachable broker is waited out (aiokafka reconnects itself)."""
-        return await retry_transient(lambda: self.consumer.getmany(timeout_ms=200), what=f"stage {self.stage.name} fetch")
+        return await retry_transient(
+            lambda: self.consumer.getmany(timeout_ms=200), what=f"stage {self.stage.name} fetch"
+        )
 
     async def commit(self) -> None:
         positions = self.offsets.to_commit()
