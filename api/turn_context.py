@@ -31,9 +31,9 @@ async def build_turn_context(
     after = max(completed_ends, default=-1)
     limits = app_state.settings.window
     # One more than the limit: assemble_context then sees that older messages were left out.
-    messages = await queries.list_newest_messages(
+    messages = await queries.list_messages(
         conn, tenant, conversation_id, after_seq=after, before_seq=before_seq,
-        limit=limits.context_max_gap_messages + 1,
+        limit=limits.context_max_gap_messages + 1, newest=True,
     )
     assembled = assemble_context(
         rows, [Message(m.seq, m.role, m.content) for m in messages], before_seq,

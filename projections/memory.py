@@ -26,9 +26,12 @@ INSERT INTO memory (tenant_id, conversation_id, memory_id, start_sequence, end_s
 VALUES (%(tenant)s, %(conversation)s, %(memory_id)s, %(start)s, %(end)s, %(base)s, %(attempt)s,
         %(prompt_version)s, %(model)s, %(event_id)s)
 ON CONFLICT (tenant_id, conversation_id, memory_id) DO UPDATE
-   SET attempt = GREATEST(memory.attempt, EXCLUDED.attempt), updated_at = now()
- WHERE memory.status = 'processing' AND EXCLUDED.attempt > memory.attempt
+   SET attempt = GREATEST(memory.attempt, EXCLUDED.attempt), status = 'processing', error = NULL,
+       result_event_id = NULL, updated_at = now()
+ WHERE memory.status <> 'completed' AND EXCLUDED.attempt > memory.attempt
 """
+# A re-issued attempt revives a row failed by an older attempt: the fold re-issued it before
+# that failure reached it (and ignores the failure), so the newer attempt is what counts.
 
 # First completion wins; a second completed row for the same window is impossible.
 _COMPLETED = """

@@ -49,31 +49,18 @@ async def list_messages(
     after_seq: int = -1,
     before_seq: int | None = None,
     limit: int | None = None,
+    newest: bool = False,
 ) -> list[MessageRow]:
-    """Messages with after_seq < seq < before_seq, in seq order."""
+    """Messages with after_seq < seq < before_seq, in seq order (with `newest`, the last `limit`)."""
     async with conn.cursor(row_factory=class_row(MessageRow)) as cur:
         await cur.execute(
             "SELECT seq, event_id, role, content, metadata, occurred_at FROM messages"
             " WHERE tenant_id = %s AND conversation_id = %s AND seq > %s"
-            " AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq LIMIT %s",
+            " AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq" + (" DESC" if newest else "") + " LIMIT %s",
             (tenant_id, conversation_id, after_seq, before_seq, before_seq, limit),
         )
-        return await cur.fetchall()
-
-
-async def list_newest_messages(
-    conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, *, after_seq: int, before_seq: int | None,
-    limit: int,
-) -> list[MessageRow]:
-    """The newest `limit` messages with after_seq < seq < before_seq, in seq order."""
-    async with conn.cursor(row_factory=class_row(MessageRow)) as cur:
-        await cur.execute(
-            "SELECT * FROM (SELECT seq, event_id, role, content, metadata, occurred_at FROM messages"
-            " WHERE tenant_id = %s AND conversation_id = %s AND seq > %s AND (%s::int IS NULL OR seq < %s::int)"
-            " ORDER BY seq DESC LIMIT %s) newest ORDER BY seq",
-            (tenant_id, conversation_id, after_seq, before_seq, before_seq, limit),
-        )
-        return await cur.fetchall()
+        rows = await cur.fetchall()
+        return rows[::-1] if newest else rows
 
 
 async def count_messages(conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, first: int, last: int

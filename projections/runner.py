@@ -21,7 +21,7 @@ from memory_agent.settings import Settings
 from projections import dead_letter, isolation
 from projections.db import connect
 from projections.dead_letter import DeadLetter
-from projections.outage import Backoff, is_transient, retry_transient
+from projections.outage import retry_transient
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,9 @@ class ProjectorRunner:
         self._stopping = False
 
     async def start(self) -> None:
-        self.conn = await retry_transient(lambda: connect(self.settings), what=f"projector {self.projector.name} connect")
+        self.conn = await retry_transient(
+            lambda: connect(self.settings), what=f"projector {self.projector.name} connect"
+        )
         self.producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka.bootstrap_servers, enable_idempotence=True, acks="all"
         )
@@ -191,18 +193,11 @@ class ProjectorRunner:
         """Consume forever; each batch commits rows and offsets together."""
         await self.start()
         try:
-            fetch_backoff = Backoff()
             while not self._stopping:
-                try:
-                    batches = await self.consumer.getmany(timeout_ms=200, max_records=self.max_batch)
-                except Exception as exc:
-                    if not is_transient(exc):
-                        raise
-                    delay = fetch_backoff.next_delay()
-                    log.warning("%s: fetch failed (%s); retrying in %.1fs", self.projector.name, exc, delay)
-                    await asyncio.sleep(delay)
-                    continue
-                fetch_backoff.reset()
+                batches = await retry_transient(
+                    lambda: self.consumer.getmany(timeout_ms=200, max_records=self.max_batch),
+                    what=f"projector {self.projector.name} fetch",
+                )
                 self.ready.set()
                 records = [r for recs in batches.values() for r in recs]
                 if records:
@@ -227,7 +222,6 @@ class ProjectorRunner:
             await self.consumer.commit(offsets)
         except Exception as exc:  # noqa: BLE001 - rebalance in progress etc.; harmless
             log.debug("kafka offset commit skipped: %s", exc)
-
 
     # --- outages: PostgreSQL or Kafka down (retry the same batch), never a per-record failure ---
 

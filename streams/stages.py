@@ -38,7 +38,7 @@ from memory_agent import metrics
 from projections import dead_letter
 from projections.dead_letter import DeadLetter
 from projections.isolation import describe, is_record_error
-from projections.outage import Backoff, is_transient, retry_transient
+from projections.outage import retry_transient
 from schemas.codec import Event, encode_checked
 from schemas.envelope import Envelope, InvalidEvent
 from schemas.limits import DEFAULT_LIMITS, DEFAULT_MAX_DEAD_LETTER_BYTES, Limits, scrub_text
@@ -308,16 +308,9 @@ class StageRunner:
 
     async def _fetch(self) -> dict:
         """The next records; an unreachable broker is waited out (aiokafka reconnects itself)."""
-        backoff = Backoff()
-        while True:
-            try:
-                return await self.consumer.getmany(timeout_ms=200)
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                delay = backoff.next_delay()
-                log.warning("stage %s: fetch failed (%s); retrying in %.1fs", self.stage.name, exc, delay)
-                await asyncio.sleep(delay)
+        return await retry_transient(
+            lambda: self.consumer.getmany(timeout_ms=200), what=f"stage {self.stage.name} fetch"
+        )
 
     async def commit(self) -> None:
         positions = self.offsets.to_commit()

@@ -93,7 +93,11 @@ class SummaryStage:
             (cause.tenant_id, cause.conversation_id, request.memory_id),
         )
         row = await cur.fetchone()
-        return row is not None and (row[0] != "processing" or row[1] > request.attempt)
+        if row is None:
+            return False
+        status, attempt = row
+        # A row failed by an older attempt is revived by this one (projections/memory.py).
+        return status == "completed" or attempt > request.attempt or (status == "failed" and attempt >= request.attempt)
 
     async def _inputs(self, cause: Envelope, request: SummaryRequested):
         """Previous summary text and the new messages (base end + 1 .. end), once projected."""

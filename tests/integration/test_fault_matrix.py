@@ -267,12 +267,15 @@ async def test_fault_matrix_under_steady_load():
         # Exactly one completed summary per window, and every chain link points at a completed one.
         doubled = await query(settings, "SELECT conversation_id, start_sequence, end_sequence FROM memory"
                                         " WHERE status = 'completed' GROUP BY 1, 2, 3 HAVING count(*) > 1")
-        assert doubled == []
-        broken = await query(settings, "SELECT m.conversation_id, m.memory_id FROM memory m"
+        assert doubled == [], doubled
+        broken = await query(settings, "SELECT m.conversation_id, m.memory_id, b.memory_id, b.status, b.attempt,"
+                                       " b.start_sequence, b.end_sequence FROM memory m"
                                        " JOIN memory b ON b.conversation_id = m.conversation_id"
                                        " AND b.memory_id = m.base_memory_id WHERE m.status = 'completed'"
                                        " AND b.status <> 'completed'")
-        assert broken == []
+        everything = await query(settings, "SELECT conversation_id, memory_id, start_sequence, end_sequence,"
+                                           " base_memory_id, status, attempt FROM memory ORDER BY 1, 2")
+        assert broken == [], everything
         failed = (await query(settings, "SELECT count(*) FROM memory WHERE status = 'failed'"))[0][0]
         # The worker rode out both outages itself (this is the process started after the SIGKILL).
         assert "retrying in" in log_text, "the PostgreSQL/broker outage never reached the worker"

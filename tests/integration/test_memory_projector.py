@@ -14,18 +14,21 @@ COMMON = dict(tenant_id="tenant-a", conversation_id="reissued", user_id="u1", se
 WINDOW = dict(memory_id=1, start_seq=0, end_seq=5, prompt_version="summary-v1", model="m")
 
 
+REQUESTED_1 = new_event(SUMMARY_REQUESTED, SummaryRequested(**WINDOW, attempt=1), **COMMON)
+REQUESTED_2 = new_event(SUMMARY_REQUESTED, SummaryRequested(**WINDOW, attempt=2), **COMMON)
+FAILED_1 = new_event(SUMMARY_FAILED, SummaryFailed(**WINDOW, attempt=1, error="malformed"), **COMMON)
+COMPLETED_2 = new_event(SUMMARY_COMPLETED, SummaryCompleted(**WINDOW, attempt=2, text="the summary",
+                                                            generation_time_ms=5), **COMMON)
+
+
 @pytest.mark.asyncio
-async def test_a_late_failure_of_a_replaced_attempt_does_not_fail_the_row(settings):
-    """Attempt 1 times out, the fold re-issues attempt 2, then attempt 1's failure and attempt
-    2's completion arrive: the fold keeps attempt 2's summary (and chains on it), so the row
-    must end completed, not failed."""
-    events = [
-        new_event(SUMMARY_REQUESTED, SummaryRequested(**WINDOW, attempt=1), **COMMON),
-        new_event(SUMMARY_REQUESTED, SummaryRequested(**WINDOW, attempt=2), **COMMON),
-        new_event(SUMMARY_FAILED, SummaryFailed(**WINDOW, attempt=1, error="malformed"), **COMMON),
-        new_event(SUMMARY_COMPLETED, SummaryCompleted(**WINDOW, attempt=2, text="the summary",
-                                                       generation_time_ms=5), **COMMON),
-    ]
+@pytest.mark.parametrize("events", [[REQUESTED_1, REQUESTED_2, FAILED_1, COMPLETED_2],
+                                    # The fold re-issued before attempt 1's failure reached it.
+                                    [REQUESTED_1, FAILED_1, REQUESTED_2, COMPLETED_2]])
+async def test_a_late_failure_of_a_replaced_attempt_does_not_fail_the_row(settings, events):
+    """Attempt 1 times out, the fold re-issues attempt 2, attempt 1 fails and attempt 2
+    completes: the fold keeps attempt 2's summary (and chains on it), so the row must end
+    completed, not failed, in whichever order the re-issue and the failure reach the log."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_idempotence=True)
     await producer.start()
     try:

@@ -77,6 +77,7 @@ async def test_a_burst_ingested_history_ends_with_a_summary_chain_at_its_end(set
             assert all(r[2] - r[1] + 1 <= settings.window.window_size for r in rows)
             # Catch-up costs one request per answer, not one per round of the backlog.
             assert len(rows) < MESSAGES // 2 // 4, f"{len(rows)} summaries for {MESSAGES} messages"
+            print(f"{name}: {len(rows)} summaries, the last {rows[-1][1]}-{rows[-1][2]}")
 
         async with running_api(settings) as base, httpx.AsyncClient(
             base_url=base, headers={"X-API-Key": "key-a"}, timeout=30

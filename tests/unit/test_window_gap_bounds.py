@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from streams.window.context import MESSAGE_OVERHEAD_BYTES, MemoryRow, Message, assemble_context, bound_gap, message_bytes
+from streams.window.context import (
+    MESSAGE_OVERHEAD_BYTES,
+    MemoryRow,
+    Message,
+    assemble_context,
+    bound_gap,
+    message_bytes,
+)
 
 
 def messages(first: int, last: int, size: int = 10) -> list[Message]:
@@ -38,7 +45,8 @@ def test_the_byte_limit_keeps_whole_messages_newest_first():
 
 def test_multibyte_and_escaped_content_counts_as_json_bytes():
     message = Message(0, "user", 'ü"\n' * 100)
-    assert message_bytes(message) == len(json.dumps(message.content, ensure_ascii=False).encode()) + MESSAGE_OVERHEAD_BYTES
+    encoded = json.dumps(message.content, ensure_ascii=False).encode()
+    assert message_bytes(message) == len(encoded) + MESSAGE_OVERHEAD_BYTES
     assert message_bytes(message) > 400  # 2 + 2 + 2 bytes per repetition
 
 
