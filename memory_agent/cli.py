@@ -95,7 +95,7 @@ def ingest(file: Path, tenant: str | None) -> None:
     required: conversation_id, user_id, seq (0-based, per conversation),
               role, content, and tenant_id unless --tenant is given;
     optional: subject_id, metadata (an object), occurred_at (ISO 8601 with
-              a time zone; default: now), event_id (default: derived from
+              a zone, else UTC; default: now), event_id (default: derived from
               tenant/conversation/seq/role/content, so running the same file
               again appends nothing twice)
 

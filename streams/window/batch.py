@@ -28,7 +28,7 @@ class Conversation:
     key: bytes
     state: WindowState = field(default_factory=WindowState)
     # seq -> (event_id, role, content); the first event of a seq wins, as in the messages table.
-    messages: dict[int, tuple[str, str, str]] = field(default_factory=dict)
+    messages: dict[int, tuple[str, str, str, datetime]] = field(default_factory=dict)
     requests: list[Event] = field(default_factory=list)  # summary.requested, in fold order
     results: dict[int, Event] = field(default_factory=dict)  # memory_id -> summary.completed/failed
 
@@ -58,7 +58,8 @@ class HistoryFold:
             conversation = self.conversations[key] = Conversation(key)
         if event.type == MESSAGE_APPENDED:
             e = event.envelope
-            conversation.messages.setdefault(e.seq, (e.event_id, event.payload.role, event.payload.content))
+            conversation.messages.setdefault(e.seq, (e.event_id, event.payload.role, event.payload.content,
+                                                        e.occurred_at))
         conversation.state, outgoing = fold_event(self.config, conversation.state, event, self.now, self.replay_until)
         for envelope in outgoing:
             # Built from a validated model a moment ago: no second validation.
@@ -100,6 +101,6 @@ def _pending(conversation: Conversation, request: Event) -> Pending:
     if len(found) != expected:
         return Pending(conversation, request, None, [],
                        f"inputs: {len(found)}/{expected} messages {first}..{r.end_seq} in the log")
-    call = SummaryCall(previous, [ChatMessage(seq, role, content) for seq, (_, role, content) in found],
+    call = SummaryCall(previous, [ChatMessage(seq, role, content, at) for seq, (_, role, content, at) in found],
                        r.start_seq, r.end_seq)
-    return Pending(conversation, request, call, [event_id for _, (event_id, _, _) in found])
+    return Pending(conversation, request, call, [event_id for _, (event_id, *_) in found])

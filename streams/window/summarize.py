@@ -54,7 +54,7 @@ class SummaryStage:
                 previous, messages = await self._inputs(cause, request)
             output = await self.summarizer.summarize_window(
                 previous_summary=previous,
-                new_messages=[ChatMessage(seq, role, content) for seq, _, role, content in messages],
+                new_messages=[ChatMessage(seq, role, content, at) for seq, _, role, content, at in messages],
                 window_start_seq=request.start_seq,
                 window_end_seq=request.end_seq,
             )
@@ -76,7 +76,7 @@ class SummaryStage:
         self._remember((cause.tenant_id, cause.conversation_id, request.memory_id), output.text)
         async with self._finished:
             self._finished.notify_all()
-        return completed_event(cause, request, output, elapsed, [event_id for _, event_id, _, _ in messages])
+        return completed_event(cause, request, output, elapsed, [event_id for _, event_id, *_ in messages])
 
     def _remember(self, key: tuple[str, str, int], text: str, keep: int = 20_000) -> None:
         self._recent[key] = text
@@ -131,7 +131,7 @@ class SummaryStage:
                 raise InputsNotReady(base_failed(request.base_memory_id))
             previous = row[1] if row and row[0] == "completed" else None
         cur = await conn.execute(
-            "SELECT seq, event_id, role, content FROM messages WHERE tenant_id = %s"
+            "SELECT seq, event_id, role, content, occurred_at FROM messages WHERE tenant_id = %s"
             " AND conversation_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
             (cause.tenant_id, cause.conversation_id, first, request.end_seq),
         )

@@ -94,7 +94,9 @@ def test_a_wave_asks_with_the_previous_answer_and_only_the_new_messages():
     assert [m.seq for m in second.call.new_messages] == [6, 7, 8, 9]  # after the base's window (0..5)
     assert second.source_event_ids == ["c-6", "c-7", "c-8", "c-9"]
     assert (second.call.window_start_seq, second.call.window_end_seq) == (0, 9)
-    assert conversation.messages[6] == ("c-6", "user", "m6")
+    assert conversation.messages[6][:3] == ("c-6", "user", "m6")
+    # The summarizer sees when each message was written (it dates what it keeps), as in the stage.
+    assert second.call.new_messages[0].occurred_at == conversation.messages[6][3] is not None
 
 
 def test_the_first_message_of_a_seq_wins_as_in_the_messages_table():
@@ -103,7 +105,7 @@ def test_the_first_message_of_a_seq_wins_as_in_the_messages_table():
     fold = HistoryFold(CFG, NOW, UNTIL)
     for event in [message("c", 0), message("c", 1), message("c", 2), as_event(impostor)]:
         fold.add(b"t/c", event)
-    assert fold.conversations[b"t/c"].messages[2] == ("c-2", "user", "m2")
+    assert fold.conversations[b"t/c"].messages[2][:3] == ("c-2", "user", "m2")
 
 
 def test_a_missing_message_or_a_failed_base_fails_the_request_without_asking():
