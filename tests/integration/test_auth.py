@@ -258,11 +258,16 @@ async def test_clear_answers_for_malformed_requests(settings):
         assert dots.status_code == 400 and "'..'" in dots.json()["detail"]
 
         json_headers = {**key, "content-type": "application/json"}
+        # The ingest endpoint refuses a bad body with the dead-letter topic's reason codes
+        # (docs/backbone.md); other endpoints with a body answer 400 (api/errors.py).
         not_utf8 = await http.post("/v1/conversations/c/messages", headers=json_headers, content=b'{"a": "\xff"}')
-        assert not_utf8.status_code == 400 and "UTF-8" in not_utf8.json()["detail"]
+        assert not_utf8.status_code == 422 and not_utf8.json()["detail"]["reason"] == "bad_utf8"
+        assert "UTF-8" in not_utf8.json()["detail"]["message"]
         deep = await http.post("/v1/conversations/c/messages", headers=json_headers,
                                content=b"[" * 5000 + b"]" * 5000)
-        assert deep.status_code == 400 and "nests too deeply" in deep.json()["detail"]
+        assert deep.status_code == 422 and deep.json()["detail"]["reason"] == "not_json"
+        patch_not_utf8 = await http.patch("/v1/facts/x", headers=json_headers, content=b'{"content": "\xff"}')
+        assert patch_not_utf8.status_code == 400 and "UTF-8" in patch_not_utf8.json()["detail"]
 
         # One 422 shape: FastAPI's own validation errors look like the ingest endpoint's.
         bad_query = await http.get("/v1/conversations/c/context", headers=key, params={"min_seq": "x"})

@@ -156,6 +156,8 @@ async def test_context_endpoint_and_tenant_isolation(settings):
             assert [m["content"] for m in body["messages"]][:2] == ["tenant-a says 0", "tenant-a says 1"]
             assert body["watermark"] == {
                 "last_seq": 5, "summary_end_seq": None, "requested_min_seq": 5, "complete": True, "missing_seqs": [],
+                "verbatim_from_seq": 0, "gap_omitted_from_seq": None, "gap_omitted_to_seq": None,
+                "gap_omitted_count": 0,
             }
 
             current = await http.get("/v1/conversations/shared-name/context", headers=a, params={"before_seq": 4})

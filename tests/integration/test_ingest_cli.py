@@ -34,7 +34,7 @@ def _lines() -> tuple[str, list[int], dict[int, str]]:
         (json.dumps({k: v for k, v in base.items() if k != "role"}), "missing role"),
         ("", None),
         (json.dumps(GOOD[2]), None),
-        (json.dumps(base | {"occurred_at": "2026-01-01T00:00:00"}), "needs a time zone"),
+        (json.dumps(base | {"content": "a\u0000b"}), "invalid_text"),  # what a consumer could not store
         (json.dumps(base | {"occurred_at": "yesterday"}), "occurred_at"),
         (json.dumps(base | {"contnet": "typo"}), "unknown field(s) contnet"),
         (json.dumps(GOOD[3]), None),
