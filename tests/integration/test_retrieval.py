@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +12,7 @@ import pytest
 
 from memory_agent.embeddings import LocalOnnxEmbedder
 from retrieval.search import Scope, vector_literal
-from retrieval.service import RetrievalConfig, rank_all, search_rows
+from retrieval.service import RetrievalConfig, query_text, query_vector, rank_all, search_rows
 from retrieval.tokens import count_tokens
 from tests.integration.conftest import running_api, scalar
 from tests.support import labelled_set as L
@@ -190,10 +191,12 @@ async def test_recall_at_k_on_the_labelled_set(loaded):
     async with await connect(loaded) as conn:
         for method in ("hybrid", "vector", "keyword"):
             config, ranked = RetrievalConfig(method=method), {}
+            weight = float(os.environ.get("CW", config.context_weight))
             for q in L.QUERIES:
-                text = "\n".join([q.text, *reversed(q.context)])
+                text = query_text(q.text, q.context, config)
+                vector = await query_vector(_embedder, text, True, weight)
                 rows = await search_rows(conn, Scope(q.tenant, q.user, q.subject, "x"), text, _embedder, config,
-                                         q.text)
+                                         q.text, vector=vector)
                 ranked[q.id] = [s.candidate.item_id.split(":", 1)[1] for s in rank_all(rows, now, config)]
                 await conn.rollback()
             recall[method] = {k: L.recall_at_k(ranked, k) for k in (1, 3, 10)}
