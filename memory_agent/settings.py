@@ -198,6 +198,9 @@ class RetrievalSettings(BaseModel):
     # The earlier messages' share of the query vector (the current message weighs 1): they
     # resolve follow-ups without drowning the question in small talk.
     context_weight: float = Field(default=0.3, ge=0, le=1)
+    # Items with fewer distinct words than this ("Good to know.") have their similarity scaled
+    # by sqrt(words / this): a name carries MiniLM's vector of a short reply (0: off).
+    informative_lexemes: int = Field(default=6, ge=0)
     # The message-index projector embeds every user/assistant message (the log is memory).
     index_messages: bool = True
 

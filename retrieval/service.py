@@ -48,6 +48,10 @@ class RetrievalConfig:
     message_chars: int = 400
     # The earlier messages' share of the query vector (the current message weighs 1).
     context_weight: float = 0.3
+    # An item with fewer distinct words than this says little ("Good to know.", "Hey Ana!"):
+    # its similarity is scaled by (words / informative_lexemes) ** informative_power.
+    informative_lexemes: int = 6
+    informative_power: float = 0.5
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
@@ -56,7 +60,7 @@ class RetrievalConfig:
         return cls(scoring, s.candidate_k, s.last_messages, s.context_message_chars, s.query_chars,
                    s.keyword_max_terms, s.keyword_max_doc_fraction, s.keyword_weight,
                    max(s.ef_search, s.candidate_k), method, s.candidates_per_100_tokens, s.max_candidate_k,
-                   s.surfaced_window_seqs, s.message_chars, s.context_weight)
+                   s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes)
 
     def k_for(self, budget_tokens: int) -> int:
         """Hits per search per table for this budget (a bigger budget needs more candidates)."""
@@ -115,14 +119,25 @@ async def query_vector(embedder: Embedder, text: str, has_current: bool, context
     return combined / max(float(np.linalg.norm(combined)), 1e-12)
 
 
-def relevance(row: SearchRow, method: Method, keyword_weight: float) -> float:
+def informativeness(distinct_lexemes: int, full: int, power: float = 0.5) -> float:
+    """1.0 for an item of at least `full` distinct words, less for a shorter one: MiniLM puts
+    "Ana: Good to know." as close to "What jobs has Ana had?" as the answer (the name carries
+    the vector), so a two-word reply must not outrank a sentence that says something."""
+    if full <= 0 or distinct_lexemes >= full:
+        return 1.0
+    return (max(distinct_lexemes, 1) / full) ** power
+
+
+def relevance(row: SearchRow, method: Method, keyword_weight: float, full_lexemes: int = 0,
+              power: float = 0.5) -> float:
     """The `similarity` of seed 001's formula. vector: the cosine; keyword: the IDF-weighted
-    share of the query's words the item contains; hybrid: the cosine plus that share x weight."""
+    share of the query's words the item contains; hybrid: the cosine plus that share x weight,
+    scaled down for items of very few words (informativeness)."""
     if method == "vector":
         return row.cosine
     if method == "keyword":
         return row.keyword_score
-    return row.cosine + keyword_weight * row.keyword_score
+    return (row.cosine + keyword_weight * row.keyword_score) * informativeness(row.doc_lexemes, full_lexemes, power)
 
 
 def key(kind: str, item_id: str) -> str:
@@ -137,7 +152,8 @@ def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: S
     return [
         Candidate(key(r.kind, r.item_id), r.kind,
                   snippet(r.content, lexemes, config.message_chars) if r.kind == "message" else r.content,
-                  relevance(r, config.method, config.keyword_weight), r.timestamp.timestamp(), r.importance,
+                  relevance(r, config.method, config.keyword_weight, config.informative_lexemes,
+                            config.informative_power), r.timestamp.timestamp(), r.importance,
                   r.category, r.visibility, r.range_start, r.range_end, _ts(r.occurred_start), _ts(r.occurred_end),
                   r.role)
         for r in rows
