@@ -252,6 +252,23 @@ async def test_words_in_a_large_share_of_rows_are_not_searched_by_keyword(loaded
     assert "joe" not in common.fact and "'taho'" in common.fact  # "joe" is in 8 of the 31 facts
 
 
+async def test_a_query_of_only_common_words_answers_200_with_its_retrieval_section(loaded):
+    """Issue 16 point 7: when every query word is too common for the keyword search, the bare
+    SQL literal 0.0 arrived as Decimal and float * Decimal raised TypeError: a 500 for the
+    whole context. Now the section answers, ranked by meaning alone."""
+    async with await connect(loaded) as conn:
+        await conn.execute("ANALYZE facts")
+        await conn.commit()
+    strict = loaded.model_copy(update={"retrieval": loaded.retrieval.model_copy(
+        update={"keyword_max_doc_fraction": 0.15})})
+    await conversation(strict, "c1", "maria", L.JOE)
+    async with running_api(strict) as url:
+        retrieved = (await context(url, "c1", query="Joe"))["retrieved"]  # in 8 of the 31 facts
+    assert retrieved["error"] is None and retrieved["items"]
+    facts = [i for i in retrieved["items"] if i["kind"] == "fact"]
+    assert facts and all(i["score"]["found_by"] == ["vector"] for i in facts), retrieved["items"]
+
+
 async def test_concurrent_requests_count_every_access_exactly_once(loaded):
     """Eight conversations ask at once: no deadlock on the shared facts, no lost increment;
     then four requests of one conversation race: the fact counts once for it."""
