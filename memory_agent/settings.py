@@ -188,7 +188,7 @@ class RetrievalSettings(BaseModel):
     ef_search: int = Field(default=64, ge=1, le=1000)
     # A bigger budget needs more candidates: hits per search per table are
     # max(candidate_k, min(max_candidate_k, budget_tokens x this / 100)).
-    candidates_per_100_tokens: float = Field(default=5.0, ge=0)
+    candidates_per_100_tokens: float = Field(default=20.0, ge=0)
     max_candidate_k: int = Field(default=200, ge=1, le=1000)
     # An item surfaced at an earlier turn within this many messages is still in what the chat
     # model sees and is skipped (seed 001: no repetition); after that it may come back.

@@ -40,7 +40,7 @@ class RetrievalConfig:
     method: Method = "hybrid"
     # Hits per search per table grow with the budget: at least candidate_k, this many per
     # 100 budget tokens, at most max_candidate_k.
-    candidates_per_100_tokens: float = 5.0
+    candidates_per_100_tokens: float = 20.0
     max_candidate_k: int = 200
     # An item surfaced at an earlier turn within this many messages is still visible: skipped.
     surfaced_window_seqs: int = 14
@@ -241,7 +241,7 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
     if vector is None:
         vector = await embedder.embed_query(text)
     common = common or CommonLexemes(config.keyword_max_doc_fraction)
-    keywords = await prepare(conn, config.ef_search, keyword_text if keyword_text is not None else text,
+    keywords = await prepare(conn, max(config.ef_search, k or 0), keyword_text if keyword_text is not None else text,
                              await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id)
     rows = await search_all(conn, scope, vector, keywords, k or config.candidate_k,
                             use_vector=config.method != "keyword", use_keyword=config.method != "vector")

@@ -56,7 +56,7 @@ async def conversation(settings, cid: str, user: str, subject: str | None, messa
 
 
 async def context(base_url: str, cid: str, key: str = "key-a", **params) -> dict:
-    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": key}) as http:
+    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": key}, timeout=60) as http:
         response = await http.get(f"/v1/conversations/{cid}/context", params=params)
     assert response.status_code == 200, response.text
     return response.json()
