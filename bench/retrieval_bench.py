@@ -277,7 +277,7 @@ async def _exact_vector_recall(conn, embedder, config: RetrievalConfig, now: flo
     for q in L.QUERIES:
         literal = vector_literal(await embedder.embed_query("\n".join([q.text, *reversed(q.context)])))
         params = {"tenant": q.tenant, "user": q.user, "subject": q.subject, "conversation": "none",
-                  "vector": literal, "keywords": "", "k": config.candidate_k}
+                  "vector": literal, "keywords": "", "k": config.candidate_k, "lexemes": []}
         rows = []
         for kind in ("fact", "chunk"):
             sql = search_sql(kind, q.subject, vector=True, keyword=False).replace(

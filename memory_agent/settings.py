@@ -277,7 +277,8 @@ class RetrievalSettings(BaseModel):
     importance_scale: float = Field(default=3.0, gt=0)
     fresh_days: float = Field(default=7.0, ge=0)
     stale_days: float = Field(default=90.0, gt=0)
-    stale_weight: float = Field(default=0.5, ge=0, le=1)
+    # Seed 001 says 0.5; long conversations ask about months-old events (docs/retrieval.md).
+    stale_weight: float = Field(default=0.8, ge=0, le=1)
     # Hits taken from each search (vector and keyword) of each table (facts and chunks).
     candidate_k: int = Field(default=20, ge=1, le=200)
     # The query is the current message plus this many earlier messages of the conversation.
@@ -297,13 +298,19 @@ class RetrievalSettings(BaseModel):
     ef_search: int = Field(default=64, ge=1, le=1000)
     # A bigger budget needs more candidates: hits per search per table are
     # max(candidate_k, min(max_candidate_k, budget_tokens x this / 100)).
-    candidates_per_100_tokens: float = Field(default=5.0, ge=0)
+    candidates_per_100_tokens: float = Field(default=20.0, ge=0)
     max_candidate_k: int = Field(default=200, ge=1, le=1000)
     # An item surfaced at an earlier turn within this many messages is still in what the chat
     # model sees and is skipped (seed 001: no repetition); after that it may come back.
     surfaced_window_seqs: int = Field(default=14, ge=0)
     # Messages longer than this many characters are cut to their best sentences when packed.
     message_chars: int = Field(default=400, ge=0)
+    # The earlier messages' share of the query vector (the current message weighs 1): they
+    # resolve follow-ups without drowning the question in small talk.
+    context_weight: float = Field(default=0.3, ge=0, le=1)
+    # Items with fewer distinct words than this ("Good to know.") have their similarity scaled
+    # by sqrt(words / this): a name carries MiniLM's vector of a short reply (0: off).
+    informative_lexemes: int = Field(default=6, ge=0)
     # The message-index projector embeds every user/assistant message (the log is memory).
     index_messages: bool = True
 

@@ -3,13 +3,14 @@ memory (docs/retrieval.md). Derived from the conversation topic alone, so a repl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
 import psycopg
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent.embeddings import Embedder, make_embedder
+from memory_agent.embeddings import Embedder, EmbeddingError, make_embedder
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
 from schemas.codec import decode
@@ -21,6 +22,7 @@ _MESSAGE_PREFIX = b'{"type":"message.appended"'  # how schemas.codec.encode star
 INDEXED_ROLES = frozenset({"user", "assistant"})  # what people said; never system or tool output
 EMBED_CHARS = 2000  # the embedder reads 256 tokens at most; no need to tokenize more
 EMBED_BATCH = 256  # texts per embedder call
+EMBED_ATTEMPTS, RETRY_DELAY_S = 3, 1.0  # then the batch is left to the keyword search
 
 _EXISTING = (
     "SELECT conversation_id, seq FROM message_embeddings WHERE tenant_id = %s"
@@ -89,10 +91,26 @@ class MessageIndexProjector:
         keys = sorted(found)
         for start in range(0, len(keys), EMBED_BATCH):
             batch = keys[start:start + EMBED_BATCH]
-            vectors = await self.embedder.embed_documents([found[k][3][:EMBED_CHARS] for k in batch])
+            vectors = await self.embed_or_skip([found[k][3][:EMBED_CHARS] for k in batch])
+            if vectors is None:
+                continue
             rows = [(*k, *found[k][:3], vector_text(v), found[k][4]) for k, v in zip(batch, vectors)]
             await conn.execute(_INSERT, [self.embedder.model, *(list(column) for column in zip(*rows))])
         return []
+
+    async def embed_or_skip(self, texts: list[str]):
+        """The vectors, or None when the embedder keeps failing: an outage of a remote embedder
+        must not stop the worker's projectors. Skipped messages stay findable by their words
+        (the keyword search reads the log itself); a replay embeds them."""
+        for attempt in range(EMBED_ATTEMPTS):
+            try:
+                return await self.embedder.embed_documents(texts)
+            except EmbeddingError as error:
+                if not error.retryable or attempt == EMBED_ATTEMPTS - 1:
+                    log.warning("message index: %d messages left unembedded: %s", len(texts), error)
+                    return None
+                await asyncio.sleep(RETRY_DELAY_S * 2 ** attempt)
+        return None
 
 
 def projectors(settings: Settings) -> list:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Sequence
 
+from domain.speakers import split_prefix
 from retrieval.scoring import Exclusion, ScoredItem, rank_key
 from retrieval.tokens import TokenCounter, count_tokens
 
@@ -30,9 +30,6 @@ class Packed:
     @property
     def text(self) -> str:
         return "\n".join(p.line for p in self.included)
-
-
-_SPEAKER = re.compile(r"^[\w][\w .'-]{0,39}: ")
 
 
 def day(ts: float) -> str:
@@ -63,7 +60,7 @@ def render_line(item: ScoredItem) -> str:
             when = f"(earlier conversation, seq {c.range_start}-{c.range_end - 1}) "
         return f"- {when}{content}"
     if c.kind == "message":
-        speaker = "" if _SPEAKER.match(content) or not c.role else f"{c.role}: "
+        speaker = "" if split_prefix(content)[0] or not c.role else f"{c.role}: "
         return f"- {when}{speaker}{content}"
     label = f"[{c.category}] " if c.category else ""
     if c.kind == "fact":

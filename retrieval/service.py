@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import re
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, Mapping, Sequence
 
+import numpy as np
 import psycopg
 
 from api.sections.request import ContextRequest
@@ -37,12 +40,18 @@ class RetrievalConfig:
     method: Method = "hybrid"
     # Hits per search per table grow with the budget: at least candidate_k, this many per
     # 100 budget tokens, at most max_candidate_k.
-    candidates_per_100_tokens: float = 5.0
+    candidates_per_100_tokens: float = 20.0
     max_candidate_k: int = 200
     # An item surfaced at an earlier turn within this many messages is still visible: skipped.
     surfaced_window_seqs: int = 14
     # Messages longer than this are cut to their best sentences (retrieval/snippets.py).
     message_chars: int = 400
+    # The earlier messages' share of the query vector (the current message weighs 1).
+    context_weight: float = 0.3
+    # An item with fewer distinct words than this says little ("Good to know.", "Hey Ana!"):
+    # its similarity is scaled by (words / informative_lexemes) ** informative_power.
+    informative_lexemes: int = 6
+    informative_power: float = 0.5
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
@@ -51,7 +60,7 @@ class RetrievalConfig:
         return cls(scoring, s.candidate_k, s.last_messages, s.context_message_chars, s.query_chars,
                    s.keyword_max_terms, s.keyword_max_doc_fraction, s.keyword_weight,
                    max(s.ef_search, s.candidate_k), method, s.candidates_per_100_tokens, s.max_candidate_k,
-                   s.surfaced_window_seqs, s.message_chars)
+                   s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes)
 
     def k_for(self, budget_tokens: int) -> int:
         """Hits per search per table for this budget (a bigger budget needs more candidates)."""
@@ -84,14 +93,51 @@ def query_text(current: str | None, earlier: Sequence[str], config: RetrievalCon
     return "\n".join(parts) if parts else None
 
 
-def relevance(row: SearchRow, method: Method, keyword_weight: float) -> float:
+# Words that point back at something said before: a message with one of them needs context.
+_ANAPHORA = frozenset({"it", "its", "that", "this", "these", "those", "they", "them", "their", "he", "him", "his",
+                       "she", "her", "there"})
+
+
+def refers_back(message: str) -> bool:
+    """True for a follow-up that cannot stand alone ("Which port was that again?", "How is it
+    going?"): it has a pronoun or demonstrative pointing at earlier turns."""
+    return any(word in _ANAPHORA for word in re.findall(r"[a-z']+", message.lower()))
+
+
+async def query_vector(embedder: Embedder, text: str, has_current: bool, context_weight: float) -> np.ndarray:
+    """The query embedding. A current message that stands alone is embedded alone: the last
+    turns' small talk ("talk soon!") would pull greetings up (measured in docs/retrieval.md).
+    A follow-up that refers back is embedded with the earlier messages, apart, and the two
+    vectors added with the earlier ones weighted `context_weight`."""
+    current, _, context = text.partition("\n")
+    if not has_current or not context or context_weight >= 1:
+        return await embedder.embed_query(text)
+    if context_weight <= 0 or not refers_back(current):
+        return await embedder.embed_query(current)
+    first, rest = await asyncio.gather(embedder.embed_query(current), embedder.embed_query(context))
+    combined = np.asarray(first, dtype=np.float32) + context_weight * np.asarray(rest, dtype=np.float32)
+    return combined / max(float(np.linalg.norm(combined)), 1e-12)
+
+
+def informativeness(distinct_lexemes: int, full: int, power: float = 0.5) -> float:
+    """1.0 for an item of at least `full` distinct words, less for a shorter one: MiniLM puts
+    "Ana: Good to know." as close to "What jobs has Ana had?" as the answer (the name carries
+    the vector), so a two-word reply must not outrank a sentence that says something."""
+    if full <= 0 or distinct_lexemes >= full:
+        return 1.0
+    return (max(distinct_lexemes, 1) / full) ** power
+
+
+def relevance(row: SearchRow, method: Method, keyword_weight: float, full_lexemes: int = 0,
+              power: float = 0.5) -> float:
     """The `similarity` of seed 001's formula. vector: the cosine; keyword: the IDF-weighted
-    share of the query's words the item contains; hybrid: the cosine plus that share x weight."""
+    share of the query's words the item contains; hybrid: the cosine plus that share x weight,
+    scaled down for items of very few words (informativeness)."""
     if method == "vector":
         return row.cosine
     if method == "keyword":
         return row.keyword_score
-    return row.cosine + keyword_weight * row.keyword_score
+    return (row.cosine + keyword_weight * row.keyword_score) * informativeness(row.doc_lexemes, full_lexemes, power)
 
 
 def key(kind: str, item_id: str) -> str:
@@ -106,7 +152,8 @@ def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: S
     return [
         Candidate(key(r.kind, r.item_id), r.kind,
                   snippet(r.content, lexemes, config.message_chars) if r.kind == "message" else r.content,
-                  relevance(r, config.method, config.keyword_weight), r.timestamp.timestamp(), r.importance,
+                  relevance(r, config.method, config.keyword_weight, config.informative_lexemes,
+                            config.informative_power), r.timestamp.timestamp(), r.importance,
                   r.category, r.visibility, r.range_start, r.range_end, _ts(r.occurred_start), _ts(r.occurred_end),
                   r.role)
         for r in rows
@@ -185,14 +232,16 @@ def count_lines(text: str) -> int:
 
 async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, embedder: Embedder,
                       config: RetrievalConfig, keyword_text: str | None = None,
-                      common: CommonLexemes | None = None, k: int | None = None) -> list[SearchRow]:
+                      common: CommonLexemes | None = None, k: int | None = None,
+                      vector: np.ndarray | None = None) -> list[SearchRow]:
     """One query embedding of `text`, then per table one statement holding both index searches;
     the keyword search uses `keyword_text` (default: `text`) minus the tables' common lexemes
     (`common`: a cache; None reads the statistics now). Rows' keyword_score is their
-    IDF-weighted coverage of the searched lexemes."""
-    vector = await embedder.embed_query(text)
+    IDF-weighted coverage of the searched lexemes. `vector`: the query embedding, if made already."""
+    if vector is None:
+        vector = await embedder.embed_query(text)
     common = common or CommonLexemes(config.keyword_max_doc_fraction)
-    keywords = await prepare(conn, config.ef_search, keyword_text if keyword_text is not None else text,
+    keywords = await prepare(conn, max(config.ef_search, k or 0), keyword_text if keyword_text is not None else text,
                              await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id)
     rows = await search_all(conn, scope, vector, keywords, k or config.candidate_k,
                             use_vector=config.method != "keyword", use_keyword=config.method != "vector")
@@ -215,7 +264,8 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # add context to the embedding, but their small talk would match half the table.
     current = request.query if request.query and request.query.strip() else None
     k = config.k_for(request.budget_tokens)
-    rows = await search_rows(conn, scope, text, embedder, config, current, common, k)
+    vector = await query_vector(embedder, text, current is not None, config.context_weight)
+    rows = await search_rows(conn, scope, text, embedder, config, current, common, k, vector)
     by_key = {key(r.kind, r.item_id): r for r in rows}
     visible = {k for k, r in by_key.items() if still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
     lexemes = sorted({lexeme for r in rows for lexeme in (r.lexemes or ())})

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from domain.speakers import split_prefix
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_SPEAKER = re.compile(r"^([\w][\w .'-]{0,39}: )(.*)$", re.DOTALL)
 _WORD = re.compile(r"\w+")
 ELLIPSIS = "…"
 
@@ -28,8 +29,8 @@ def snippet(content: str, lexemes: Sequence[str], max_chars: int) -> str:
     while it fits, with "…" where text was left out. A leading "Name: " is kept."""
     if len(content) <= max_chars or max_chars <= 0:
         return content
-    match = _SPEAKER.match(content)
-    speaker, body = (match.group(1), match.group(2)) if match else ("", content)
+    name, body = split_prefix(content)
+    speaker = f"{name}: " if name else ""
     parts = sentences(body)
     if not parts:
         return content[:max_chars]

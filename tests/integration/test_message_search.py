@@ -117,7 +117,10 @@ async def test_messages_are_found_by_meaning_dated_and_never_from_the_gap_or_the
     assert retrieved["turn_seq"] == 50
     assert datetime.fromisoformat(retrieved["turn_time"]) == session_time(49)
     age_days = (session_time(49) - session_time(1)).total_seconds() / 86400
-    expected = 1.0 if age_days <= 7 else max(0.5, 1.0 - (age_days - 7) / 83 * 0.5)
+    ramp = settings.retrieval  # 1.0 up to fresh_days, then linear down to stale_weight at stale_days
+    expected = 1.0 if age_days <= ramp.fresh_days else max(ramp.stale_weight, 1.0 - (age_days - ramp.fresh_days) / (
+        ramp.stale_days - ramp.fresh_days) * (1.0 - ramp.stale_weight))
+    assert expected < 1.0
     assert dog["score"]["recency_weight"] == pytest.approx(expected)
     # Every line carries its date as people write it (day month-name year).
     for item in retrieved["items"]:

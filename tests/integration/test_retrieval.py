@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -11,7 +12,7 @@ import pytest
 
 from memory_agent.embeddings import LocalOnnxEmbedder
 from retrieval.search import Scope, vector_literal
-from retrieval.service import RetrievalConfig, rank_all, search_rows
+from retrieval.service import RetrievalConfig, query_text, query_vector, rank_all, search_rows
 from retrieval.tokens import count_tokens
 from tests.integration.conftest import running_api, scalar
 from tests.support import labelled_set as L
@@ -55,7 +56,7 @@ async def conversation(settings, cid: str, user: str, subject: str | None, messa
 
 
 async def context(base_url: str, cid: str, key: str = "key-a", **params) -> dict:
-    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": key}) as http:
+    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": key}, timeout=60) as http:
         response = await http.get(f"/v1/conversations/{cid}/context", params=params)
     assert response.status_code == 200, response.text
     return response.json()
@@ -190,10 +191,12 @@ async def test_recall_at_k_on_the_labelled_set(loaded):
     async with await connect(loaded) as conn:
         for method in ("hybrid", "vector", "keyword"):
             config, ranked = RetrievalConfig(method=method), {}
+            weight = float(os.environ.get("CW", config.context_weight))
             for q in L.QUERIES:
-                text = "\n".join([q.text, *reversed(q.context)])
+                text = query_text(q.text, q.context, config)
+                vector = await query_vector(_embedder, text, True, weight)
                 rows = await search_rows(conn, Scope(q.tenant, q.user, q.subject, "x"), text, _embedder, config,
-                                         q.text)
+                                         q.text, vector=vector)
                 ranked[q.id] = [s.candidate.item_id.split(":", 1)[1] for s in rank_all(rows, now, config)]
                 await conn.rollback()
             recall[method] = {k: L.recall_at_k(ranked, k) for k in (1, 3, 10)}
@@ -209,7 +212,8 @@ async def test_nothing_to_search_gives_no_section_but_a_query_always_does(loaded
         assert (await context(url, "empty"))["retrieved"] is None
         unmatched = (await context(url, "empty", query="zzzz qqqq"))["retrieved"]
         from_history = (await context(url, "chatty"))["retrieved"]
-    assert unmatched is not None and unmatched["items"] == [] and unmatched["query"] == "zzzz qqqq"
+    assert unmatched is not None and unmatched["error"] is None and unmatched["query"] == "zzzz qqqq"
+    assert all(i["score"]["final"] > unmatched["threshold"] for i in unmatched["items"])
     assert from_history["query"] == "Any news about the Kafka partitions?" and "n05" in ids(from_history)
 
 
@@ -246,6 +250,23 @@ async def test_words_in_a_large_share_of_rows_are_not_searched_by_keyword(loaded
         everything_kept = await prepare(conn, 64, "Grandpa Joe fishing on Lake Tahoe", {})
     assert everything_kept.fact == "'grandpa' | 'joe' | 'fish' | 'lake' | 'taho'"
     assert "joe" not in common.fact and "'taho'" in common.fact  # "joe" is in 8 of the 31 facts
+
+
+async def test_a_query_of_only_common_words_answers_200_with_its_retrieval_section(loaded):
+    """Issue 16 point 7: when every query word is too common for the keyword search, the bare
+    SQL literal 0.0 arrived as Decimal and float * Decimal raised TypeError: a 500 for the
+    whole context. Now the section answers, ranked by meaning alone."""
+    async with await connect(loaded) as conn:
+        await conn.execute("ANALYZE facts")
+        await conn.commit()
+    strict = loaded.model_copy(update={"retrieval": loaded.retrieval.model_copy(
+        update={"keyword_max_doc_fraction": 0.15})})
+    await conversation(strict, "c1", "maria", L.JOE)
+    async with running_api(strict) as url:
+        retrieved = (await context(url, "c1", query="Joe"))["retrieved"]  # in 8 of the 31 facts
+    assert retrieved["error"] is None and retrieved["items"]
+    facts = [i for i in retrieved["items"] if i["kind"] == "fact"]
+    assert facts and all(i["score"]["found_by"] == ["vector"] for i in facts), retrieved["items"]
 
 
 async def test_concurrent_requests_count_every_access_exactly_once(loaded):

@@ -11,7 +11,15 @@ import pytest
 from memory_agent.settings import RetrievalSettings
 from retrieval.scoring import DAY_S
 from retrieval.search import SearchRow, search_sql, tsquery_text, vector_literal
-from retrieval.service import RetrievalConfig, count_lines, query_text, rank_all, relevance
+from retrieval.service import (
+    RetrievalConfig,
+    count_lines,
+    informativeness,
+    query_text,
+    rank_all,
+    refers_back,
+    relevance,
+)
 from retrieval.tokens import count_tokens
 from tests.support import labelled_set
 
@@ -19,9 +27,9 @@ NOW = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def row(item_id: str, cosine: float, keyword: float = 0.0, *, importance: int | None = 3, age_days: float = 0,
-        kind: str = "fact") -> SearchRow:
+        kind: str = "fact", words: int = 20) -> SearchRow:
     return SearchRow(kind, item_id, f"content {item_id}", cosine, keyword, True, keyword > 0, None,
-                     NOW - timedelta(days=age_days), importance, "other", "fact", "private")
+                     NOW - timedelta(days=age_days), importance, "other", "fact", "private", doc_lexemes=words)
 
 
 def test_query_text_puts_the_current_message_first_then_earlier_ones_newest_first():
@@ -101,3 +109,27 @@ def test_labelled_set_is_consistent_and_recall_counts_fractions():
     first_only = {q.id: list(q.relevant[:1]) for q in labelled_set.QUERIES}
     expected = sum(1 / len(q.relevant) for q in labelled_set.QUERIES) / len(labelled_set.QUERIES)
     assert labelled_set.recall_at_k(first_only, 10) == pytest.approx(expected)
+
+
+def test_a_reply_of_two_words_does_not_outrank_a_sentence_with_the_same_cosine():
+    """MiniLM puts "Ana: Good to know." near any question naming Ana: few words, less weight."""
+    assert informativeness(20, 6) == informativeness(6, 6) == 1.0
+    assert informativeness(3, 6) == pytest.approx((3 / 6) ** 0.5) and informativeness(0, 6) < informativeness(1, 6) + 1e-9
+    assert informativeness(2, 0) == 1.0  # switched off
+    short, long = row("short", 0.5, words=2), row("long", 0.5, words=9)
+    config = RetrievalConfig(informative_lexemes=6)
+    assert relevance(short, "hybrid", 0.5, 6) < relevance(long, "hybrid", 0.5, 6) == 0.5
+    assert [s.candidate.item_id for s in rank_all([short, long], NOW.timestamp(), config)] == ["fact:long", "fact:short"]
+
+
+@pytest.mark.parametrize(("message", "follow_up"), [
+    ("Which port was that again?", True), ("How is it going so far?", True), ("Was he ever in the army?", True),
+    ("What jobs has Oskar had?", False), ("WiFi problem", False), ("How many partitions do the topics have?", False)])
+def test_only_a_follow_up_that_refers_back_is_embedded_with_the_earlier_turns(message, follow_up):
+    assert refers_back(message) is follow_up
+
+
+def test_budget_scales_the_candidates_per_search():
+    config = RetrievalConfig(candidate_k=20, candidates_per_100_tokens=5, max_candidate_k=200)
+    assert config.k_for(100) == 20 and config.k_for(500) == 25 and config.k_for(2000) == 100
+    assert config.k_for(8000) == 200
