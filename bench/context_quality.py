@@ -352,7 +352,8 @@ async def measure(db: Db, conversations, port: int, budget: int) -> dict:
         "responses": R.response_stats(first_turn + sequential),
         "responses_first_turn": R.response_stats(first_turn), "responses_sequential": R.response_stats(sequential),
         "derived_memory_chars": dict(memory_sizes),
-        "summary_coverage": [{"conversation": c, "last_seq": last, "summary_end_seq": end} for c, last, end in coverage],
+        "summary_coverage": [{"conversation": c, "last_seq": last, "summary_end_seq": end}
+                             for c, last, end in coverage],
         "per_question": {"first_turn": first_turn, "sequential": sequential},
     }
 
