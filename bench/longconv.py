@@ -17,6 +17,7 @@ Nothing here is copied from, or tuned to, any public dataset.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ except ImportError:  # loaded by file path (bench/context_quality.py) or run as 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import longconv_vocab as V
 
+_AN = re.compile(r"\b([Aa]) ([aeioAEIO])")  # "a architect" -> "an architect" (no u: "a ukulele")
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -417,7 +419,7 @@ def conversation(seed: int, index: int, sessions: tuple[int, int] = (15, 30),
                 if plant is not None:
                     where[(id(plant), i)] = len(messages)
                 messages.append(Message(len(messages), line.speaker, "user" if line.speaker == user else "assistant",
-                                        line.text, when, number))
+                                        _AN.sub(r"\1n \2", line.text), when, number))
     questions = []
     for plant in plants:
         for kind, text, answer, refs in plant.questions:
