@@ -236,8 +236,12 @@ async def ask(http: httpx.AsyncClient, conv, question, budget: int) -> dict:
 
 
 async def clear_surfaced(db: Db, conv) -> None:
-    await db.conn.execute("DELETE FROM surfaced_items WHERE tenant_id = %s AND conversation_id = %s",
-                          (TENANT, conv.conversation_id))
+    """Forget what this conversation was shown (a measured checkout without the table has nothing to forget)."""
+    try:
+        await db.conn.execute("DELETE FROM surfaced_items WHERE tenant_id = %s AND conversation_id = %s",
+                              (TENANT, conv.conversation_id))
+    except psycopg.errors.UndefinedTable:
+        pass
 
 
 def baselines(conv, budgets: list[int]) -> dict[int, list[dict]]:
