@@ -221,10 +221,16 @@ async def derived_memory(db: Db, conv) -> dict[str, str]:
 
 async def ask(http: httpx.AsyncClient, conv, question, budget: int) -> dict:
     started = time.perf_counter()
-    response = await http.get(f"/v1/conversations/{conv.conversation_id}/context",
-                              params={"before_seq": conv.end_seq, "query": question.question,
-                                      "budget_tokens": budget})
+    try:
+        response = await http.get(f"/v1/conversations/{conv.conversation_id}/context",
+                                  params={"before_seq": conv.end_seq, "query": question.question,
+                                          "budget_tokens": budget})
+    except httpx.TransportError as error:  # counted (status 0), the run goes on
+        print(f"  {question.qid}: no response ({type(error).__name__})", flush=True)
+        response = httpx.Response(0, content=b"")
     ms = (time.perf_counter() - started) * 1000
+    if response.status_code >= 500:
+        print(f"  {question.qid}: HTTP {response.status_code} for {question.question!r}", flush=True)
     body = response.json() if response.status_code == 200 else {}
     retrieved = body.get("retrieved") or {}
     text = retrieved.get("text") or ""
@@ -397,7 +403,7 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=2, default=str))
     print("\n" + R.table(result, args.budget) + "\n")
     r = result["responses"]
-    print(f"responses: {r['calls']} calls, 5xx {r['5xx']}, bytes max {r['bytes_max']} p50 {r['bytes_p50']}, "
+    print(f"responses: {r['calls']} calls, 5xx {r['5xx']}, no response {r['no_response']}, bytes max {r['bytes_max']} p50 {r['bytes_p50']}, "
           f"over 64 KB {r['over_64kb']}, latency p50 {r['latency_ms_p50']} ms p99 {r['latency_ms_p99']} ms, "
           f"modes {r['modes']}, gap messages p50 {r['gap_messages_p50']} max {r['gap_messages_max']}, "
           f"retrieved tokens p50 {r['tokens_used_p50']}")

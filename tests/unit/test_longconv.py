@@ -174,6 +174,8 @@ def test_report_table_and_aims() -> None:
               "ceiling_derived": S.summarize(good, R.KINDS), "ceiling_raw_log": S.summarize(good, R.KINDS),
               "responses": R.response_stats(calls)}
     assert result["responses"]["5xx"] == 1 and result["responses"]["over_64kb"] == 1
+    assert result["responses"]["no_response"] == 0
+    assert R.response_stats([{**calls[0], "status": 0}])["no_response"] == 1
     assert result["responses"]["latency_ms_p50"] == 12.0 and result["responses"]["bytes_max"] == 70_000
     met = {aim: ok for aim, ok, _ in R.aims(result, 500)}
     assert met["retrieved finds >= 0.10 more answer words than BM25 at 500 tokens"]
