@@ -206,35 +206,48 @@ def _pets(s: _Story) -> None:
           f"{species} {pet} {species2} {pet2}", (a, 0), (b, 0))
 
 
+def _superseded(s: _Story, sessions: list[int], before: tuple[str, str], after: tuple[str, str], when: str,
+                now: tuple[tuple[str, ...], str], both: tuple[tuple[str, ...], str], *, future: bool = False) -> None:
+    """A fact (`before`: line, reply), a later event that supersedes it (`after`: line with `{expr}`,
+    reply; `when`: its question), then a question on the new state and one that needs both
+    (`now`, `both`: wordings, answer)."""
+    a = s.plant(sessions[0], _Line(s.p, before[0]), _Line(s.o, before[1]))
+    b = s.event(sessions[1], after[0], after[1], when, future=future)
+    s.ask(b, "single", s.say(*now[0]), now[1])
+    s.ask(b, "multi", s.say(*both[0]), both[1], (a, 0), (b, 0))
+
+
 def _move(s: _Story) -> None:
-    first, second = s.sessions(2)
+    sessions = s.sessions(2)
     old, new = s.pick(V.CITIES), s.pick(V.CITIES)
-    a = s.plant(first, _Line(s.p, f"The rent here in {old} went up again, our little flat costs a fortune now."),
-                _Line(s.o, "Ugh, that's rough. Are you thinking of leaving?"))
-    b = s.event(second, f"We finally moved from {old} to {new} {{expr}}. Boxes everywhere!",
-                s.rng.choice((f"{new}! How does it feel so far?", "Congratulations on the move!")),
-                s.say(f"When did {s.p} move to {new}?", f"When did {s.p} leave {old}?"))
-    s.ask(b, "single", s.say(f"Which city does {s.p} live in now?", f"Where did {s.p} move to?",
-                             f"In which city is {s.p}'s new home?"), new)
-    s.ask(b, "multi", s.say(f"Which cities has {s.p} lived in?",
-                            f"Where has {s.p} rented a flat, before and after moving?"),
-          f"{old} {new}", (a, 0), (b, 0))
+    _superseded(
+        s, sessions,
+        (f"The rent here in {old} went up again, our little flat costs a fortune now.",
+         "Ugh, that's rough. Are you thinking of leaving?"),
+        (f"We finally moved from {old} to {new} {{expr}}. Boxes everywhere!",
+         s.rng.choice((f"{new}! How does it feel so far?", "Congratulations on the move!"))),
+        s.say(f"When did {s.p} move to {new}?", f"When did {s.p} leave {old}?"),
+        ((f"Which city does {s.p} live in now?", f"Where did {s.p} move to?", f"In which city is {s.p}'s new home?"),
+         new),
+        ((f"Which cities has {s.p} lived in?", f"Where has {s.p} rented a flat, before and after moving?"),
+         f"{old} {new}"))
 
 
 def _job(s: _Story) -> None:
-    first, second = s.sessions(2)
+    sessions = s.sessions(2)
     job1, job2 = s.pick(V.JOBS), s.pick(V.JOBS)
     company1, company2 = s.pick(V.COMPANIES), s.pick(V.COMPANIES)
-    a = s.plant(first, _Line(s.p, f"Long shift at {company1} today. Being a {job1} is rewarding but exhausting."),
-                _Line(s.o, "You need a proper rest this weekend."))
-    b = s.event(second, f"I handed in my notice at {company1}! I start as a {job2} at {company2} {{expr}}.",
-                "That's a big step, I'm proud of you.",
-                s.say(f"When does {s.p} start working at {company2}?", f"When does {s.p}'s new job begin?"),
-                future=True)
-    s.ask(b, "single", s.say(f"What is {s.p}'s new job?", f"Where does {s.p} work now, and as what?",
-                             f"What job did {s.p} take after leaving {company1}?"), f"{job2} {company2}")
-    s.ask(b, "multi", s.say(f"What jobs has {s.p} had?", f"What has {s.p} worked as over the months?"),
-          f"{job1} {job2}", (a, 0), (b, 0))
+    _superseded(
+        s, sessions,
+        (f"Long shift at {company1} today. Being a {job1} is rewarding but exhausting.",
+         "You need a proper rest this weekend."),
+        (f"I handed in my notice at {company1}! I start as a {job2} at {company2} {{expr}}.",
+         "That's a big step, I'm proud of you."),
+        s.say(f"When does {s.p} start working at {company2}?", f"When does {s.p}'s new job begin?"),
+        ((f"What is {s.p}'s new job?", f"Where does {s.p} work now, and as what?",
+          f"What job did {s.p} take after leaving {company1}?"), f"{job2} {company2}"),
+        ((f"What jobs has {s.p} had?", f"What has {s.p} worked as over the months?"), f"{job1} {job2}"),
+        future=True)
 
 
 def _sibling(s: _Story) -> None:
