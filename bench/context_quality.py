@@ -220,14 +220,16 @@ async def derived_memory(db: Db, conv) -> dict[str, str]:
 
 
 async def ask(http: httpx.AsyncClient, conv, question, budget: int) -> dict:
-    started = time.perf_counter()
-    try:
-        response = await http.get(f"/v1/conversations/{conv.conversation_id}/context",
-                                  params={"before_seq": conv.end_seq, "query": question.question,
-                                          "budget_tokens": budget})
-    except httpx.TransportError as error:  # counted (status 0), the run goes on
-        print(f"  {question.qid}: no response ({type(error).__name__})", flush=True)
-        response = httpx.Response(0, content=b"")
+    params = {"before_seq": conv.end_seq, "query": question.question, "budget_tokens": budget}
+    for attempt in (1, 2):  # uvicorn closes a connection after a 500; the next request's reuse of it fails
+        started = time.perf_counter()
+        try:
+            response = await http.get(f"/v1/conversations/{conv.conversation_id}/context", params=params)
+            break
+        except httpx.TransportError as error:  # twice: counted (status 0), the run goes on
+            if attempt == 2:
+                print(f"  {question.qid}: no response ({type(error).__name__})", flush=True)
+                response = httpx.Response(0, content=b"")
     ms = (time.perf_counter() - started) * 1000
     if response.status_code >= 500:
         print(f"  {question.qid}: HTTP {response.status_code} for {question.question!r}", flush=True)
