@@ -17,6 +17,7 @@ Nothing here is copied from, or tuned to, any public dataset.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ except ImportError:  # loaded by file path (bench/context_quality.py) or run as 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import longconv_vocab as V
 
+_AN = re.compile(r"\b([Aa]) ([aeioAEIO])")  # "a architect" -> "an architect" (no u: "a ukulele")
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -173,6 +175,10 @@ class _Story:
         """Evidence `refs`: (plant, line index) pairs; by default the plant's first line."""
         plant.questions.append((kind, question, answer, refs or ((plant, 0),)))
 
+    def say(self, *wordings: str) -> str:
+        """One of several wordings of a question: some share words with the evidence, some do not."""
+        return self.rng.choice(wordings)
+
     def event(self, session: int, text: str, reply: str, when: str, *, future: bool = False) -> _Plant:
         """An event told with a relative date (`{expr}` in `text`), a reply, and the question `when`."""
         said_at = self.dates[session]
@@ -187,39 +193,61 @@ def _pets(s: _Story) -> None:
     species, pet = s.pick(V.SPECIES), s.pick(V.PET_NAMES)
     a = s.event(first, f"Big news: we adopted a {species} from the shelter {{expr}}! We named her {pet}.",
                 s.rng.choice((f"No way! A {species}? I need photos of {pet} immediately.",
-                              "That's wonderful news, congratulations!")), f"When did {s.p} adopt {pet}?")
-    s.ask(a, "single", f"What is the name of {s.p}'s {species}?", pet)
+                              "That's wonderful news, congratulations!")),
+                s.say(f"When did {s.p} adopt {pet}?", f"When did {pet} join {s.p}'s family?"))
+    s.ask(a, "single", s.say(f"What is the name of {s.p}'s {species}?", f"What is {s.p}'s {species} called?",
+                                f"What did {s.p} name the {species} from the shelter?"), pet)
     species2, pet2 = s.pick([x for x in V.SPECIES if x != species]), s.pick(V.PET_NAMES)
     b = s.plant(second, _Line(s.p, f"{pet} has company now: we brought home a {species2} called {pet2}."),
                 _Line(s.o, "How are the two of them getting along?"),
                 _Line(s.p, f"Better than expected, {pet2} follows {pet} everywhere."))
-    s.ask(b, "multi", f"What pets does {s.p} have, and what are their names?",
+    s.ask(b, "multi", s.say(f"What pets does {s.p} have, and what are their names?",
+                               f"Which animals live with {s.p}, and what are they called?"),
           f"{species} {pet} {species2} {pet2}", (a, 0), (b, 0))
 
 
+def _superseded(s: _Story, sessions: list[int], before: tuple[str, str], after: tuple[str, str], when: str,
+                now: tuple[tuple[str, ...], str], both: tuple[tuple[str, ...], str], *, future: bool = False) -> None:
+    """A fact (`before`: line, reply), a later event that supersedes it (`after`: line with `{expr}`,
+    reply; `when`: its question), then a question on the new state and one that needs both
+    (`now`, `both`: wordings, answer)."""
+    a = s.plant(sessions[0], _Line(s.p, before[0]), _Line(s.o, before[1]))
+    b = s.event(sessions[1], after[0], after[1], when, future=future)
+    s.ask(b, "single", s.say(*now[0]), now[1])
+    s.ask(b, "multi", s.say(*both[0]), both[1], (a, 0), (b, 0))
+
+
 def _move(s: _Story) -> None:
-    first, second = s.sessions(2)
+    sessions = s.sessions(2)
     old, new = s.pick(V.CITIES), s.pick(V.CITIES)
-    a = s.plant(first, _Line(s.p, f"The rent here in {old} went up again, our little flat costs a fortune now."),
-                _Line(s.o, "Ugh, that's rough. Are you thinking of leaving?"))
-    b = s.event(second, f"We finally moved from {old} to {new} {{expr}}. Boxes everywhere!",
-                s.rng.choice((f"{new}! How does it feel so far?", "Congratulations on the move!")),
-                f"When did {s.p} move to {new}?")
-    s.ask(b, "single", f"Which city does {s.p} live in now?", new)
-    s.ask(b, "multi", f"Which cities has {s.p} lived in?", f"{old} {new}", (a, 0), (b, 0))
+    _superseded(
+        s, sessions,
+        (f"The rent here in {old} went up again, our little flat costs a fortune now.",
+         "Ugh, that's rough. Are you thinking of leaving?"),
+        (f"We finally moved from {old} to {new} {{expr}}. Boxes everywhere!",
+         s.rng.choice((f"{new}! How does it feel so far?", "Congratulations on the move!"))),
+        s.say(f"When did {s.p} move to {new}?", f"When did {s.p} leave {old}?"),
+        ((f"Which city does {s.p} live in now?", f"Where did {s.p} move to?", f"In which city is {s.p}'s new home?"),
+         new),
+        ((f"Which cities has {s.p} lived in?", f"Where has {s.p} rented a flat, before and after moving?"),
+         f"{old} {new}"))
 
 
 def _job(s: _Story) -> None:
-    first, second = s.sessions(2)
+    sessions = s.sessions(2)
     job1, job2 = s.pick(V.JOBS), s.pick(V.JOBS)
     company1, company2 = s.pick(V.COMPANIES), s.pick(V.COMPANIES)
-    a = s.plant(first, _Line(s.p, f"Long shift at {company1} today. Being a {job1} is rewarding but exhausting."),
-                _Line(s.o, "You need a proper rest this weekend."))
-    b = s.event(second, f"I handed in my notice at {company1}! I start as a {job2} at {company2} {{expr}}.",
-                "That's a big step, I'm proud of you.", f"When does {s.p} start working at {company2}?",
-                future=True)
-    s.ask(b, "single", f"What is {s.p}'s new job?", f"{job2} {company2}")
-    s.ask(b, "multi", f"What jobs has {s.p} had?", f"{job1} {job2}", (a, 0), (b, 0))
+    _superseded(
+        s, sessions,
+        (f"Long shift at {company1} today. Being a {job1} is rewarding but exhausting.",
+         "You need a proper rest this weekend."),
+        (f"I handed in my notice at {company1}! I start as a {job2} at {company2} {{expr}}.",
+         "That's a big step, I'm proud of you."),
+        s.say(f"When does {s.p} start working at {company2}?", f"When does {s.p}'s new job begin?"),
+        ((f"What is {s.p}'s new job?", f"Where does {s.p} work now, and as what?",
+          f"What job did {s.p} take after leaving {company1}?"), f"{job2} {company2}"),
+        ((f"What jobs has {s.p} had?", f"What has {s.p} worked as over the months?"), f"{job1} {job2}"),
+        future=True)
 
 
 def _sibling(s: _Story) -> None:
@@ -227,9 +255,10 @@ def _sibling(s: _Story) -> None:
     relative, name, job = s.rng.choice(V.RELATIVES), s.pick(V.NAMES), s.pick(V.JOBS)
     a = s.plant(first, _Line(s.p, f"My {relative} {name} visited, still working as a {job} and loving it."),
                 _Line(s.o, f"I remember {name}! Say hi from me."))
-    s.ask(a, "single", f"What does {s.p}'s {relative} do for a living?", job)
+    s.ask(a, "single", s.say(f"What does {s.p}'s {relative} do for a living?", f"What is {name}'s job?"), job)
     s.event(second, f"{name} got engaged {{expr}}! The whole family is over the moon.",
-            "Oh how lovely, congratulations to them!", f"When did {s.p}'s {relative} get engaged?")
+            "Oh how lovely, congratulations to them!",
+            s.say(f"When did {s.p}'s {relative} get engaged?", f"When did {name} get engaged?"))
 
 
 def _music(s: _Story) -> None:
@@ -237,10 +266,12 @@ def _music(s: _Story) -> None:
     instrument, teacher = s.pick(V.INSTRUMENTS), s.pick(V.TEACHERS)
     a = s.plant(first, _Line(s.p, f"I signed up for {instrument} lessons! My teacher, {teacher}, is very patient."),
                 _Line(s.o, "That's brilliant, you always wanted to play something."))
-    s.ask(a, "single", f"Which instrument is {s.p} learning?", instrument)
-    s.ask(a, "single", f"Who teaches {s.p} music?", teacher)
+    s.ask(a, "single", s.say(f"Which instrument is {s.p} learning?", f"What instrument does {s.p} take lessons on?"),
+          instrument)
+    s.ask(a, "single", s.say(f"Who teaches {s.p} music?", f"What is the name of {s.p}'s music teacher?"), teacher)
     s.event(second, f"I played at my first {instrument} recital {{expr}}, my hands were shaking.",
-            "I bet nobody noticed. Well done!", f"When was {s.p}'s first recital?")
+            "I bet nobody noticed. Well done!",
+            s.say(f"When was {s.p}'s first recital?", f"When did {s.p} first play in front of an audience?"))
     s.tags.add("music")
 
 
@@ -249,10 +280,12 @@ def _club(s: _Story) -> None:
     sport, club, n = s.pick(V.SPORTS), s.pick(V.CLUBS), s.rng.randint(3, 9)
     a = s.plant(first, _Line(s.p, f"I joined a {sport} club, they call themselves the {club}."),
                 _Line(s.o, "What a name! How was the first session?"))
-    s.ask(a, "single", f"Which club did {s.p} join?", club)
+    s.ask(a, "single", s.say(f"Which club did {s.p} join?", f"What is the name of {s.p}'s {sport} club?"), club)
     b = s.event(second, f"The {club} won the regional final {{expr}}, we were {n} points ahead!",
-                "Champions! You must be thrilled.", f"When did {s.p}'s team win the regional final?")
-    s.ask(b, "single", f"By how many points did {s.p}'s team win the final?", str(n))
+                "Champions! You must be thrilled.",
+                s.say(f"When did {s.p}'s team win the regional final?", f"When did the {club} win their final?"))
+    s.ask(b, "single", s.say(f"By how many points did {s.p}'s team win the final?",
+                             f"How big was the winning margin in the {club}' final?"), str(n))
     s.tags.add("sport:" + sport)
 
 
@@ -260,9 +293,11 @@ def _vehicle(s: _Story) -> None:
     (first,) = s.sessions(1)
     colour, vehicle, price = s.pick(V.COLOURS), s.pick(V.VEHICLES), s.rng.randrange(300, 9000, 50)
     a = s.event(first, f"I bought a {colour} {vehicle} {{expr}}, second hand, {price} euros.",
-                "Nice! Take me for a ride sometime.", f"When did {s.p} buy the {vehicle}?")
-    s.ask(a, "single", f"What colour is {s.p}'s {vehicle}?", colour)
-    s.ask(a, "single", f"How much did {s.p} pay for the {vehicle}?", f"{price} euros")
+                "Nice! Take me for a ride sometime.",
+                s.say(f"When did {s.p} buy the {vehicle}?", f"When did {s.p} get the second-hand {vehicle}?"))
+    s.ask(a, "single", s.say(f"What colour is {s.p}'s {vehicle}?", f"What colour {vehicle} did {s.p} buy?"), colour)
+    s.ask(a, "single", s.say(f"How much did {s.p} pay for the {vehicle}?", f"What did {s.p}'s {vehicle} cost?"),
+          f"{price} euros")
     s.tags.add("drives")
 
 
@@ -275,8 +310,11 @@ def _trips(s: _Story) -> None:
         refs.append((s.plant(session, _Line(s.p, f"Just got back from {place}, the {sight} was unreal."),
                              _Line(s.o, "Jealous! Send me the photos.")), 0))
     c = s.event(sessions[2], f"I booked it: I'm flying to {places[2]} {{expr}}!",
-                "Finally! You've talked about it for years.", f"When is {s.p} flying to {places[2]}?", future=True)
-    s.ask(c, "multi", f"Which places has {s.p} already been to on trips?", f"{places[0]} {places[1]}", *refs)
+                "Finally! You've talked about it for years.",
+                s.say(f"When is {s.p} flying to {places[2]}?", f"When does {s.p} leave for {places[2]}?"), future=True)
+    s.ask(c, "multi", s.say(f"Which places has {s.p} already been to on trips?",
+                            f"Which places has {s.p} been back from?", f"Where has {s.p} travelled so far?"),
+          f"{places[0]} {places[1]}", *refs)
 
 
 INFERENCES = (  # (needs-not tags, evidence, question, answer)
@@ -394,7 +432,7 @@ def conversation(seed: int, index: int, sessions: tuple[int, int] = (15, 30),
                 if plant is not None:
                     where[(id(plant), i)] = len(messages)
                 messages.append(Message(len(messages), line.speaker, "user" if line.speaker == user else "assistant",
-                                        line.text, when, number))
+                                        _AN.sub(r"\1n \2", line.text), when, number))
     questions = []
     for plant in plants:
         for kind, text, answer, refs in plant.questions:

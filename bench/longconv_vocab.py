@@ -23,9 +23,8 @@ SIGHTS = ["food", "old town", "coastline", "hiking", "night market", "light in t
 JOBS = ["nurse", "carpenter", "pharmacist", "sound engineer", "primary school teacher", "bike mechanic",
         "translator", "veterinary nurse", "architect", "baker", "data analyst", "park ranger", "dental hygienist",
         "tram driver", "librarian", "physiotherapist", "florist", "museum curator", "electrician", "paramedic"]
-COMPANIES = ["Harbourline", "Greenleaf Clinic", "Nordvik Studios", "Copperkettle Bakery", "Bluefin Analytics",
-             "Oakridge Joinery", "Lanternworks", "Saltmarsh Pharmacy", "Riverside Library", "Kestrel Transit",
-             "Maplestone Architects", "Brightwater Vets", "Ironbridge Electrics", "Juniper Health"]
+COMPANIES = ["Harbourline", "Greenleaf", "Nordvik & Co", "Copperkettle", "Bluefin Group", "Oakridge", "Lanternworks",
+             "Saltmarsh", "Riverside Trust", "Kestrel", "Maplestone", "Brightwater", "Ironbridge", "Juniper Health"]
 SPECIES = ["cat", "dog", "rabbit", "parrot", "tortoise", "hamster", "ferret", "gecko", "guinea pig", "cockatiel"]
 PET_NAMES = _("Pixel Biscuit Juniper Mochi Pretzel Clementine Bramble Noodle Waffles Saffron Pickle Ziggy Marlowe "
               "Tofu Ember Chutney Pippin Sprocket Quince Nutmeg Basil Gizmo Truffle Wren")

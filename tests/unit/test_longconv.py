@@ -155,3 +155,43 @@ def test_exact_needs_the_date_as_a_phrase() -> None:
     assert S.is_hit(S.score("7 May 2023", scattered)) and not S.exact("7 May 2023", scattered)
     assert S.exact("the week before 9 June 2023", "[9 June 2023] Ben: we moved last week")
     assert S.exact("June 2023", "[2 June 2023] x") and S.exact("Pixel", "a cat called Pixel")
+
+
+def _row(kind: str, score: float, **extra) -> dict:
+    return {"kind": kind, "score": score, "exact": S.is_hit(score), **extra}
+
+
+def test_report_table_and_aims() -> None:
+    from bench import ctx_report as R
+
+    good = [_row(k, 1.0) for k in R.KINDS]
+    poor = [_row(k, 0.25) for k in R.KINDS]
+    calls = [{"status": 200, "bytes": 1000 + i, "ms": 10.0 + i, "mode": "caught_up", "gap": 3, "tokens_used": 400,
+              "error": None} for i in range(4)] + [{"status": 500, "bytes": 70_000, "ms": 90.0, "mode": None,
+                                                     "gap": 0, "tokens_used": None, "error": None}]
+    result = {"first_turn": S.summarize(good, R.KINDS), "sequential": S.summarize(poor, R.KINDS),
+              "bm25_500": S.summarize(poor, R.KINDS), "bm25_2000": S.summarize(good, R.KINDS),
+              "ceiling_derived": S.summarize(good, R.KINDS), "ceiling_raw_log": S.summarize(good, R.KINDS),
+              "responses": R.response_stats(calls)}
+    assert result["responses"]["5xx"] == 1 and result["responses"]["over_64kb"] == 1
+    assert result["responses"]["no_response"] == 0
+    assert R.response_stats([{**calls[0], "status": 0}])["no_response"] == 1
+    assert result["responses"]["latency_ms_p50"] == 12.0 and result["responses"]["bytes_max"] == 70_000
+    met = {aim: ok for aim, ok, _ in R.aims(result, 500)}
+    assert met["retrieved finds >= 0.10 more answer words than BM25 at 500 tokens"]
+    assert not met["sequential within 10% of first-turn"]
+    assert not met["no 5xx"] and not met["no response over 64 KB"]
+    assert met["single-client p50 under 60 ms"] and met["when-questions hit >= 0.25"]
+    table = R.table(result, 500).splitlines()
+    assert len(table) == 2 + 6
+    assert table[2].startswith("| this project, `retrieved`, first question | 1.00 | 1.00 | 1.00")
+    assert "| 0.25 | 0.00 |" in table[3]
+
+
+def test_ceilings_read_dates_from_the_raw_log_not_from_memory() -> None:
+    from bench import ctx_report as R
+
+    conv, q = next((c, q) for c, q in QUESTIONS if q.kind == "temporal" and " before " in q.answer)
+    rows = R.ceilings(conv, {"facts": "nothing useful", "chunks": ""})
+    by_source = {name: next(r for r in got if r["qid"] == q.qid) for name, got in rows.items()}
+    assert by_source["raw_log"]["exact"] and not by_source["derived"]["exact"] and by_source["facts"]["score"] == 0
