@@ -8,11 +8,11 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
-from api import errors
+from api import errors, ui
 from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.limits import TenantSlots
-from api.routes import admin, context, facts, health, ingest, messages, topics
+from api.routes import admin, context, facts, health, ingest, messages, topics, ui_data
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
 from projections.db import connect_kwargs
@@ -54,7 +54,7 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Turn-start conversation context from an event-sourced memory.",
         lifespan=lifespan,
     )
-    for module in (context, messages, ingest, facts, topics, admin, health):
+    for module in (context, messages, ingest, facts, topics, admin, health, ui_data, ui):
         app.include_router(module.router)
 
     @app.get("/metrics", tags=["health"], response_class=Response,

@@ -1,0 +1,200 @@
+"""Read endpoints the dashboard (/ui) needs beyond the public API: who a key is, one
+conversation's whole read model on one page, and `generations diff`.
+
+Either key works here: an API key reads its own tenant (as the conversation's owner, the rules
+of api/auth.py); an admin key reads any tenant, named with ?tenant= (read only: writes stay on
+the public endpoints, which take API keys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import psycopg
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security, status
+from pydantic import BaseModel
+
+from api.auth import Principal, conversation_user
+from api.deps import admin_key_header, api_key_header, get_conn
+from api.routes.admin import AdminDep
+from api.routes.context import ConversationId
+from api.routes.facts import FactOut, _out
+from api.sections.topic import TopicStatsOut, stats_out
+from projections import queries
+from projections import topic_queries as tq
+from projections import ui_queries as uq
+from projections.diff import diff_generations
+from projections.generations import GenerationError, get_generation
+from schemas.envelope import IDENTIFIER
+from streams.topics_memory.decay import TopicConfig
+
+router = APIRouter(prefix="/v1/ui", tags=["dashboard"])
+TenantQuery = Query(None, pattern=IDENTIFIER, max_length=200, description="The tenant (admin key only)")
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who reads: an API key's principal, or an admin key (principal None) and its chosen tenant."""
+
+    principal: Principal | None
+    tenant: str | None
+
+    @property
+    def admin(self) -> bool:
+        return self.principal is None
+
+
+def get_reader(request: Request, x_api_key: Annotated[str | None, Security(api_key_header)] = None,
+               x_admin_key: Annotated[str | None, Security(admin_key_header)] = None,
+               tenant: str | None = TenantQuery) -> Reader:
+    state = request.app.state
+    if x_admin_key is not None:
+        if state.admin_keys.lookup(x_admin_key) is None:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail="unknown X-Admin-Key header")
+        return Reader(None, tenant)
+    principal = state.keys.lookup(x_api_key)
+    if principal is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail="missing or unknown X-API-Key or X-Admin-Key header",
+                            headers={"WWW-Authenticate": "ApiKey"})
+    if tenant is not None and tenant != principal.tenant:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="an API key reads only its own tenant")
+    return Reader(principal, principal.tenant)
+
+
+ReaderDep = Annotated[Reader, Depends(get_reader)]
+
+
+async def reader_conn(request: Request, reader: ReaderDep):
+    """A pooled connection on the active generation, counted against the tenant read (as get_conn)."""
+    if reader.tenant is None:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="an admin key names the tenant with ?tenant=")
+    slot_owner = reader.principal or Principal(reader.tenant, None, "nobody", "admin")
+    async for conn in get_conn(request, slot_owner):
+        yield conn
+
+
+class SessionOut(BaseModel):
+    kind: Literal["api", "admin"]
+    tenant: str | None  # None: every tenant (admin)
+    user: str | None  # the user an API key is bound to
+    act_as: str | None
+    key_name: str
+    may_manage_facts: bool  # the facts endpoints take this key (seed 003: owners only, checked per fact)
+
+
+@router.get("/session", response_model=SessionOut)
+def session(reader: ReaderDep) -> SessionOut:
+    """What the presented key is: the dashboard shows only what it may do (the server checks every call)."""
+    p = reader.principal
+    if p is None:
+        return SessionOut(kind="admin", tenant=None, user=None, act_as=None, key_name="admin", may_manage_facts=False)
+    return SessionOut(kind="api", tenant=p.tenant, user=p.user, act_as=p.act_as, key_name=p.key_name,
+                      may_manage_facts=p.user is not None or p.act_as == "any_user")
+
+
+class ChunkOut(BaseModel):
+    chunk_id: str
+    content: str
+    message_range_start: int
+    message_range_end: int
+    model: str
+    prompt_version: str
+    created_at: datetime
+
+
+class SummaryOut(BaseModel):
+    memory_id: int
+    start_sequence: int
+    end_sequence: int
+    base_memory_id: int | None
+    status: str
+    memory_text: str | None
+    model: str
+    prompt_version: str
+    attempt: int
+    generation_time_ms: int | None
+    created_at: datetime
+    completed_at: datetime | None
+
+
+class MessageOut(BaseModel):
+    seq: int
+    role: str
+    content: str
+    occurred_at: datetime
+
+
+class TopicOut(TopicStatsOut):
+    restored_at_seq: int | None  # set while an evicted topic's archive is restored into the context
+
+
+class OverviewOut(BaseModel):
+    tenant: str
+    conversation_id: str
+    user_id: str
+    subject_id: str | None
+    last_seq: int
+    message_count: int
+    gap_count: int
+    messages: list[MessageOut]  # the newest `messages` ones, in seq order
+    summaries: list[SummaryOut]  # the version chain, newest first
+    chunks: list[ChunkOut]
+    facts: list[FactOut]  # extracted from this conversation, as its owner sees them
+    active_topic_id: str | None
+    topics_as_of_seq: int
+    topics: list[TopicOut]
+
+
+@router.get("/conversations/{conversation_id}", response_model=OverviewOut)
+async def overview(request: Request, reader: ReaderDep, conn: Annotated[psycopg.AsyncConnection, Depends(reader_conn)],
+                   conversation_id: str = ConversationId,
+                   messages: int = Query(200, ge=1, le=1000)) -> OverviewOut:
+    """One conversation's messages, summary chain, chunks, facts and topics (read only)."""
+    conversation = await queries.get_conversation(conn, reader.tenant, conversation_id)
+    owner = None
+    if conversation is not None:
+        owner = conversation.user_id if reader.admin else conversation_user(reader.principal, conversation.user_id,
+                                                                             None, "dashboard")
+    if conversation is None or owner is None:
+        raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
+    rows = await queries.list_newest_messages(conn, reader.tenant, conversation_id, after_seq=-1, before_seq=None,
+                                              limit=messages)
+    facts = [f for f in await uq.sourced_facts(conn, reader.tenant, conversation_id)
+             if reader.admin or f.owner_user_id == owner or f.visibility == "shared"]
+    state = await tq.get_topic_conversation(conn, reader.tenant, conversation_id)
+    topic_rows = await tq.list_topics(conn, reader.tenant, conversation_id, include_evicted=True)
+    config = TopicConfig.from_settings(request.app.state.settings.topics)
+    now = datetime.now(UTC)
+    return OverviewOut(
+        tenant=reader.tenant, conversation_id=conversation_id, user_id=conversation.user_id,
+        subject_id=conversation.subject_id, last_seq=conversation.last_seq,
+        message_count=conversation.message_count, gap_count=conversation.gap_count,
+        messages=[MessageOut(seq=m.seq, role=m.role, content=m.content, occurred_at=m.occurred_at) for m in rows],
+        summaries=[SummaryOut(**vars(s)) for s in await queries.list_memory(conn, reader.tenant, conversation_id)],
+        chunks=[ChunkOut(**{k: v for k, v in vars(c).items() if k in ChunkOut.model_fields})
+                for c in await uq.list_chunks(conn, reader.tenant, conversation_id)],
+        facts=[_out(f, owner, []) for f in facts],
+        active_topic_id=state.active_topic_id if state else None, topics_as_of_seq=state.last_seq if state else -1,
+        topics=[TopicOut(**stats_out(t, now, config).model_dump(), restored_at_seq=t.restored_at_seq)
+                for t in topic_rows],
+    )
+
+
+def _diff(settings, a: str, b: str) -> dict[str, Any]:
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+        for name in (a, b):
+            get_generation(conn, settings.kafka.topic_prefix, name)  # GenerationError if unknown
+        return diff_generations(conn, a, b)
+
+
+@router.get("/admin/generations/diff")
+async def generations_diff(settings: AdminDep, a: str = Query(pattern=IDENTIFIER, max_length=100),
+                           b: str = Query(pattern=IDENTIFIER, max_length=100)) -> dict[str, Any]:
+    """`memory-agent generations diff A B` as JSON: summaries, chunks and facts that differ."""
+    try:
+        return await asyncio.to_thread(_diff, settings, a, b)
+    except GenerationError as exc:
+        raise HTTPException(404, detail=str(exc)) from None

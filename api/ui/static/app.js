@@ -1,0 +1,499 @@
+// Memory Agent dashboard: plain DOM + fetch against this server's JSON API (docs/dashboard.md).
+// The key typed at login is kept in sessionStorage (this tab only) and sent as X-API-Key or
+// X-Admin-Key; the server decides what each key may read or change, this page only reflects it.
+"use strict";
+
+const main = document.getElementById("main");
+const STORE = "memory-agent-dashboard";
+
+// ---------- small helpers ----------
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (v === true) el.setAttribute(k, "");
+    else el.setAttribute(k, v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+const fmtTime = (t) => (t ? new Date(t).toLocaleString() : "—");
+const fmtNum = (n, d = 3) => (typeof n === "number" ? (Number.isInteger(n) ? String(n) : n.toFixed(d)) : n ?? "—");
+function ago(t) {
+  if (!t) return "—";
+  const s = Math.max(0, (Date.now() - new Date(t).getTime()) / 1000);
+  if (s < 90) return `${Math.round(s)} s ago`;
+  if (s < 5400) return `${Math.round(s / 60)} min ago`;
+  if (s < 129600) return `${Math.round(s / 3600)} h ago`;
+  return `${Math.round(s / 86400)} d ago`;
+}
+function badge(text, tone) { return h("span", { class: `badge ${tone || ""}` }, text); }
+function statusTone(s) { return { completed: "ok", failed: "bad", pending: "warn", in_progress: "warn" }[s] || ""; }
+function field(label, input) {
+  input.id = input.id || `f-${label.toLowerCase().replace(/[^a-z0-9]+/g, "-")}`;
+  return h("div", { class: "field" }, h("label", { for: input.id }, label), input);
+}
+function table(caption, headers, rows, attrs) {
+  return h("table", attrs || {}, caption ? h("caption", {}, caption) : null,
+    h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col", class: x.num ? "num" : null }, x.label ?? x)))),
+    h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: headers.length, class: "muted" }, "Nothing yet."))));
+}
+function alertBox(text) { return h("div", { class: "alert", role: "alert" }, text); }
+function announce(text) { document.getElementById("status").textContent = text; }
+
+// ---------- session and API ----------
+function session() { try { return JSON.parse(sessionStorage.getItem(STORE)); } catch { return null; } }
+class ApiError extends Error {
+  constructor(status, detail) { super(`${status}: ${detail}`); this.status = status; this.detail = detail; }
+}
+async function api(path, { method = "GET", body, params } = {}) {
+  const s = session();
+  const url = new URL(path, location.origin);
+  for (const [k, v] of Object.entries(params || {})) if (v !== "" && v !== null && v !== undefined) url.searchParams.set(k, v);
+  const headers = { Accept: "application/json" };
+  if (s) headers[s.kind === "admin" ? "X-Admin-Key" : "X-API-Key"] = s.key;
+  if (s && s.actingUser && s.kind === "api" && !s.user) headers["X-User-Id"] = s.actingUser;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(url, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await r.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch { data = text; }
+  if (!r.ok) {
+    let detail = data && data.detail !== undefined ? data.detail : text;
+    if (typeof detail !== "string") detail = JSON.stringify(detail);
+    if (r.status === 401 && s) { sessionStorage.removeItem(STORE); }
+    throw new ApiError(r.status, detail || r.statusText);
+  }
+  return data;
+}
+function explain(err) {
+  if (err instanceof ApiError) {
+    if (err.status === 404 && /Not Found/i.test(err.detail)) return "This server does not offer that endpoint.";
+    const what = { 401: "Not signed in or unknown key", 403: "Refused by the server", 404: "Not found",
+                   409: "Conflict", 422: "Invalid input", 429: "Too many requests", 503: "Unavailable" }[err.status];
+    return `${what || "Error"} (${err.status}): ${err.detail}`;
+  }
+  return `Could not reach the server: ${err.message}`;
+}
+const may = {
+  any: (s) => !!s,
+  api: (s) => s && s.kind === "api",
+  facts: (s) => s && s.kind === "api" && s.may_manage_facts,
+  admin: (s) => s && s.kind === "admin",
+};
+
+// ---------- pages ----------
+function page(title, ...content) {
+  main.replaceChildren(h("h1", {}, title), ...content);
+  document.title = `${title} · Memory Agent`;
+  main.focus();
+}
+function loading() { return h("p", { class: "muted" }, "Loading…"); }
+
+function loginPage(message) {
+  const key = h("input", { id: "login-key", type: "password", name: "key", autocomplete: "current-password", required: true,
+                           "aria-describedby": "login-help" });
+  const out = h("div", {});
+  const form = h("form", { class: "login", "aria-labelledby": "login-title", onsubmit: async (e) => {
+    e.preventDefault();
+    out.replaceChildren();
+    const value = key.value.trim();
+    for (const kind of ["api", "admin"]) {
+      sessionStorage.setItem(STORE, JSON.stringify({ key: value, kind }));
+      try {
+        const who = await api("/v1/ui/session");
+        sessionStorage.setItem(STORE, JSON.stringify({ key: value, ...who }));
+        location.hash = "#/conversations";
+        render();
+        return;
+      } catch (err) {
+        sessionStorage.removeItem(STORE);
+        if (!(err instanceof ApiError && err.status === 401)) { out.replaceChildren(alertBox(explain(err))); return; }
+      }
+    }
+    out.replaceChildren(alertBox("Unknown key: neither an API key nor an admin key of this server."));
+    key.focus();
+  } },
+    h("h1", { id: "login-title" }, "Sign in"),
+    message ? h("p", { class: "note" }, message) : null,
+    h("div", { class: "field" }, h("label", { for: "login-key" }, "API key or admin key"), key,
+      h("small", { id: "login-help", class: "muted" }, "An API key shows its own tenant; an admin key every tenant. ",
+        "It is kept in this tab only (sessionStorage).")),
+    h("button", { type: "submit" }, "Sign in"), out);
+  main.replaceChildren(form);
+  document.title = "Sign in · Memory Agent";
+  key.focus();
+}
+
+async function conversationsPage(params) {
+  const s = session();
+  const q = h("input", { type: "search", name: "q", value: params.get("q") || "" });
+  const tenant = h("input", { name: "tenant", value: params.get("tenant") || "" });
+  const results = h("div", {}, loading());
+  const openId = h("input", { name: "conversation_id", required: true, pattern: "[A-Za-z0-9][A-Za-z0-9._:@-]*" });
+  const openTenant = h("input", { name: "tenant", required: true });
+  page("Conversations",
+    h("form", { class: "row", role: "search", onsubmit: (e) => {
+      e.preventDefault();
+      const p = new URLSearchParams({ q: q.value });
+      if (s.kind === "admin" && tenant.value) p.set("tenant", tenant.value);
+      location.hash = `#/conversations?${p}`;
+    } }, field("Search conversations", q), s.kind === "admin" ? field("Tenant (empty: all)", tenant) : null,
+      h("button", { type: "submit" }, "Search")),
+    results,
+    h("h2", {}, "Open a conversation by id"),
+    h("form", { class: "row", onsubmit: (e) => {
+      e.preventDefault();
+      const t = s.kind === "admin" ? openTenant.value : s.tenant;
+      location.hash = `#/conversation/${encodeURIComponent(t)}/${encodeURIComponent(openId.value)}`;
+    } }, s.kind === "admin" ? field("Conversation tenant", openTenant) : null, field("Conversation id", openId),
+      h("button", { type: "submit", class: "secondary" }, "Open")));
+  try {
+    const data = await api("/v1/conversations", { params: { q: params.get("q"), tenant: params.get("tenant"), limit: 50,
+                                                            offset: params.get("offset") || 0 } });
+    const list = Array.isArray(data) ? data : data.conversations || data.items || [];
+    const rows = list.map((c) => {
+      const t = c.tenant_id || c.tenant || s.tenant;
+      const lag = c.lag ?? c.lag_messages ?? c.unsummarized_messages;
+      return h("tr", {},
+        h("td", {}, h("a", { href: `#/conversation/${encodeURIComponent(t)}/${encodeURIComponent(c.conversation_id)}` },
+          c.conversation_id)),
+        s.kind === "admin" ? h("td", {}, t) : null,
+        h("td", {}, c.user_id), h("td", {}, c.subject_id || "—"),
+        h("td", { class: "num" }, fmtNum(c.message_count)), h("td", { class: "num" }, fmtNum(c.last_seq)),
+        h("td", {}, h("time", { datetime: c.last_activity_at || c.updated_at || "" }, ago(c.last_activity_at || c.updated_at))),
+        h("td", { class: "num" }, typeof lag === "object" && lag ? Object.entries(lag).map(([k, v]) => `${k} ${v}`).join(", ") : fmtNum(lag)));
+    });
+    const total = data.total ?? list.length;
+    results.replaceChildren(table(`${total} conversation${total === 1 ? "" : "s"}`,
+      ["Conversation", ...(s.kind === "admin" ? ["Tenant"] : []), "User", "Subject", { label: "Messages", num: true },
+       { label: "Last seq", num: true }, "Last activity", { label: "Lag", num: true }], rows));
+  } catch (err) {
+    results.replaceChildren(alertBox(explain(err)));
+  }
+}
+
+async function conversationPage(tenant, id) {
+  const s = session();
+  page(`Conversation ${id}`, loading());
+  let c;
+  try {
+    c = await api(`/v1/ui/conversations/${encodeURIComponent(id)}`, { params: s.kind === "admin" ? { tenant } : {} });
+  } catch (err) {
+    main.replaceChildren(h("h1", {}, `Conversation ${id}`), alertBox(explain(err)));
+    return;
+  }
+  const summaryItems = c.summaries.map((m) => h("li", { class: m.status },
+    h("strong", {}, `Messages ${m.start_sequence}–${m.end_sequence}`), " ", badge(m.status, statusTone(m.status)),
+    m.attempt > 1 ? h("span", { class: "muted" }, ` attempt ${m.attempt}`) : null,
+    h("div", { class: "muted" }, `#${m.memory_id}`, m.base_memory_id ? ` extends #${m.base_memory_id}` : " (first)",
+      ` · ${m.model} · prompt ${m.prompt_version} · created ${fmtTime(m.created_at)}`,
+      m.completed_at ? ` · completed ${fmtTime(m.completed_at)}` : "",
+      m.generation_time_ms !== null ? ` · generated in ${(m.generation_time_ms / 1000).toFixed(2)} s` : ""),
+    m.memory_text ? h("p", {}, m.memory_text) : null,
+    m.status === "failed" ? h("p", { class: "alert" }, "This window failed; the next attempt or a later window covers it.") : null));
+  main.replaceChildren(
+    h("h1", {}, `Conversation ${c.conversation_id}`),
+    h("dl", { class: "facts" },
+      h("dt", {}, "Tenant"), h("dd", {}, c.tenant), h("dt", {}, "User"), h("dd", {}, c.user_id),
+      h("dt", {}, "Subject"), h("dd", {}, c.subject_id || "—"),
+      h("dt", {}, "Messages"), h("dd", {}, `${c.message_count} (last seq ${c.last_seq}, ${c.gap_count} gaps)`),
+      h("dt", {}, "Summaries"), h("dd", {}, `${c.summaries.length} versions`)),
+    h("h2", { id: "summaries" }, "Summary chain"),
+    c.summaries.length ? h("ol", { class: "timeline", "aria-labelledby": "summaries" }, summaryItems)
+      : h("p", { class: "muted" }, "No summary yet."),
+    h("h2", {}, "Topics"),
+    table(c.active_topic_id ? `Active topic: ${c.active_topic_id} (as of seq ${c.topics_as_of_seq})` : "No active topic",
+      ["Topic", "State", { label: "Priority", num: true }, "Memory", { label: "Half-life (d)", num: true },
+       { label: "Messages (active / archived)", num: true }, "Archive", "Last active"],
+      c.topics.map((t) => h("tr", {},
+        h("td", {}, t.topic_title, h("div", { class: "muted" }, t.topic_id)),
+        h("td", {}, t.active ? badge("active", "ok") : t.evicted ? badge("evicted", "bad") : badge("idle"),
+          t.evicted_reason ? h("div", { class: "muted" }, t.evicted_reason) : null),
+        h("td", { class: "num" }, fmtNum(t.priority)),
+        h("td", {}, `${t.memory_type} (${t.consolidation_stage})`), h("td", { class: "num" }, fmtNum(t.half_life_days, 1)),
+        h("td", { class: "num" }, `${t.active_messages} / ${t.compressed_messages}`),
+        h("td", {}, t.archive_gzip_bytes ? `archived: ${t.compressed_messages} messages, ${t.archive_gzip_bytes} B gzip` : "not archived",
+          t.compaction_status ? h("div", { class: "muted" }, `compaction ${t.compaction_status} (${t.compactions}×)`) : null,
+          t.restored_at_seq !== null && t.restored_at_seq !== undefined ? h("div", {}, badge(`restored at seq ${t.restored_at_seq}`, "warn")) : null),
+        h("td", {}, ago(t.last_active_at))))),
+    h("h2", {}, "Facts from this conversation"),
+    table(null, ["Fact", "Category", "Owner", "Visibility", "State"],
+      c.facts.map((f) => h("tr", {}, h("td", {}, f.content), h("td", {}, f.category), h("td", {}, f.owner_user_id),
+        h("td", {}, f.visibility), h("td", {}, f.valid_to ? badge("superseded", "warn") : badge("current", "ok"))))),
+    h("h2", {}, "Chunks"),
+    table(null, ["Messages", "Content", "Model", "Created"],
+      c.chunks.map((k) => h("tr", {}, h("td", {}, `${k.message_range_start}–${k.message_range_end - 1}`),
+        h("td", {}, k.content), h("td", {}, `${k.model} · ${k.prompt_version}`), h("td", {}, fmtTime(k.created_at))))),
+    h("h2", {}, "Messages"),
+    table(c.messages.length < c.message_count ? `The newest ${c.messages.length} of ${c.message_count}` : null,
+      [{ label: "Seq", num: true }, "Role", "Content", "Time"],
+      c.messages.map((m) => h("tr", {}, h("td", { class: "num" }, m.seq), h("td", {}, m.role), h("td", {}, m.content),
+        h("td", {}, fmtTime(m.occurred_at))))));
+  main.focus();
+}
+
+function scoreCells(score) {
+  if (!score) return [h("td", { colspan: 6, class: "muted" }, "not scored")];
+  return [h("td", { class: "num" }, fmtNum(score.final)), h("td", { class: "num" }, fmtNum(score.similarity)),
+    h("td", { class: "num" }, fmtNum(score.cosine)), h("td", { class: "num" }, fmtNum(score.keyword_score)),
+    h("td", { class: "num" }, `${fmtNum(score.importance_weight)} / ${fmtNum(score.recency_weight)}`),
+    h("td", {}, (score.found_by || []).join(", "))];
+}
+const SCORE_HEADERS = [{ label: "Final", num: true }, { label: "Similarity", num: true }, { label: "Cosine", num: true },
+  { label: "Keyword", num: true }, { label: "Importance / recency weight", num: true }, "Found by"];
+const REASONS = { below_threshold: "score below the threshold", already_surfaced: "already shown in this conversation",
+                  over_budget: "did not fit the token budget" };
+
+async function searchPage(params) {
+  const s = session();
+  const q = h("input", { type: "search", name: "q", required: true, value: params.get("q") || "" });
+  const user = h("input", { name: "user_id", value: params.get("user_id") || s.actingUser || "" });
+  const subject = h("input", { name: "subject_id", value: params.get("subject_id") || "" });
+  const since = h("input", { type: "date", name: "since", value: params.get("since") || "" });
+  const until = h("input", { type: "date", name: "until", value: params.get("until") || "" });
+  const k = h("input", { type: "number", name: "k", min: 1, max: 100, value: params.get("k") || 10 });
+  const chosen = (params.get("kinds") || "fact,chunk,message").split(",");
+  const kinds = ["fact", "chunk", "message"].map((kind) => h("input", { type: "checkbox", id: `kind-${kind}`, value: kind,
+                                                                         checked: chosen.includes(kind) }));
+  const results = h("div", {});
+  page("Memory search",
+    h("form", { class: "row", role: "search", onsubmit: (e) => {
+      e.preventDefault();
+      const p = new URLSearchParams({ q: q.value, k: k.value,
+        kinds: kinds.filter((x) => x.checked).map((x) => x.value).join(",") });
+      for (const [name, el] of [["user_id", user], ["subject_id", subject], ["since", since], ["until", until]]) {
+        if (el.value) p.set(name, el.value);
+      }
+      location.hash = `#/search?${p}`;
+    } }, field("Search memory", q), s.user ? null : field("User id", user), field("Subject id", subject),
+      h("fieldset", {}, h("legend", {}, "Kinds"), kinds.map((x) => h("label", { for: x.id }, x, ` ${x.value}s`))),
+      field("Since", since), field("Until", until), field("Results (k)", k), h("button", { type: "submit" }, "Search")),
+    results);
+  if (!params.get("q")) { q.focus(); return; }
+  results.replaceChildren(loading());
+  try {
+    const data = await api("/v1/search", { params: Object.fromEntries(params) });
+    const items = data.items || data.results || [];
+    const excluded = data.excluded || [];
+    results.replaceChildren(
+      h("h2", {}, `${items.length} result${items.length === 1 ? "" : "s"}`),
+      data.error ? alertBox(data.error) : null,
+      h("p", { class: "muted" }, `${data.candidates ?? "?"} candidates · threshold ${fmtNum(data.threshold)}`,
+        data.embedding_model ? ` · ${data.embedding_model}` : ""),
+      table(null, ["Kind", "Content", ...SCORE_HEADERS, "Source"],
+        items.map((it) => h("tr", {}, h("td", {}, it.kind), h("td", {}, it.content), scoreCells(it.score),
+          h("td", {}, it.conversation_id ? h("a", { href: `#/conversation/${encodeURIComponent(s.tenant)}/${encodeURIComponent(it.conversation_id)}` },
+            it.conversation_id) : (it.owner_user_id ? `owner ${it.owner_user_id}` : "—"),
+            it.message_range ? ` (${it.message_range[0]}–${it.message_range[1] - 1})` : ""))),
+        { "aria-label": "Search results" }),
+      h("h2", {}, `Excluded (${data.excluded_total ?? excluded.length})`),
+      table(null, ["Kind", "Id", "Why excluded", ...SCORE_HEADERS],
+        excluded.map((x) => h("tr", {}, h("td", {}, x.kind), h("td", {}, x.id), h("td", {}, REASONS[x.reason] || x.reason),
+          scoreCells(x.score))), { "aria-label": "Excluded items" }));
+    announce(`${items.length} results`);
+  } catch (err) {
+    results.replaceChildren(alertBox(explain(err)));
+  }
+}
+
+async function factsPage(params) {
+  const s = session();
+  const user = h("input", { name: "user_id", required: true, value: params.get("user_id") || s.actingUser || "" });
+  const subject = h("input", { name: "subject_id", value: params.get("subject_id") || "" });
+  const results = h("div", {});
+  const feedback = h("div", { "aria-live": "polite" });
+  page("Facts",
+    h("p", { class: "muted" }, "Owners edit, share, unshare and delete their facts; facts others shared are read only (seed 003)."),
+    h("form", { class: "row", onsubmit: (e) => {
+      e.preventDefault();
+      if (!s.user) { s.actingUser = user.value; sessionStorage.setItem(STORE, JSON.stringify(s)); }
+      const p = new URLSearchParams();
+      if (!s.user) p.set("user_id", user.value);
+      if (subject.value) p.set("subject_id", subject.value);
+      location.hash = `#/facts?${p}`;
+    } }, s.user ? h("p", {}, `Acting as ${s.user}`) : field("Acting user", user), field("Subject id (empty: all)", subject),
+      h("button", { type: "submit" }, "Show facts")),
+    feedback, results);
+  const acting = s.user || params.get("user_id");
+  if (!acting) { user.focus(); return; }
+  if (!s.user && s.actingUser !== acting) { s.actingUser = acting; sessionStorage.setItem(STORE, JSON.stringify(s)); }
+  results.replaceChildren(loading());
+  const act = async (label, method, path, body) => {
+    feedback.replaceChildren();
+    try {
+      await api(path, { method, body, params: { wait: "true", wait_ms: 10000 } });
+      feedback.replaceChildren(h("p", { class: "note", role: "status" }, `${label}: done.`));
+      await load();
+    } catch (err) {
+      feedback.replaceChildren(alertBox(`${label}: ${explain(err)}`));
+    }
+  };
+  const load = async () => {
+    const data = await api("/v1/facts", { params: { subject_id: params.get("subject_id") } });
+    results.replaceChildren(table(`${data.facts.length} facts visible to ${data.user_id}`,
+      ["Fact", "Category", "Owner", "Visibility", "Source", "Actions"],
+      data.facts.map((f) => {
+        const id = f.fact_id;
+        const actions = f.mine ? [
+          h("button", { type: "button", class: "secondary", "aria-label": `Edit fact: ${f.content}`, onclick: (e) => {
+            const text = h("textarea", { id: `edit-${id}`, name: "content", required: true, maxlength: 4000 }, f.content);
+            const form = h("form", { onsubmit: (ev) => { ev.preventDefault(); act("Edit", "PATCH", `/v1/facts/${id}`, { content: text.value }); } },
+              h("label", { for: `edit-${id}` }, "New wording"), text, " ",
+              h("button", { type: "submit" }, "Save"), " ",
+              h("button", { type: "button", class: "secondary", onclick: () => load() }, "Cancel"));
+            e.target.closest("td").replaceChildren(form);
+            text.focus();
+          } }, "Edit"), " ",
+          h("button", { type: "button", class: "secondary", "aria-label": `${f.visibility === "shared" ? "Unshare" : "Share"} fact: ${f.content}`,
+            onclick: () => act(f.visibility === "shared" ? "Unshare" : "Share", "PATCH", `/v1/facts/${id}/visibility`,
+              { visibility: f.visibility === "shared" ? "private" : "shared" }) }, f.visibility === "shared" ? "Unshare" : "Share"), " ",
+          h("button", { type: "button", class: "danger", "aria-label": `Delete fact: ${f.content}`, onclick: () => {
+            if (confirm(`Delete this fact?\n\n${f.content}`)) act("Delete", "DELETE", `/v1/facts/${id}`);
+          } }, "Delete"),
+        ] : [h("span", { class: "muted" }, `shared by ${f.owner_user_id}: read only`)];
+        return h("tr", { "data-fact-id": id }, h("td", {}, f.content, f.valid_to ? [" ", badge("superseded", "warn")] : null),
+          h("td", {}, f.category), h("td", {}, f.mine ? "me" : f.owner_user_id),
+          h("td", {}, f.visibility === "shared" ? badge("shared", "ok") : badge("private")),
+          h("td", {}, f.source_conversation_id ? h("a", { href: `#/conversation/${encodeURIComponent(s.tenant)}/${encodeURIComponent(f.source_conversation_id)}` },
+            f.source_conversation_id) : "—"), h("td", {}, actions));
+      })));
+  };
+  try { await load(); } catch (err) { results.replaceChildren(alertBox(explain(err))); }
+}
+
+async function generationsPage(params) {
+  const results = h("div", {}, loading());
+  const diffOut = h("div", {});
+  const a = h("select", { name: "a", required: true });
+  const b = h("select", { name: "b", required: true });
+  page("Generations", results, h("h2", {}, "Compare two generations"),
+    h("form", { class: "row", onsubmit: (e) => {
+      e.preventDefault();
+      location.hash = `#/generations?${new URLSearchParams({ a: a.value, b: b.value })}`;
+    } }, field("From generation", a), field("To generation", b), h("button", { type: "submit" }, "Diff")), diffOut);
+  let gens;
+  try { gens = await api("/v1/admin/generations"); } catch (err) { results.replaceChildren(alertBox(explain(err))); return; }
+  for (const sel of [a, b]) sel.replaceChildren(...gens.map((g) => h("option", { value: g.name }, g.name)));
+  if (params.get("a")) a.value = params.get("a");
+  if (params.get("b")) b.value = params.get("b"); else if (gens.length > 1) b.value = gens[1].name;
+  results.replaceChildren(table(null, ["Generation", "Status", "Replay progress", "Derived records", "LLM cache", "Created"],
+    gens.map((g) => {
+      const p = g.progress || {};
+      const pct = p.total ? Math.round((100 * p.processed) / p.total) : 100;
+      const cache = Object.entries(g.llm_cache || {}).map(([k, v]) => `${k}: ${Object.entries(v).map(([x, y]) => `${y} ${x}`).join(", ")}`);
+      return h("tr", { "data-generation": g.name }, h("td", {}, g.name),
+        h("td", {}, badge(g.status, g.status === "active" ? "ok" : "")),
+        h("td", {}, h("progress", { max: p.total || 1, value: p.total ? p.processed : 1, "aria-label": `Replay progress of ${g.name}` }),
+          ` ${p.processed ?? 0} / ${p.total ?? 0} events (${pct}%) `, p.caught_up ? badge("caught up", "ok") : badge("replaying", "warn")),
+        h("td", {}, `${p.derived_projected ?? 0} / ${p.derived_total ?? 0}`),
+        h("td", {}, cache.length ? cache.join("; ") : "—"), h("td", {}, fmtTime(g.created_at)));
+    })));
+  if (!params.get("a") || !params.get("b")) return;
+  diffOut.replaceChildren(loading());
+  try {
+    const d = await api("/v1/ui/admin/generations/diff", { params: { a: params.get("a"), b: params.get("b") } });
+    const changes = (section) => Object.entries(d[section]).map(([conv, ch]) => h("tr", {}, h("td", {}, conv),
+      h("td", {}, ch.added.join(", ") || "—"), h("td", {}, ch.removed.join(", ") || "—"), h("td", {}, ch.changed.join(", ") || "—")));
+    diffOut.replaceChildren(
+      h("h2", {}, `Diff ${d.a} → ${d.b}`),
+      d.empty ? h("p", { class: "note" }, "No differences.") : null,
+      h("dl", { class: "facts" }, Object.entries(d.totals).map(([k, v]) => [h("dt", {}, k.replaceAll("_", " ")), h("dd", {}, v)])),
+      table("Summaries (windows)", ["Conversation", "Added", "Removed", "Changed"], changes("summaries")),
+      table("Chunks (windows)", ["Conversation", "Added", "Removed", "Changed"], changes("chunks")),
+      table("Facts", ["Change", "Fact", "Scope", `In ${d.a}`, `In ${d.b}`],
+        Object.entries(d.facts).flatMap(([kind, list]) => list.map((f) => h("tr", {}, h("td", {}, kind), h("td", {}, f.fact_id),
+          h("td", {}, f.scope), h("td", {}, f.a ? f.a.content : "—"), h("td", {}, f.b ? f.b.content : "—"))))));
+  } catch (err) { diffOut.replaceChildren(alertBox(explain(err))); }
+}
+
+async function deadLettersPage(params) {
+  const limit = h("input", { type: "number", name: "limit", min: 1, max: 1000, value: params.get("limit") || 100 });
+  const results = h("div", {}, loading());
+  page("Dead letters",
+    h("p", { class: "muted" }, "Records a consumer could not apply, with the reason and the original bytes."),
+    h("form", { class: "row", onsubmit: (e) => { e.preventDefault(); location.hash = `#/dead-letters?limit=${limit.value}`; } },
+      field("How many (newest)", limit), h("button", { type: "submit" }, "Show")), results);
+  try {
+    const data = await api("/v1/admin/dead-letters", { params: { limit: params.get("limit") || 100 } });
+    const letters = Array.isArray(data) ? data : data.letters || data.records || data.items || [];
+    const counts = data.counts || data.by_reason || letters.reduce((acc, l) => ({ ...acc, [l.reason]: (acc[l.reason] || 0) + 1 }), {});
+    results.replaceChildren(
+      table("Counts by reason", ["Reason", { label: "Records", num: true }],
+        Object.entries(counts).map(([r, n]) => h("tr", {}, h("td", {}, r), h("td", { class: "num" }, typeof n === "object" ? JSON.stringify(n) : n)))),
+      table(`${data.total ?? letters.length} records (newest first)`, ["Reason", "Detail", "Stage", "Source", "When", "Original"],
+        letters.map((l) => {
+          const src = l.source || {};
+          const original = l.original ?? l.original_text ?? l.value ?? "";
+          return h("tr", {}, h("td", {}, badge(l.reason, "bad")), h("td", {}, l.detail || "—"), h("td", {}, l.stage || "—"),
+            h("td", {}, src.topic ? `${src.topic} [${src.partition}] @${src.offset}` : "—", l.key ? h("div", { class: "muted" }, `key ${l.key}`) : null),
+            h("td", {}, fmtTime(l.dead_lettered_at)),
+            h("td", {}, h("details", {}, h("summary", {}, `${l.original_size ?? original.length} bytes (${l.original_encoding || "utf-8"})`,
+              l.original_truncated ? " truncated" : ""), h("pre", {}, typeof original === "string" ? original : JSON.stringify(original, null, 2)))));
+        })));
+  } catch (err) { results.replaceChildren(alertBox(explain(err))); }
+}
+
+function kvTable(caption, obj) {
+  const rows = [];
+  const walk = (prefix, v) => {
+    if (v && typeof v === "object" && !Array.isArray(v)) for (const [k, x] of Object.entries(v)) walk(prefix ? `${prefix}.${k}` : k, x);
+    else rows.push(h("tr", {}, h("th", { scope: "row" }, prefix), h("td", { class: "num" }, Array.isArray(v) ? JSON.stringify(v) : fmtNum(v))));
+  };
+  walk("", obj);
+  return table(caption, ["Measure", { label: "Value", num: true }], rows);
+}
+
+async function statsPage() {
+  const results = h("div", {}, loading());
+  page("Stats", results);
+  try {
+    const data = await api("/v1/stats");
+    const parts = [];
+    for (const [k, v] of Object.entries(data)) {
+      if (v && typeof v === "object") parts.push(h("h2", {}, k.replaceAll("_", " ")), kvTable(null, v));
+      else parts.push(kvTable(null, { [k]: v }));
+    }
+    results.replaceChildren(...parts);
+  } catch (err) { results.replaceChildren(alertBox(explain(err))); }
+}
+
+// ---------- router ----------
+function setNav(s, route) {
+  document.getElementById("nav").hidden = !s;
+  document.getElementById("who").hidden = !s;
+  if (!s) return;
+  document.getElementById("who-text").textContent = s.kind === "admin" ? "Admin key: every tenant"
+    : `Tenant ${s.tenant}${s.user ? `, user ${s.user}` : ""}`;
+  for (const a of document.querySelectorAll("#nav a")) {
+    a.parentElement.hidden = !may[a.dataset.needs](s);
+    if (a.getAttribute("href") === `#/${route}`) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  }
+}
+const ROUTES = { conversations: [conversationsPage, "any"], search: [searchPage, "api"], facts: [factsPage, "facts"],
+                 generations: [generationsPage, "admin"], "dead-letters": [deadLettersPage, "admin"], stats: [statsPage, "any"] };
+
+function render() {
+  const s = session();
+  const [path, query] = (location.hash.replace(/^#\/?/, "") || "conversations").split("?");
+  const parts = path.split("/").map(decodeURIComponent);
+  setNav(s, parts[0]);
+  if (!s) return loginPage();
+  if (parts[0] === "conversation" && parts.length === 3) return conversationPage(parts[1], parts[2]);
+  const route = ROUTES[parts[0]];
+  if (!route) return page("Not found", h("p", {}, "No such page. ", h("a", { href: "#/conversations" }, "Conversations")));
+  if (!may[route[1]](s)) return page("Not available", h("p", { class: "note" }, "This key may not use this page."));
+  return route[0](new URLSearchParams(query || ""));
+}
+
+document.getElementById("logout").addEventListener("click", () => {
+  sessionStorage.removeItem(STORE);
+  location.hash = "";
+  render();
+});
+window.addEventListener("hashchange", render);
+render();
