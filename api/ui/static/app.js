@@ -72,7 +72,7 @@ async function api(path, { method = "GET", body, params } = {}) {
 }
 function explain(err) {
   if (err instanceof ApiError) {
-    if (err.status === 404 && /Not Found/i.test(err.detail)) return "This server does not offer that endpoint.";
+    if (err.status === 404 && err.detail === "Not Found") return "This server does not offer that endpoint.";
     const what = { 401: "Not signed in or unknown key", 403: "Refused by the server", 404: "Not found",
                    409: "Conflict", 422: "Invalid input", 429: "Too many requests", 503: "Unavailable" }[err.status];
     return `${what || "Error"} (${err.status}): ${err.detail}`;
@@ -202,7 +202,7 @@ async function conversationPage(tenant, id) {
       h("dt", {}, "Tenant"), h("dd", {}, c.tenant), h("dt", {}, "User"), h("dd", {}, c.user_id),
       h("dt", {}, "Subject"), h("dd", {}, c.subject_id || "—"),
       h("dt", {}, "Messages"), h("dd", {}, `${c.message_count} (last seq ${c.last_seq}, ${c.gap_count} gaps)`),
-      h("dt", {}, "Summaries"), h("dd", {}, `${c.summaries.length} versions`)),
+      h("dt", {}, "Summaries"), h("dd", {}, `${c.summaries.length} version${c.summaries.length === 1 ? "" : "s"}`)),
     h("h2", { id: "summaries" }, "Summary chain"),
     c.summaries.length ? h("ol", { class: "timeline", "aria-labelledby": "summaries" }, summaryItems)
       : h("p", { class: "muted" }, "No summary yet."),

@@ -1,0 +1,225 @@
+"""The dashboard (/ui) in a real headless Chromium against the real stack: API over HTTP,
+PostgreSQL, Kafka and a worker with the scripted OpenAI-compatible model.
+
+Selenium drives Debian's `chromium` and `chromium-driver` (.ci/run installs them); nothing is
+downloaded at run time. A failing step leaves a screenshot whose path the failure names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from memory_agent.client import MemoryClient
+from memory_agent.settings import DEV_ADMIN_KEY
+from schemas import facts_events as fe
+from schemas.codec import new_event
+from tests.integration.test_fact_management import ALICE, BOB, Model, generation, wait_for_dead_letter
+from tests.integration.test_facts_capture import say_session, wait_for_chunks
+from tests.support.fake_openai import FakeOpenAI
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (the dev extra) is not installed")
+from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+WAIT_S = 60  # generous: the machine is shared
+
+
+@contextlib.contextmanager
+def chromium(shots: Path):
+    """Headless Chromium through the system chromedriver (Selenium Manager never asked)."""
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} missing: apt-get install chromium chromium-driver (.ci/run does it)")
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager, if ever consulted, must not download
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1400,1100", "--no-first-run", "--disable-extensions"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.shots = shots
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+class Browser:
+    """Steps with a screenshot on failure (path printed and put in the assertion)."""
+
+    def __init__(self, driver, base: str, shots: Path) -> None:
+        self.d, self.base, self.shots = driver, base, shots
+
+    def step(self, name: str, action: Callable[[], object]) -> object:
+        try:
+            return action()
+        except Exception as exc:
+            path = self.shots / f"dashboard-{name}.png"
+            self.d.save_screenshot(str(path))
+            print(f"dashboard step {name!r} failed; screenshot: {path}")
+            raise AssertionError(f"step {name!r} failed ({type(exc).__name__}: {exc}); screenshot {path}") from exc
+
+    def wait(self, condition: Callable[[object], object], what: str) -> object:
+        try:
+            return WebDriverWait(self.d, WAIT_S, poll_frequency=0.2).until(condition)
+        except TimeoutException:
+            raise AssertionError(f"timed out after {WAIT_S}s waiting for {what}") from None
+
+    def text_appears(self, text: str, css: str = "main") -> None:
+        self.wait(lambda d: text in d.find_element(By.CSS_SELECTOR, css).text, f"{text!r} in {css}")
+
+    def go(self, hash_: str) -> None:
+        self.d.get(f"{self.base}/ui#{hash_}")
+
+    def active(self):
+        return self.d.switch_to.active_element
+
+    def keys(self, *keys: str) -> None:
+        self.active().send_keys(*keys)
+
+    def shot(self, name: str) -> None:
+        self.d.save_screenshot(str(self.shots / f"dashboard-{name}.png"))
+
+    def assert_labelled(self) -> None:
+        """Every visible form field has a <label for> (or sits in a <label>)."""
+        unlabelled = self.d.execute_script("""
+            return [...document.querySelectorAll('input, select, textarea')]
+              .filter(e => e.type !== 'hidden' && e.offsetParent !== null)
+              .filter(e => !(e.labels && e.labels.length && e.labels[0].textContent.trim()))
+              .map(e => e.outerHTML);""")
+        assert unlabelled == [], f"form fields without a label: {unlabelled}"
+
+    def login(self, key: str) -> None:
+        """Keyboard only: the key field has focus, Tab reaches the button, Enter submits."""
+        self.d.delete_all_cookies()
+        self.go("/conversations")
+        self.d.execute_script("sessionStorage.clear()")
+        self.d.refresh()
+        self.wait(lambda d: self.active().get_attribute("id") == "login-key", "focus in the key field")
+        self.assert_labelled()
+        label = self.d.find_element(By.CSS_SELECTOR, "label[for=login-key]").text
+        assert label == "API key or admin key"
+        self.keys(key, Keys.TAB)
+        assert self.active().tag_name == "button" and self.active().text == "Sign in"
+        self.keys(Keys.ENTER)
+        self.wait(lambda d: d.find_element(By.ID, "who").is_displayed(), "signed in")
+
+
+async def in_thread(fn: Callable[[], object]) -> object:
+    """Selenium blocks: run it off the loop that serves the API."""
+    return await asyncio.to_thread(fn)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_in_a_real_browser(settings, tmp_path):
+    shots = Path(os.environ.get("MEMORY_TEST_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    model = Model()
+    with FakeOpenAI(json_responder=model) as fake, chromium(shots) as driver:
+        async with generation(settings, fake) as (worker, http):
+            async with MemoryClient(settings) as client:
+                await say_session(client, "alice-1", user="alice", lines=ALICE)
+                await say_session(client, "bob-1", user="bob", lines=BOB)
+            await wait_for_chunks(settings, 2, worker.log_path)
+            # A forged decision (bob deleting alice's fact): the projector dead-letters it.
+            async with MemoryClient(settings) as client:
+                facts = (await http.get("/v1/facts", headers={"X-User-Id": "alice"})).json()["facts"]
+                carpenter = next(f["fact_id"] for f in facts if f["content"] == "Grandpa worked as a carpenter.")
+                forged = new_event(fe.FACT_DELETED, fe.FactDeleted(fact_id=carpenter, owner_user_id="alice",
+                                                                   content_snapshot="x"),
+                                   tenant_id="tenant-a", conversation_id="alice-1", user_id="bob")
+                await client.append(forged)
+            await wait_for_dead_letter(settings, forged.event_id)
+            base = str(http.base_url).rstrip("/")
+            b = Browser(driver, base, shots)
+            await in_thread(lambda: b.step("tenant", lambda: tenant_pages(b, base)))
+            await in_thread(lambda: b.step("admin", lambda: admin_pages(b, settings.generation)))
+
+
+def tenant_pages(b: Browser, base: str) -> None:
+    d = b.d
+    b.login("key-a")
+    assert "Tenant tenant-a" in d.find_element(By.ID, "who").text
+    nav = [a.text for a in d.find_elements(By.CSS_SELECTOR, "#nav a") if a.is_displayed()]
+    assert "Facts" in nav and "Memory search" in nav and "Generations" not in nav  # admin pages hidden
+
+    # A conversation: messages, the summary chain, chunks, facts and topics.
+    b.go("/conversation/tenant-a/alice-1")
+    b.text_appears("He loved fishing, and he was born in Braga.")
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "ol.timeline li.completed"), "a completed summary")
+    for heading in ("Summary chain", "Topics", "Facts from this conversation", "Chunks", "Messages"):
+        assert d.find_element(By.XPATH, f"//h2[text()='{heading}']")
+    b.text_appears("Grandpa worked as a carpenter.")
+    b.shot("conversation")
+    b.go("/conversation/tenant-a/nobody-1")  # unknown: the server's 404, shown as such
+    b.wait(lambda d: "Not found (404)" in d.find_element(By.CSS_SELECTOR, "[role=alert]").text, "the 404 shown")
+    # Facts: edit and delete as the owner (alice), with a refusal shown when the API says no.
+    b.go("/facts?user_id=alice")
+    b.text_appears("Grandpa loved fishing.")
+    b.assert_labelled()
+    row = lambda text: d.find_element(By.XPATH, f"//tr[td[1][starts-with(normalize-space(.), '{text}')]]")  # noqa: E731
+    row("Grandpa loved fishing.").find_element(By.XPATH, ".//button[text()='Edit']").click()
+    editor = b.active()
+    assert editor.tag_name == "textarea" and editor.get_attribute("id").startswith("edit-")
+    b.assert_labelled()
+    editor.clear()
+    editor.send_keys("Grandpa loved fly fishing.")
+    d.find_element(By.XPATH, "//form[.//textarea]//button[text()='Save']").click()
+    b.text_appears("Edit: done.")
+    b.text_appears("Grandpa loved fly fishing.")
+    row("Grandpa was born in Braga.").find_element(By.XPATH, ".//button[text()='Delete']").click()
+    d.switch_to.alert.accept()
+    b.text_appears("Delete: done.")
+    b.wait(lambda d: "Grandpa was born in Braga." not in d.find_element(By.TAG_NAME, "main").text, "the deleted fact gone")
+    # bob's own fact is not visible to alice (private), and nothing of another owner is editable.
+    assert "Grandpa taught Bob to swim." not in d.find_element(By.TAG_NAME, "main").text
+    # Refusal: the fact vanishes (deleted elsewhere) while its edit form is open: the API says 404.
+    row("Grandpa worked as a carpenter.").find_element(By.XPATH, ".//button[text()='Edit']").click()
+    fact_id = d.find_element(By.CSS_SELECTOR, "textarea[id^=edit-]").get_attribute("id").removeprefix("edit-")
+    gone = httpx.delete(f"{base}/v1/facts/{fact_id}", params={"wait": "true", "wait_ms": 20000},
+                        headers={"X-API-Key": "key-a", "X-User-Id": "alice"})
+    assert gone.status_code == 202, gone.text
+    b.active().send_keys(" (edited)")
+    d.find_element(By.XPATH, "//form[.//textarea]//button[text()='Save']").click()
+    b.wait(lambda d: "Not found (404)" in d.find_element(By.CSS_SELECTOR, "[role=alert]").text, "the refusal shown")
+    b.shot("facts")
+
+    # bob's view: alice's facts are not listed (private), his own are editable.
+    b.go("/facts?user_id=bob")
+    b.text_appears("Grandpa taught Bob to swim.")
+    assert "fly fishing" not in d.find_element(By.TAG_NAME, "main").text
+
+
+def admin_pages(b: Browser, generation_name: str) -> None:
+    d = b.d
+    d.find_element(By.ID, "logout").click()
+    b.login(DEV_ADMIN_KEY)
+    assert "Admin key" in d.find_element(By.ID, "who").text
+    nav = [a.text for a in d.find_elements(By.CSS_SELECTOR, "#nav a") if a.is_displayed()]
+    assert "Generations" in nav and "Dead letters" in nav and "Facts" not in nav
+
+    b.go("/generations")
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-generation='{generation_name}'] progress"),
+           "the generation's progress bar")
+    progress_row = d.find_element(By.CSS_SELECTOR, f"tr[data-generation='{generation_name}']")
+    b.wait(lambda d: "caught up" in progress_row.text, "the generation caught up")
+    bar = progress_row.find_element(By.TAG_NAME, "progress")
+    assert int(bar.get_attribute("max")) > 1 and bar.get_attribute("value") == bar.get_attribute("max")
+    b.assert_labelled()
+    b.shot("generations")
+    # The admin reads any tenant's conversation (read only: no fact buttons).
+    b.go("/conversation/tenant-a/bob-1")
+    b.text_appears("I learned to swim with grandpa at the lake every summer.")
+    assert not d.find_elements(By.XPATH, "//button[text()='Delete']")
