@@ -198,3 +198,32 @@ async def generations_diff(settings: AdminDep, a: str = Query(pattern=IDENTIFIER
         return await asyncio.to_thread(_diff, settings, a, b)
     except GenerationError as exc:
         raise HTTPException(404, detail=str(exc)) from None
+
+
+class TenantOut(BaseModel):
+    tenant_id: str
+    conversations: int
+    messages: int
+    last_activity_at: datetime | None
+
+
+async def admin_conn(request: Request, _: AdminDep):
+    """A pooled connection on the active generation for tenant-wide admin reads."""
+    async for conn in get_conn(request, Principal("*", None, "nobody", "admin")):
+        yield conn
+
+
+@router.get("/admin/tenants", response_model=list[TenantOut])
+async def tenants(conn: Annotated[psycopg.AsyncConnection, Depends(admin_conn)]) -> list[TenantOut]:
+    """Every tenant with conversations (the admin's tenant picker)."""
+    return [TenantOut(**vars(t)) for t in await uq.list_tenants(conn)]
+
+
+@router.get("/throughput")
+async def throughput(reader: ReaderDep,
+                     conn: Annotated[psycopg.AsyncConnection, Depends(reader_conn)]) -> dict[str, dict[str, int]]:
+    """Rows the read model took in over the last minute, 5 minutes and hour (messages, summaries
+    completed and failed, chunks, facts) for the tenant."""
+    if reader.principal is not None and reader.principal.user is not None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="throughput is per tenant: use a service key")
+    return await uq.throughput(conn, reader.tenant)

@@ -32,7 +32,7 @@ function ago(t) {
   return `${Math.round(s / 86400)} d ago`;
 }
 function badge(text, tone) { return h("span", { class: `badge ${tone || ""}` }, text); }
-function statusTone(s) { return { completed: "ok", failed: "bad", pending: "warn", in_progress: "warn" }[s] || ""; }
+function statusTone(s) { return { completed: "ok", failed: "bad", processing: "warn" }[s] || ""; }
 function field(label, input) {
   input.id = input.id || `f-${label.toLowerCase().replace(/[^a-z0-9]+/g, "-")}`;
   return h("div", { class: "field" }, h("label", { for: input.id }, label), input);
@@ -132,18 +132,16 @@ function loginPage(message) {
 async function conversationsPage(params) {
   const s = session();
   const q = h("input", { type: "search", name: "q", value: params.get("q") || "" });
-  const tenant = h("input", { name: "tenant", value: params.get("tenant") || "" });
   const results = h("div", {}, loading());
   const openId = h("input", { name: "conversation_id", required: true, pattern: "[A-Za-z0-9][A-Za-z0-9._:@-]*" });
   const openTenant = h("input", { name: "tenant", required: true });
-  page("Conversations",
+  page("Conversations", s.kind === "admin" ? await tenantPicker(params, "#/conversations") : null,
     h("form", { class: "row", role: "search", onsubmit: (e) => {
       e.preventDefault();
       const p = new URLSearchParams({ q: q.value });
-      if (s.kind === "admin" && tenant.value) p.set("tenant", tenant.value);
+      if (s.kind === "admin" && params.get("tenant")) p.set("tenant", params.get("tenant"));
       location.hash = `#/conversations?${p}`;
-    } }, field("Search conversations", q), s.kind === "admin" ? field("Tenant (empty: all)", tenant) : null,
-      h("button", { type: "submit" }, "Search")),
+    } }, field("Search conversations", q), h("button", { type: "submit" }, "Search")),
     results,
     h("h2", {}, "Open a conversation by id"),
     h("form", { class: "row", onsubmit: (e) => {
@@ -153,25 +151,33 @@ async function conversationsPage(params) {
     } }, s.kind === "admin" ? field("Conversation tenant", openTenant) : null, field("Conversation id", openId),
       h("button", { type: "submit", class: "secondary" }, "Open")));
   try {
-    const data = await api("/v1/conversations", { params: { q: params.get("q"), tenant: params.get("tenant"), limit: 50,
-                                                            offset: params.get("offset") || 0 } });
-    const list = Array.isArray(data) ? data : data.conversations || data.items || [];
+    if (s.kind === "admin" && !params.get("tenant")) {
+      results.replaceChildren(h("p", { class: "note" }, "Choose a tenant to list its conversations."));
+      return;
+    }
+    const data = await api(s.kind === "admin" ? "/v1/ui/conversations" : "/v1/conversations",
+                           { params: { q: params.get("q"), tenant: params.get("tenant"), limit: 50, offset: params.get("offset") || 0 } });
+    const list = data.conversations;
     const rows = list.map((c) => {
-      const t = c.tenant_id || c.tenant || s.tenant;
-      const lag = c.lag ?? c.lag_messages ?? c.unsummarized_messages;
+      const t = c.tenant_id || s.tenant || params.get("tenant");
       return h("tr", {},
         h("td", {}, h("a", { href: `#/conversation/${encodeURIComponent(t)}/${encodeURIComponent(c.conversation_id)}` },
           c.conversation_id)),
-        s.kind === "admin" ? h("td", {}, t) : null,
         h("td", {}, c.user_id), h("td", {}, c.subject_id || "—"),
-        h("td", { class: "num" }, fmtNum(c.message_count)), h("td", { class: "num" }, fmtNum(c.last_seq)),
-        h("td", {}, h("time", { datetime: c.last_activity_at || c.updated_at || "" }, ago(c.last_activity_at || c.updated_at))),
-        h("td", { class: "num" }, typeof lag === "object" && lag ? Object.entries(lag).map(([k, v]) => `${k} ${v}`).join(", ") : fmtNum(lag)));
+        h("td", { class: "num" }, fmtNum(c.message_count), c.gap_count ? h("div", { class: "muted" }, `${c.gap_count} gaps`) : null),
+        h("td", { class: "num" }, `${c.summaries} / ${c.chunks} / ${c.facts} / ${c.topics}`),
+        h("td", {}, h("time", { datetime: c.last_message_at || "" }, ago(c.last_message_at))),
+        h("td", { class: "num" }, c.summary_lag ? badge(`${c.summary_lag} unsummarized`, "warn") : badge("0", "ok")));
     });
-    const total = data.total ?? list.length;
-    results.replaceChildren(table(`${total} conversation${total === 1 ? "" : "s"}`,
-      ["Conversation", ...(s.kind === "admin" ? ["Tenant"] : []), "User", "Subject", { label: "Messages", num: true },
-       { label: "Last seq", num: true }, "Last activity", { label: "Lag", num: true }], rows));
+    const shown = data.offset + list.length;
+    const more = shown < data.total;
+    const page_ = (offset) => { const p = new URLSearchParams(params); p.set("offset", offset); return `#/conversations?${p}`; };
+    results.replaceChildren(table(`${data.total} conversation${data.total === 1 ? "" : "s"}` + (data.total ? `, ${data.offset + 1}–${shown} shown` : ""),
+      ["Conversation", "User", "Subject", { label: "Messages", num: true },
+       { label: "Summaries / chunks / facts / topics", num: true }, "Last activity", { label: "Lag (messages after the newest summary)", num: true }],
+      rows, { "aria-label": "Conversations" }),
+      h("p", {}, data.offset > 0 ? h("a", { href: page_(Math.max(0, data.offset - data.limit)) }, "Previous page") : null, " ",
+        more ? h("a", { href: page_(shown) }, "Next page") : null));
   } catch (err) {
     results.replaceChildren(alertBox(explain(err)));
   }
@@ -254,9 +260,9 @@ async function searchPage(params) {
   const q = h("input", { type: "search", name: "q", required: true, value: params.get("q") || "" });
   const user = h("input", { name: "user_id", value: params.get("user_id") || s.actingUser || "" });
   const subject = h("input", { name: "subject_id", value: params.get("subject_id") || "" });
-  const since = h("input", { type: "date", name: "since", value: params.get("since") || "" });
-  const until = h("input", { type: "date", name: "until", value: params.get("until") || "" });
-  const k = h("input", { type: "number", name: "k", min: 1, max: 100, value: params.get("k") || 10 });
+  const since = h("input", { type: "datetime-local", name: "since", value: params.get("since") || "" });
+  const until = h("input", { type: "datetime-local", name: "until", value: params.get("until") || "" });
+  const k = h("input", { type: "number", name: "k", min: 1, max: 50, value: params.get("k") || 10 });
   const chosen = (params.get("kinds") || "fact,chunk,message").split(",");
   const kinds = ["fact", "chunk", "message"].map((kind) => h("input", { type: "checkbox", id: `kind-${kind}`, value: kind,
                                                                          checked: chosen.includes(kind) }));
@@ -272,19 +278,19 @@ async function searchPage(params) {
       location.hash = `#/search?${p}`;
     } }, field("Search memory", q), s.user ? null : field("User id", user), field("Subject id", subject),
       h("fieldset", {}, h("legend", {}, "Kinds"), kinds.map((x) => h("label", { for: x.id }, x, ` ${x.value}s`))),
-      field("Since", since), field("Until", until), field("Results (k)", k), h("button", { type: "submit" }, "Search")),
+      field("Since (UTC)", since), field("Until (UTC)", until), field("Results (k)", k), h("button", { type: "submit" }, "Search")),
     results);
   if (!params.get("q")) { q.focus(); return; }
   results.replaceChildren(loading());
   try {
     const data = await api("/v1/search", { params: Object.fromEntries(params) });
-    const items = data.items || data.results || [];
-    const excluded = data.excluded || [];
+    const items = data.items;
+    const excluded = data.excluded;
     results.replaceChildren(
       h("h2", {}, `${items.length} result${items.length === 1 ? "" : "s"}`),
       data.error ? alertBox(data.error) : null,
-      h("p", { class: "muted" }, `${data.candidates ?? "?"} candidates · threshold ${fmtNum(data.threshold)}`,
-        data.embedding_model ? ` · ${data.embedding_model}` : ""),
+      h("p", { class: "muted" }, `${data.matched} above the threshold ${fmtNum(data.threshold)} of ${data.candidates} candidates`,
+        ` · user ${data.user_id} · subjects ${data.subjects_searched.map((x) => x ?? "(none)").join(", ") || "—"} · ${data.embedding_model}`),
       table(null, ["Kind", "Content", ...SCORE_HEADERS, "Source"],
         items.map((it) => h("tr", {}, h("td", {}, it.kind), h("td", {}, it.content), scoreCells(it.score),
           h("td", {}, it.conversation_id ? h("a", { href: `#/conversation/${encodeURIComponent(s.tenant)}/${encodeURIComponent(it.conversation_id)}` },
@@ -385,7 +391,7 @@ async function generationsPage(params) {
     gens.map((g) => {
       const p = g.progress || {};
       const pct = p.total ? Math.round((100 * p.processed) / p.total) : 100;
-      const cache = Object.entries(g.llm_cache || {}).map(([k, v]) => `${k}: ${Object.entries(v).map(([x, y]) => `${y} ${x}`).join(", ")}`);
+      const cache = Object.entries(g.llm_cache || {}).map(([k, v]) => `${k}: ${v.calls} calls, ${v.hits} cache hits`);
       return h("tr", { "data-generation": g.name }, h("td", {}, g.name),
         h("td", {}, badge(g.status, g.status === "active" ? "ok" : "")),
         h("td", {}, h("progress", { max: p.total || 1, value: p.total ? p.processed : 1, "aria-label": `Replay progress of ${g.name}` }),
@@ -411,30 +417,44 @@ async function generationsPage(params) {
   } catch (err) { diffOut.replaceChildren(alertBox(explain(err))); }
 }
 
+function decodeOriginal(b64) {
+  const bytes = Uint8Array.from(atob(b64 || ""), (c) => c.charCodeAt(0));
+  try {
+    return { text: new TextDecoder("utf-8", { fatal: true }).decode(bytes), encoding: "UTF-8 text" };
+  } catch {
+    const hex = [...bytes].map((x) => x.toString(16).padStart(2, "0"));
+    const lines = [];
+    for (let i = 0; i < hex.length; i += 16) lines.push(`${i.toString(16).padStart(6, "0")}  ${hex.slice(i, i + 16).join(" ")}`);
+    return { text: lines.join("\n"), encoding: "not UTF-8: hex" };
+  }
+}
+
 async function deadLettersPage(params) {
-  const limit = h("input", { type: "number", name: "limit", min: 1, max: 1000, value: params.get("limit") || 100 });
+  const limit = h("input", { type: "number", name: "limit", min: 1, max: 500, value: params.get("limit") || 50 });
   const results = h("div", {}, loading());
   page("Dead letters",
-    h("p", { class: "muted" }, "Records a consumer could not apply, with the reason and the original bytes."),
+    h("p", { class: "muted" }, "Records a consumer refused, with the reason and the original bytes (every tenant)."),
     h("form", { class: "row", onsubmit: (e) => { e.preventDefault(); location.hash = `#/dead-letters?limit=${limit.value}`; } },
       field("How many (newest)", limit), h("button", { type: "submit" }, "Show")), results);
   try {
-    const data = await api("/v1/admin/dead-letters", { params: { limit: params.get("limit") || 100 } });
-    const letters = Array.isArray(data) ? data : data.letters || data.records || data.items || [];
-    const counts = data.counts || data.by_reason || letters.reduce((acc, l) => ({ ...acc, [l.reason]: (acc[l.reason] || 0) + 1 }), {});
+    const data = await api("/v1/admin/dead-letters", { params: { limit: params.get("limit") || 50 } });
+    const counts = (caption, obj) => table(caption, [caption.split(" ").pop(), { label: "Letters", num: true }],
+      Object.entries(obj).sort((x, y) => y[1] - x[1]).map(([r, n]) => h("tr", {}, h("td", {}, r), h("td", { class: "num" }, n))));
     results.replaceChildren(
-      table("Counts by reason", ["Reason", { label: "Records", num: true }],
-        Object.entries(counts).map(([r, n]) => h("tr", {}, h("td", {}, r), h("td", { class: "num" }, typeof n === "object" ? JSON.stringify(n) : n)))),
-      table(`${data.total ?? letters.length} records (newest first)`, ["Reason", "Detail", "Stage", "Source", "When", "Original"],
-        letters.map((l) => {
+      h("p", {}, `${data.total} letters in ${data.topic}; the newest ${data.scanned} read back.`),
+      counts("Counts by reason", data.by_reason), counts("Counts by stage", data.by_stage),
+      table(`The newest ${data.letters.length}`, ["Reason", "Detail", "Stage", "Source record", "When", "Original bytes"],
+        data.letters.map((l) => {
           const src = l.source || {};
-          const original = l.original ?? l.original_text ?? l.value ?? "";
-          return h("tr", {}, h("td", {}, badge(l.reason, "bad")), h("td", {}, l.detail || "—"), h("td", {}, l.stage || "—"),
+          const original = decodeOriginal(l.original_base64);
+          return h("tr", { "data-reason": l.reason }, h("td", {}, badge(l.reason, "bad")), h("td", {}, l.detail || "—"),
+            h("td", {}, l.stage ?? "—"),
             h("td", {}, src.topic ? `${src.topic} [${src.partition}] @${src.offset}` : "—", l.key ? h("div", { class: "muted" }, `key ${l.key}`) : null),
-            h("td", {}, fmtTime(l.dead_lettered_at)),
-            h("td", {}, h("details", {}, h("summary", {}, `${l.original_size ?? original.length} bytes (${l.original_encoding || "utf-8"})`,
-              l.original_truncated ? " truncated" : ""), h("pre", {}, typeof original === "string" ? original : JSON.stringify(original, null, 2)))));
-        })));
+            h("td", {}, fmtTime(l.dead_lettered_at || l.timestamp_ms)),
+            h("td", {}, h("details", {}, h("summary", {}, `${l.original_size} bytes, ${original.encoding}`,
+              l.original_truncated ? " (truncated)" : ""), h("pre", {}, original.text),
+              l.original_sha256 ? h("div", { class: "muted" }, `sha256 ${l.original_sha256}`) : null)));
+        }), { "aria-label": "Dead letters" }));
   } catch (err) { results.replaceChildren(alertBox(explain(err))); }
 }
 
@@ -448,18 +468,66 @@ function kvTable(caption, obj) {
   return table(caption, ["Measure", { label: "Value", num: true }], rows);
 }
 
-async function statsPage() {
-  const results = h("div", {}, loading());
-  page("Stats", results);
+async function tenantPicker(params, hashBase) {
+  // The admin key reads one tenant at a time: a <select> of the tenants that have conversations.
+  const select = h("select", { name: "tenant", id: "tenant-pick", required: true });
+  const form = h("form", { class: "row", onsubmit: (e) => { e.preventDefault(); location.hash = `${hashBase}?tenant=${encodeURIComponent(select.value)}`; } },
+    field("Tenant", select), h("button", { type: "submit" }, "Show"));
   try {
-    const data = await api("/v1/stats");
-    const parts = [];
-    for (const [k, v] of Object.entries(data)) {
-      if (v && typeof v === "object") parts.push(h("h2", {}, k.replaceAll("_", " ")), kvTable(null, v));
-      else parts.push(kvTable(null, { [k]: v }));
-    }
-    results.replaceChildren(...parts);
-  } catch (err) { results.replaceChildren(alertBox(explain(err))); }
+    const tenants = await api("/v1/ui/admin/tenants");
+    select.replaceChildren(...tenants.map((t) => h("option", { value: t.tenant_id }, `${t.tenant_id} (${t.conversations} conversations)`)));
+    if (params.get("tenant")) select.value = params.get("tenant");
+  } catch (err) { form.append(alertBox(explain(err))); }
+  return form;
+}
+
+function countsTable(caption, obj, label = "Measure") {
+  return table(caption, [label, { label: "Count", num: true }],
+    Object.entries(obj || {}).map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k.replaceAll("_", " ")),
+      h("td", { class: "num" }, v && typeof v === "object" ? JSON.stringify(v) : fmtNum(v)))));
+}
+
+async function statsPage(params) {
+  const s = session();
+  const tenant = s.kind === "admin" ? params.get("tenant") : s.tenant;
+  const results = h("div", {}, loading());
+  page("Stats", s.kind === "admin" ? await tenantPicker(params, "#/stats") : null, results);
+  if (!tenant) { results.replaceChildren(h("p", { class: "note" }, "Choose a tenant.")); return; }
+  const parts = [];
+  const scope = s.kind === "admin" ? { tenant } : {};
+  try {
+    const st = await api(s.kind === "admin" ? "/v1/ui/admin/stats" : "/v1/stats", { params: scope });
+    const p = st.projection || {};
+    const llm = Object.entries(st.llm || {}).map(([kind, v]) => h("tr", {}, h("th", { scope: "row" }, kind),
+      h("td", { class: "num" }, fmtNum(v.calls)), h("td", { class: "num" }, fmtNum(v.hits)),
+      h("td", { class: "num" }, v.calls + v.hits ? `${Math.round((100 * v.hits) / (v.calls + v.hits))}%` : "—")));
+    parts.push(
+      h("p", {}, `Tenant ${st.tenant} · generation ${st.generation}`),
+      h("h2", {}, "Memory"),
+      countsTable(null, { conversations: st.conversations, messages: st.messages, chunks: st.chunks, facts: st.facts,
+        facts_superseded: st.facts_superseded, facts_deleted: st.facts_deleted, topics: st.topics, topics_evicted: st.topics_evicted,
+        ...Object.fromEntries(Object.entries(st.summaries || {}).map(([k, v]) => [`summaries ${k}`, v])) }),
+      h("h2", {}, "LLM calls and cache hits"),
+      table("The serving generation, every tenant", ["Kind", { label: "LLM calls", num: true }, { label: "Cache hits", num: true }, { label: "Hit rate", num: true }], llm),
+      h("h2", {}, "Lag"),
+      p.error ? alertBox(`Kafka: ${p.error}`) : countsTable("Events of the log (every tenant)", {
+        log_events: p.log_events, projected: p.projected, folded: p.folded, lag_events: p.lag_events,
+        derived_events: p.derived_events, derived_lag: p.derived_lag }),
+      h("h2", {}, "Dead letters"),
+      st.dead_letters.error ? alertBox(st.dead_letters.error)
+        : countsTable(`${st.dead_letters.total ?? "?"} in the topic; this tenant's among the newest: ${st.dead_letters.tenant_recent ?? "?"}`,
+          st.dead_letters.by_reason, "Reason"));
+  } catch (err) { parts.push(alertBox(`Stats: ${explain(err)}`)); }
+  try {
+    const t = await api("/v1/ui/throughput", { params: scope });
+    const windows = Object.keys(t);
+    const measures = Object.keys(t[windows[0]] || {});
+    parts.push(h("h2", {}, "Throughput"),
+      table("Rows the read model took in", ["Measure", ...windows.map((w) => ({ label: w.replaceAll("_", " "), num: true }))],
+        measures.map((m) => h("tr", {}, h("th", { scope: "row" }, m.replaceAll("_", " ")),
+          windows.map((w) => h("td", { class: "num" }, t[w][m]))))));
+  } catch (err) { parts.push(alertBox(`Throughput: ${explain(err)}`)); }
+  results.replaceChildren(...parts);
 }
 
 // ---------- router ----------
