@@ -12,7 +12,8 @@ from api import docs_offline, errors, ui
 from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.limits import TenantSlots
-from api.routes import admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics, ui_data
+from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
+                        ui_data)
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
 from projections.db import connect_kwargs

@@ -19,11 +19,13 @@ from pydantic import BaseModel
 
 from api.auth import Principal, conversation_user
 from api.deps import admin_key_header, api_key_header, get_conn
+from api.routes import conversations, stats
 from api.routes.admin import AdminDep
 from api.routes.context import ConversationId
 from api.routes.facts import FactOut, _out
 from api.sections.topic import TopicStatsOut, stats_out
 from projections import queries
+from projections import surface_queries as sq
 from projections import topic_queries as tq
 from projections import ui_queries as uq
 from projections.diff import diff_generations
@@ -115,8 +117,10 @@ class SummaryOut(BaseModel):
     model: str
     prompt_version: str
     attempt: int
+    error: str | None  # why the attempt failed
     generation_time_ms: int | None
     created_at: datetime
+    updated_at: datetime
     completed_at: datetime | None
 
 
@@ -140,7 +144,7 @@ class OverviewOut(BaseModel):
     message_count: int
     gap_count: int
     messages: list[MessageOut]  # the newest `messages` ones, in seq order
-    summaries: list[SummaryOut]  # the version chain, newest first
+    summaries: list[SummaryOut]  # the version chain (newest 200), oldest first
     chunks: list[ChunkOut]
     facts: list[FactOut]  # extracted from this conversation, as its owner sees them
     active_topic_id: str | None
@@ -173,7 +177,8 @@ async def overview(request: Request, reader: ReaderDep, conn: Annotated[psycopg.
         subject_id=conversation.subject_id, last_seq=conversation.last_seq,
         message_count=conversation.message_count, gap_count=conversation.gap_count,
         messages=[MessageOut(seq=m.seq, role=m.role, content=m.content, occurred_at=m.occurred_at) for m in rows],
-        summaries=[SummaryOut(**vars(s)) for s in await queries.list_memory(conn, reader.tenant, conversation_id)],
+        summaries=[SummaryOut(**{k: v for k, v in vars(s).items() if k in SummaryOut.model_fields})
+                   for s in await sq.summary_chain(conn, reader.tenant, conversation_id, limit=200)],
         chunks=[ChunkOut(**{k: v for k, v in vars(c).items() if k in ChunkOut.model_fields})
                 for c in await uq.list_chunks(conn, reader.tenant, conversation_id)],
         facts=[_out(f, owner, []) for f in facts],
@@ -227,3 +232,23 @@ async def throughput(reader: ReaderDep,
     if reader.principal is not None and reader.principal.user is not None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="throughput is per tenant: use a service key")
     return await uq.throughput(conn, reader.tenant)
+
+
+def _as_service_key(reader: Reader) -> Principal:
+    """The admin reads a tenant as that tenant's service key would (read-only routes only)."""
+    return reader.principal or Principal(reader.tenant, None, "any_user", "admin")
+
+
+@router.get("/conversations", response_model=conversations.ConversationsOut)
+async def tenant_conversations(reader: ReaderDep, conn: Annotated[psycopg.AsyncConnection, Depends(reader_conn)],
+                               q: str | None = Query(None, max_length=200), limit: int = Query(50, ge=1, le=500),
+                               offset: int = Query(0, ge=0, le=1_000_000)) -> conversations.ConversationsOut:
+    """GET /v1/conversations for either key (an admin names the tenant)."""
+    return await conversations.list_conversations(_as_service_key(reader), conn, q=q, limit=limit, offset=offset)
+
+
+@router.get("/stats", response_model=stats.StatsOut)
+async def tenant_stats(request: Request, reader: ReaderDep,
+                       conn: Annotated[psycopg.AsyncConnection, Depends(reader_conn)]) -> stats.StatsOut:
+    """GET /v1/stats for either key (an admin names the tenant)."""
+    return await stats.stats(request, _as_service_key(reader), conn)

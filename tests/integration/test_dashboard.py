@@ -20,6 +20,7 @@ import pytest
 
 from memory_agent.client import MemoryClient
 from memory_agent.settings import DEV_ADMIN_KEY
+from projections.migrate import migrate
 from schemas import facts_events as fe
 from schemas.codec import new_event
 from tests.integration.test_fact_management import ALICE, BOB, Model, generation, wait_for_dead_letter
@@ -31,6 +32,7 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (the dev 
 from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.select import Select  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 WAIT_S = 60  # generous: the machine is shared
@@ -142,10 +144,14 @@ async def test_dashboard_in_a_real_browser(settings, tmp_path):
                                    tenant_id="tenant-a", conversation_id="alice-1", user_id="bob")
                 await client.append(forged)
             await wait_for_dead_letter(settings, forged.event_id)
+            # A second generation beside the serving one (registered, not replayed yet): the
+            # generations page shows its progress at 0 and diffs the two.
+            replay = settings.model_copy(update={"generation": settings.generation[:20] + "r"})
+            await asyncio.to_thread(migrate, replay)
             base = str(http.base_url).rstrip("/")
             b = Browser(driver, base, shots)
             await in_thread(lambda: b.step("tenant", lambda: tenant_pages(b, base)))
-            await in_thread(lambda: b.step("admin", lambda: admin_pages(b, settings.generation)))
+            await in_thread(lambda: b.step("admin", lambda: admin_pages(b, settings.generation, replay.generation)))
 
 
 def tenant_pages(b: Browser, base: str) -> None:
@@ -155,8 +161,20 @@ def tenant_pages(b: Browser, base: str) -> None:
     nav = [a.text for a in d.find_elements(By.CSS_SELECTOR, "#nav a") if a.is_displayed()]
     assert "Facts" in nav and "Memory search" in nav and "Generations" not in nav  # admin pages hidden
 
+    # Conversations: the search form by keyboard (focus, type, Enter), then open one from the list.
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "table[aria-label=Conversations] tbody a"), "the list")
+    assert {a.text for a in d.find_elements(By.CSS_SELECTOR, "table[aria-label=Conversations] tbody a")} == \
+        {"alice-1", "bob-1"}
+    b.assert_labelled()
+    d.find_element(By.ID, "f-search-conversations").send_keys("alic", Keys.ENTER)
+    b.wait(lambda d: [a.text for a in d.find_elements(By.CSS_SELECTOR, "table[aria-label=Conversations] tbody a")]
+           == ["alice-1"], "only alice-1 listed")
+    listed = d.find_element(By.XPATH, "//table[@aria-label='Conversations']//tr[td/a[text()='alice-1']]").text
+    assert "7" in listed and "ago" in listed  # messages, last activity
+    b.shot("conversations")
+    d.find_element(By.LINK_TEXT, "alice-1").click()
+
     # A conversation: messages, the summary chain, chunks, facts and topics.
-    b.go("/conversation/tenant-a/alice-1")
     b.text_appears("He loved fishing, and he was born in Braga.")
     b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "ol.timeline li.completed"), "a completed summary")
     for heading in ("Summary chain", "Topics", "Facts from this conversation", "Chunks", "Messages"):
@@ -165,6 +183,30 @@ def tenant_pages(b: Browser, base: str) -> None:
     b.shot("conversation")
     b.go("/conversation/tenant-a/nobody-1")  # unknown: the server's 404, shown as such
     b.wait(lambda d: "Not found (404)" in d.find_element(By.CSS_SELECTOR, "[role=alert]").text, "the 404 shown")
+
+    # Memory search with the keyboard only: type, Tab to the user field, type, Enter.
+    b.go("/search")
+    b.wait(lambda d: b.active().get_attribute("id") == "f-search-memory", "focus in the search field")
+    b.assert_labelled()
+    b.keys("Where was grandpa born?", Keys.TAB)
+    assert b.active().get_attribute("id") == "f-user-id"
+    b.keys("alice", Keys.ENTER)
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "table[aria-label='Search results'] tbody tr td.num"), "results")
+    results = d.find_element(By.CSS_SELECTOR, "table[aria-label='Search results']")
+    headers = [th.text for th in results.find_elements(By.TAG_NAME, "th")]
+    assert headers[:2] == ["Kind", "Content"] and {"Final", "Cosine", "Keyword", "Found by"} <= set(headers)
+    first = results.find_element(By.CSS_SELECTOR, "tbody tr")
+    assert "Grandpa was born in Braga." in results.text
+    assert float(first.find_elements(By.CSS_SELECTOR, "td.num")[0].text) > 0  # the final score
+    assert d.find_element(By.CSS_SELECTOR, "table[aria-label='Excluded items']")
+    b.shot("search")
+
+    # Stats of the tenant: counts, LLM calls, lag, throughput.
+    b.go("/stats")
+    b.text_appears("Throughput")
+    for heading in ("Memory", "LLM calls and cache hits", "Lag", "Dead letters"):
+        assert d.find_element(By.XPATH, f"//h2[text()='{heading}']")
+    b.shot("stats")
     # Facts: edit and delete as the owner (alice), with a refusal shown when the API says no.
     b.go("/facts?user_id=alice")
     b.text_appears("Grandpa loved fishing.")
@@ -202,7 +244,7 @@ def tenant_pages(b: Browser, base: str) -> None:
     assert "fly fishing" not in d.find_element(By.TAG_NAME, "main").text
 
 
-def admin_pages(b: Browser, generation_name: str) -> None:
+def admin_pages(b: Browser, generation_name: str, replay_name: str) -> None:
     d = b.d
     d.find_element(By.ID, "logout").click()
     b.login(DEV_ADMIN_KEY)
@@ -218,7 +260,31 @@ def admin_pages(b: Browser, generation_name: str) -> None:
     bar = progress_row.find_element(By.TAG_NAME, "progress")
     assert int(bar.get_attribute("max")) > 1 and bar.get_attribute("value") == bar.get_attribute("max")
     b.assert_labelled()
+    replay_row = d.find_element(By.CSS_SELECTOR, f"tr[data-generation='{replay_name}']")
+    assert "replaying" in replay_row.text and replay_row.find_element(By.TAG_NAME, "progress").get_attribute("value") == "0"
+    # generations diff: the serving generation's summaries, chunks and facts are not in the new one yet.
+    Select(d.find_element(By.ID, "f-from-generation")).select_by_value(generation_name)
+    Select(d.find_element(By.ID, "f-to-generation")).select_by_value(replay_name)
+    d.find_element(By.XPATH, "//button[text()='Diff']").click()
+    b.text_appears(f"Diff {generation_name} → {replay_name}")
+    assert "facts removed" in d.find_element(By.TAG_NAME, "main").text
+    assert d.find_element(By.XPATH, "//table[caption='Facts']//td[text()='removed']")
     b.shot("generations")
+
+    # The dead-letter topic: the forged decision's reason, and its original bytes.
+    b.go("/dead-letters")
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-reason=not_owner]"), "the not_owner letter")
+    letter = d.find_element(By.CSS_SELECTOR, "tr[data-reason=not_owner]")
+    letter.find_element(By.TAG_NAME, "summary").click()
+    assert "fact.deleted" in letter.find_element(By.TAG_NAME, "pre").text  # the refused envelope, verbatim
+    assert "not_owner" in d.find_element(By.XPATH, "//table[caption='Counts by reason']").text
+    b.shot("dead-letters")
+
+    # Conversations and stats of a tenant the admin picks.
+    b.go("/conversations")
+    Select(b.wait(lambda d: d.find_element(By.ID, "tenant-pick"), "the tenant picker")).select_by_value("tenant-a")
+    d.find_element(By.XPATH, "//form[.//select[@id='tenant-pick']]//button").click()
+    b.wait(lambda d: d.find_elements(By.LINK_TEXT, "bob-1"), "tenant-a's conversations")
     # The admin reads any tenant's conversation (read only: no fact buttons).
     b.go("/conversation/tenant-a/bob-1")
     b.text_appears("I learned to swim with grandpa at the lake every summer.")

@@ -201,14 +201,18 @@ async function conversationPage(tenant, id) {
       m.completed_at ? ` · completed ${fmtTime(m.completed_at)}` : "",
       m.generation_time_ms !== null ? ` · generated in ${(m.generation_time_ms / 1000).toFixed(2)} s` : ""),
     m.memory_text ? h("p", {}, m.memory_text) : null,
-    m.status === "failed" ? h("p", { class: "alert" }, "This window failed; the next attempt or a later window covers it.") : null));
+    m.error ? h("p", { class: "alert" }, `Failed: ${m.error}`) : null));
   main.replaceChildren(
     h("h1", {}, `Conversation ${c.conversation_id}`),
     h("dl", { class: "facts" },
       h("dt", {}, "Tenant"), h("dd", {}, c.tenant), h("dt", {}, "User"), h("dd", {}, c.user_id),
       h("dt", {}, "Subject"), h("dd", {}, c.subject_id || "—"),
       h("dt", {}, "Messages"), h("dd", {}, `${c.message_count} (last seq ${c.last_seq}, ${c.gap_count} gaps)`),
-      h("dt", {}, "Summaries"), h("dd", {}, `${c.summaries.length} version${c.summaries.length === 1 ? "" : "s"}`)),
+      h("dt", {}, "Summaries"), h("dd", {}, `${c.summaries.length} version${c.summaries.length === 1 ? "" : "s"}`,
+        ["completed", "processing", "failed"].map((st) => {
+          const n = c.summaries.filter((m) => m.status === st).length;
+          return n ? [" ", badge(`${n} ${st}`, statusTone(st))] : null;
+        }))),
     h("h2", { id: "summaries" }, "Summary chain"),
     c.summaries.length ? h("ol", { class: "timeline", "aria-labelledby": "summaries" }, summaryItems)
       : h("p", { class: "muted" }, "No summary yet."),
@@ -496,7 +500,7 @@ async function statsPage(params) {
   const parts = [];
   const scope = s.kind === "admin" ? { tenant } : {};
   try {
-    const st = await api(s.kind === "admin" ? "/v1/ui/admin/stats" : "/v1/stats", { params: scope });
+    const st = await api(s.kind === "admin" ? "/v1/ui/stats" : "/v1/stats", { params: scope });
     const p = st.projection || {};
     const llm = Object.entries(st.llm || {}).map(([kind, v]) => h("tr", {}, h("th", { scope: "row" }, kind),
       h("td", { class: "num" }, fmtNum(v.calls)), h("td", { class: "num" }, fmtNum(v.hits)),
