@@ -23,6 +23,7 @@ from api.routes import conversations, stats
 from api.routes.admin import AdminDep
 from api.routes.context import ConversationId
 from api.routes.facts import FactOut, _out
+from api.ui import worker_metrics as worker_metrics_view
 from api.sections.topic import TopicStatsOut, stats_out
 from projections import queries
 from projections import surface_queries as sq
@@ -252,3 +253,13 @@ async def tenant_stats(request: Request, reader: ReaderDep,
                        conn: Annotated[psycopg.AsyncConnection, Depends(reader_conn)]) -> stats.StatsOut:
     """GET /v1/stats for either key (an admin names the tenant)."""
     return await stats.stats(request, _as_service_key(reader), conn)
+
+
+@router.get("/admin/worker-metrics")
+async def worker_metrics(settings: AdminDep) -> dict[str, Any]:
+    """The worker's Prometheus metrics (memory_*), read from the address the worker serves them on
+    (MEMORY_WORKER__METRICS_HOST/PORT); `error` says why when it does not answer."""
+    worker = getattr(settings, "worker", None)
+    if worker is None or not worker.metrics_port:
+        return {"url": None, "error": "the worker serves no metrics (MEMORY_WORKER__METRICS_PORT is 0)"}
+    return await worker_metrics_view.fetch(f"http://{worker.metrics_host}:{worker.metrics_port}/metrics")

@@ -261,7 +261,7 @@ def admin_pages(b: Browser, generation_name: str, replay_name: str) -> None:
     assert int(bar.get_attribute("max")) > 1 and bar.get_attribute("value") == bar.get_attribute("max")
     b.assert_labelled()
     replay_row = d.find_element(By.CSS_SELECTOR, f"tr[data-generation='{replay_name}']")
-    assert "replaying" in replay_row.text and replay_row.find_element(By.TAG_NAME, "progress").get_attribute("value") == "0"
+    assert "behind the log" in replay_row.text and replay_row.find_element(By.TAG_NAME, "progress").get_attribute("value") == "0"
     # generations diff: the serving generation's summaries, chunks and facts are not in the new one yet.
     Select(d.find_element(By.ID, "f-from-generation")).select_by_value(generation_name)
     Select(d.find_element(By.ID, "f-to-generation")).select_by_value(replay_name)

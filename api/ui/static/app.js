@@ -31,6 +31,7 @@ function ago(t) {
   if (s < 129600) return `${Math.round(s / 3600)} h ago`;
   return `${Math.round(s / 86400)} d ago`;
 }
+function seqRange(start, end) { return end - start <= 1 ? `message ${start}` : `messages ${start}–${end - 1}`; }  // [start, end)
 function badge(text, tone) { return h("span", { class: `badge ${tone || ""}` }, text); }
 function statusTone(s) { return { completed: "ok", failed: "bad", processing: "warn" }[s] || ""; }
 function field(label, input) {
@@ -41,6 +42,9 @@ function table(caption, headers, rows, attrs) {
   return h("table", attrs || {}, caption ? h("caption", {}, caption) : null,
     h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col", class: x.num ? "num" : null }, x.label ?? x)))),
     h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: headers.length, class: "muted" }, "Nothing yet."))));
+}
+function put(el, ...kids) {  // replaceChildren, skipping null/false (absent parts of a page)
+  el.replaceChildren(...kids.flat(Infinity).filter((k) => k !== null && k !== undefined && k !== false));
 }
 function alertBox(text) { return h("div", { class: "alert", role: "alert" }, text); }
 function announce(text) { document.getElementById("status").textContent = text; }
@@ -88,7 +92,7 @@ const may = {
 
 // ---------- pages ----------
 function page(title, ...content) {
-  main.replaceChildren(h("h1", {}, title), ...content);
+  put(main, h("h1", {}, title), ...content);
   document.title = `${title} · Memory Agent`;
   main.focus();
 }
@@ -100,7 +104,7 @@ function loginPage(message) {
   const out = h("div", {});
   const form = h("form", { class: "login", "aria-labelledby": "login-title", onsubmit: async (e) => {
     e.preventDefault();
-    out.replaceChildren();
+    put(out);
     const value = key.value.trim();
     for (const kind of ["api", "admin"]) {
       sessionStorage.setItem(STORE, JSON.stringify({ key: value, kind }));
@@ -112,10 +116,10 @@ function loginPage(message) {
         return;
       } catch (err) {
         sessionStorage.removeItem(STORE);
-        if (!(err instanceof ApiError && err.status === 401)) { out.replaceChildren(alertBox(explain(err))); return; }
+        if (!(err instanceof ApiError && err.status === 401)) { put(out, alertBox(explain(err))); return; }
       }
     }
-    out.replaceChildren(alertBox("Unknown key: neither an API key nor an admin key of this server."));
+    put(out, alertBox("Unknown key: neither an API key nor an admin key of this server."));
     key.focus();
   } },
     h("h1", { id: "login-title" }, "Sign in"),
@@ -124,7 +128,7 @@ function loginPage(message) {
       h("small", { id: "login-help", class: "muted" }, "An API key shows its own tenant; an admin key every tenant. ",
         "It is kept in this tab only (sessionStorage).")),
     h("button", { type: "submit" }, "Sign in"), out);
-  main.replaceChildren(form);
+  put(main, form);
   document.title = "Sign in · Memory Agent";
   key.focus();
 }
@@ -152,7 +156,7 @@ async function conversationsPage(params) {
       h("button", { type: "submit", class: "secondary" }, "Open")));
   try {
     if (s.kind === "admin" && !params.get("tenant")) {
-      results.replaceChildren(h("p", { class: "note" }, "Choose a tenant to list its conversations."));
+      put(results, h("p", { class: "note" }, "Choose a tenant to list its conversations."));
       return;
     }
     const data = await api(s.kind === "admin" ? "/v1/ui/conversations" : "/v1/conversations",
@@ -172,14 +176,14 @@ async function conversationsPage(params) {
     const shown = data.offset + list.length;
     const more = shown < data.total;
     const page_ = (offset) => { const p = new URLSearchParams(params); p.set("offset", offset); return `#/conversations?${p}`; };
-    results.replaceChildren(table(`${data.total} conversation${data.total === 1 ? "" : "s"}` + (data.total ? `, ${data.offset + 1}–${shown} shown` : ""),
+    put(results, table(`${data.total} conversation${data.total === 1 ? "" : "s"}` + (data.total ? `, ${data.offset + 1}–${shown} shown` : ""),
       ["Conversation", "User", "Subject", { label: "Messages", num: true },
        { label: "Summaries / chunks / facts / topics", num: true }, "Last activity", { label: "Lag (messages after the newest summary)", num: true }],
       rows, { "aria-label": "Conversations" }),
       h("p", {}, data.offset > 0 ? h("a", { href: page_(Math.max(0, data.offset - data.limit)) }, "Previous page") : null, " ",
         more ? h("a", { href: page_(shown) }, "Next page") : null));
   } catch (err) {
-    results.replaceChildren(alertBox(explain(err)));
+    put(results, alertBox(explain(err)));
   }
 }
 
@@ -190,7 +194,7 @@ async function conversationPage(tenant, id) {
   try {
     c = await api(`/v1/ui/conversations/${encodeURIComponent(id)}`, { params: s.kind === "admin" ? { tenant } : {} });
   } catch (err) {
-    main.replaceChildren(h("h1", {}, `Conversation ${id}`), alertBox(explain(err)));
+    put(main, h("h1", {}, `Conversation ${id}`), alertBox(explain(err)));
     return;
   }
   const summaryItems = c.summaries.map((m) => h("li", { class: m.status },
@@ -202,7 +206,7 @@ async function conversationPage(tenant, id) {
       m.generation_time_ms !== null ? ` · generated in ${(m.generation_time_ms / 1000).toFixed(2)} s` : ""),
     m.memory_text ? h("p", {}, m.memory_text) : null,
     m.error ? h("p", { class: "alert" }, `Failed: ${m.error}`) : null));
-  main.replaceChildren(
+  put(main,
     h("h1", {}, `Conversation ${c.conversation_id}`),
     h("dl", { class: "facts" },
       h("dt", {}, "Tenant"), h("dd", {}, c.tenant), h("dt", {}, "User"), h("dd", {}, c.user_id),
@@ -285,12 +289,12 @@ async function searchPage(params) {
       field("Since (UTC)", since), field("Until (UTC)", until), field("Results (k)", k), h("button", { type: "submit" }, "Search")),
     results);
   if (!params.get("q")) { q.focus(); return; }
-  results.replaceChildren(loading());
+  put(results, loading());
   try {
     const data = await api("/v1/search", { params: Object.fromEntries(params) });
     const items = data.items;
     const excluded = data.excluded;
-    results.replaceChildren(
+    put(results,
       h("h2", {}, `${items.length} result${items.length === 1 ? "" : "s"}`),
       data.error ? alertBox(data.error) : null,
       h("p", { class: "muted" }, `${data.matched} above the threshold ${fmtNum(data.threshold)} of ${data.candidates} candidates`,
@@ -299,7 +303,7 @@ async function searchPage(params) {
         items.map((it) => h("tr", {}, h("td", {}, it.kind), h("td", {}, it.content), scoreCells(it.score),
           h("td", {}, it.conversation_id ? h("a", { href: `#/conversation/${encodeURIComponent(s.tenant)}/${encodeURIComponent(it.conversation_id)}` },
             it.conversation_id) : (it.owner_user_id ? `owner ${it.owner_user_id}` : "—"),
-            it.message_range ? ` (${it.message_range[0]}–${it.message_range[1] - 1})` : ""))),
+            it.message_range ? ` (${seqRange(it.message_range[0], it.message_range[1])})` : ""))),
         { "aria-label": "Search results" }),
       h("h2", {}, `Excluded (${data.excluded_total ?? excluded.length})`),
       table(null, ["Kind", "Id", "Why excluded", ...SCORE_HEADERS],
@@ -307,7 +311,7 @@ async function searchPage(params) {
           scoreCells(x.score))), { "aria-label": "Excluded items" }));
     announce(`${items.length} results`);
   } catch (err) {
-    results.replaceChildren(alertBox(explain(err)));
+    put(results, alertBox(explain(err)));
   }
 }
 
@@ -332,20 +336,20 @@ async function factsPage(params) {
   const acting = s.user || params.get("user_id");
   if (!acting) { user.focus(); return; }
   if (!s.user && s.actingUser !== acting) { s.actingUser = acting; sessionStorage.setItem(STORE, JSON.stringify(s)); }
-  results.replaceChildren(loading());
+  put(results, loading());
   const act = async (label, method, path, body) => {
-    feedback.replaceChildren();
+    put(feedback);
     try {
       await api(path, { method, body, params: { wait: "true", wait_ms: 10000 } });
-      feedback.replaceChildren(h("p", { class: "note", role: "status" }, `${label}: done.`));
+      put(feedback, h("p", { class: "note", role: "status" }, `${label}: done.`));
       await load();
     } catch (err) {
-      feedback.replaceChildren(alertBox(`${label}: ${explain(err)}`));
+      put(feedback, alertBox(`${label}: ${explain(err)}`));
     }
   };
   const load = async () => {
     const data = await api("/v1/facts", { params: { subject_id: params.get("subject_id") } });
-    results.replaceChildren(table(`${data.facts.length} facts visible to ${data.user_id}`,
+    put(results, table(`${data.facts.length} facts visible to ${data.user_id}`,
       ["Fact", "Category", "Owner", "Visibility", "Source", "Actions"],
       data.facts.map((f) => {
         const id = f.fact_id;
@@ -356,7 +360,7 @@ async function factsPage(params) {
               h("label", { for: `edit-${id}` }, "New wording"), text, " ",
               h("button", { type: "submit" }, "Save"), " ",
               h("button", { type: "button", class: "secondary", onclick: () => load() }, "Cancel"));
-            e.target.closest("td").replaceChildren(form);
+            put(e.target.closest("td"), form);
             text.focus();
           } }, "Edit"), " ",
           h("button", { type: "button", class: "secondary", "aria-label": `${f.visibility === "shared" ? "Unshare" : "Share"} fact: ${f.content}`,
@@ -373,7 +377,7 @@ async function factsPage(params) {
             f.source_conversation_id) : "—"), h("td", {}, actions));
       })));
   };
-  try { await load(); } catch (err) { results.replaceChildren(alertBox(explain(err))); }
+  try { await load(); } catch (err) { put(results, alertBox(explain(err))); }
 }
 
 async function generationsPage(params) {
@@ -387,11 +391,11 @@ async function generationsPage(params) {
       location.hash = `#/generations?${new URLSearchParams({ a: a.value, b: b.value })}`;
     } }, field("From generation", a), field("To generation", b), h("button", { type: "submit" }, "Diff")), diffOut);
   let gens;
-  try { gens = await api("/v1/admin/generations"); } catch (err) { results.replaceChildren(alertBox(explain(err))); return; }
-  for (const sel of [a, b]) sel.replaceChildren(...gens.map((g) => h("option", { value: g.name }, g.name)));
+  try { gens = await api("/v1/admin/generations"); } catch (err) { put(results, alertBox(explain(err))); return; }
+  for (const sel of [a, b]) put(sel, ...gens.map((g) => h("option", { value: g.name }, g.name)));
   if (params.get("a")) a.value = params.get("a");
   if (params.get("b")) b.value = params.get("b"); else if (gens.length > 1) b.value = gens[1].name;
-  results.replaceChildren(table(null, ["Generation", "Status", "Replay progress", "Derived records", "LLM cache", "Created"],
+  put(results, table(null, ["Generation", "Status", "Replay progress", "Derived records", "LLM cache", "Created"],
     gens.map((g) => {
       const p = g.progress || {};
       const pct = p.total ? Math.round((100 * p.processed) / p.total) : 100;
@@ -399,17 +403,17 @@ async function generationsPage(params) {
       return h("tr", { "data-generation": g.name }, h("td", {}, g.name),
         h("td", {}, badge(g.status, g.status === "active" ? "ok" : "")),
         h("td", {}, h("progress", { max: p.total || 1, value: p.total ? p.processed : 1, "aria-label": `Replay progress of ${g.name}` }),
-          ` ${p.processed ?? 0} / ${p.total ?? 0} events (${pct}%) `, p.caught_up ? badge("caught up", "ok") : badge("replaying", "warn")),
+          ` ${p.processed ?? 0} / ${p.total ?? 0} events (${pct}%) `, p.caught_up ? badge("caught up", "ok") : badge("behind the log", "warn")),
         h("td", {}, `${p.derived_projected ?? 0} / ${p.derived_total ?? 0}`),
         h("td", {}, cache.length ? cache.join("; ") : "—"), h("td", {}, fmtTime(g.created_at)));
     })));
   if (!params.get("a") || !params.get("b")) return;
-  diffOut.replaceChildren(loading());
+  put(diffOut, loading());
   try {
     const d = await api("/v1/ui/admin/generations/diff", { params: { a: params.get("a"), b: params.get("b") } });
     const changes = (section) => Object.entries(d[section]).map(([conv, ch]) => h("tr", {}, h("td", {}, conv),
       h("td", {}, ch.added.join(", ") || "—"), h("td", {}, ch.removed.join(", ") || "—"), h("td", {}, ch.changed.join(", ") || "—")));
-    diffOut.replaceChildren(
+    put(diffOut,
       h("h2", {}, `Diff ${d.a} → ${d.b}`),
       d.empty ? h("p", { class: "note" }, "No differences.") : null,
       h("dl", { class: "facts" }, Object.entries(d.totals).map(([k, v]) => [h("dt", {}, k.replaceAll("_", " ")), h("dd", {}, v)])),
@@ -418,7 +422,7 @@ async function generationsPage(params) {
       table("Facts", ["Change", "Fact", "Scope", `In ${d.a}`, `In ${d.b}`],
         Object.entries(d.facts).flatMap(([kind, list]) => list.map((f) => h("tr", {}, h("td", {}, kind), h("td", {}, f.fact_id),
           h("td", {}, f.scope), h("td", {}, f.a ? f.a.content : "—"), h("td", {}, f.b ? f.b.content : "—"))))));
-  } catch (err) { diffOut.replaceChildren(alertBox(explain(err))); }
+  } catch (err) { put(diffOut, alertBox(explain(err))); }
 }
 
 function decodeOriginal(b64) {
@@ -442,11 +446,11 @@ async function deadLettersPage(params) {
       field("How many (newest)", limit), h("button", { type: "submit" }, "Show")), results);
   try {
     const data = await api("/v1/admin/dead-letters", { params: { limit: params.get("limit") || 50 } });
-    const counts = (caption, obj) => table(caption, [caption.split(" ").pop(), { label: "Letters", num: true }],
+    const counts = (caption, label, obj) => table(caption, [label, { label: "Letters", num: true }],
       Object.entries(obj).sort((x, y) => y[1] - x[1]).map(([r, n]) => h("tr", {}, h("td", {}, r), h("td", { class: "num" }, n))));
-    results.replaceChildren(
-      h("p", {}, `${data.total} letters in ${data.topic}; the newest ${data.scanned} read back.`),
-      counts("Counts by reason", data.by_reason), counts("Counts by stage", data.by_stage),
+    put(results,
+      h("p", {}, `${data.total} letter${data.total === 1 ? "" : "s"} in ${data.topic}; the newest ${data.scanned} read back.`),
+      counts("Counts by reason", "Reason", data.by_reason), counts("Counts by stage", "Stage", data.by_stage),
       table(`The newest ${data.letters.length}`, ["Reason", "Detail", "Stage", "Source record", "When", "Original bytes"],
         data.letters.map((l) => {
           const src = l.source || {};
@@ -459,7 +463,7 @@ async function deadLettersPage(params) {
               l.original_truncated ? " (truncated)" : ""), h("pre", {}, original.text),
               l.original_sha256 ? h("div", { class: "muted" }, `sha256 ${l.original_sha256}`) : null)));
         }), { "aria-label": "Dead letters" }));
-  } catch (err) { results.replaceChildren(alertBox(explain(err))); }
+  } catch (err) { put(results, alertBox(explain(err))); }
 }
 
 function kvTable(caption, obj) {
@@ -479,7 +483,7 @@ async function tenantPicker(params, hashBase) {
     field("Tenant", select), h("button", { type: "submit" }, "Show"));
   try {
     const tenants = await api("/v1/ui/admin/tenants");
-    select.replaceChildren(...tenants.map((t) => h("option", { value: t.tenant_id }, `${t.tenant_id} (${t.conversations} conversations)`)));
+    put(select, ...tenants.map((t) => h("option", { value: t.tenant_id }, `${t.tenant_id} (${t.conversations} conversations)`)));
     if (params.get("tenant")) select.value = params.get("tenant");
   } catch (err) { form.append(alertBox(explain(err))); }
   return form;
@@ -496,7 +500,7 @@ async function statsPage(params) {
   const tenant = s.kind === "admin" ? params.get("tenant") : s.tenant;
   const results = h("div", {}, loading());
   page("Stats", s.kind === "admin" ? await tenantPicker(params, "#/stats") : null, results);
-  if (!tenant) { results.replaceChildren(h("p", { class: "note" }, "Choose a tenant.")); return; }
+  if (!tenant) { put(results, h("p", { class: "note" }, "Choose a tenant.")); return; }
   const parts = [];
   const scope = s.kind === "admin" ? { tenant } : {};
   try {
@@ -531,7 +535,28 @@ async function statsPage(params) {
         measures.map((m) => h("tr", {}, h("th", { scope: "row" }, m.replaceAll("_", " ")),
           windows.map((w) => h("td", { class: "num" }, t[w][m]))))));
   } catch (err) { parts.push(alertBox(`Throughput: ${explain(err)}`)); }
-  results.replaceChildren(...parts);
+  if (s.kind === "admin") parts.push(await workerMetrics());
+  put(results, ...parts);
+}
+
+function labelText(labels) {
+  return Object.entries(labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—";
+}
+
+async function workerMetrics() {
+  // The worker's own Prometheus metrics (every tenant): summaries in flight, LLM latency and
+  // failures, stage errors, dead letters, consumer lag.
+  const box = h("section", { "aria-labelledby": "worker-metrics" }, h("h2", { id: "worker-metrics" }, "Worker metrics"));
+  let m;
+  try { m = await api("/v1/ui/admin/worker-metrics"); } catch (err) { box.append(alertBox(explain(err))); return box; }
+  if (m.error) { box.append(h("p", { class: "note" }, `Not available from ${m.url ?? "the worker"}: ${m.error}`)); return box; }
+  box.append(h("p", { class: "muted" }, `From ${m.url}`), table(null, ["Metric", "Labels", { label: "Value", num: true }],
+    m.metrics.flatMap((f) => f.samples.map((x) => h("tr", {}, h("td", {}, f.name, h("div", { class: "muted" }, f.help)),
+      h("td", {}, labelText(x.labels)),
+      h("td", { class: "num" }, "value" in x ? fmtNum(x.value, 2)
+        : `${fmtNum(x.count, 0)} × mean ${x.mean === null ? "—" : `${fmtNum(x.mean, 3)} s`}`))))),
+    { "aria-label": "Worker metrics" }));
+  return box;
 }
 
 // ---------- router ----------
