@@ -554,7 +554,7 @@ async function workerMetrics() {
     m.metrics.flatMap((f) => f.samples.map((x) => h("tr", {}, h("td", {}, f.name, h("div", { class: "muted" }, f.help)),
       h("td", {}, labelText(x.labels)),
       h("td", { class: "num" }, "value" in x ? fmtNum(x.value, 2)
-        : `${fmtNum(x.count, 0)} × mean ${x.mean === null ? "—" : `${fmtNum(x.mean, 3)} s`}`))))),
+        : `${fmtNum(x.count, 0)} × mean ${x.mean === null ? "—" : `${fmtNum(x.mean, 3)} s`}`)))),
     { "aria-label": "Worker metrics" }));
   return box;
 }
