@@ -285,6 +285,11 @@ def admin_pages(b: Browser, generation_name: str, replay_name: str) -> None:
     Select(b.wait(lambda d: d.find_element(By.ID, "tenant-pick"), "the tenant picker")).select_by_value("tenant-a")
     d.find_element(By.XPATH, "//form[.//select[@id='tenant-pick']]//button").click()
     b.wait(lambda d: d.find_elements(By.LINK_TEXT, "bob-1"), "tenant-a's conversations")
+    b.go("/stats?tenant=tenant-a")
+    b.text_appears("Worker metrics")
+    b.text_appears("Throughput")
+    assert "Tenant tenant-a" in d.find_element(By.TAG_NAME, "main").text
+    b.shot("admin-stats")
     # The admin reads any tenant's conversation (read only: no fact buttons).
     b.go("/conversation/tenant-a/bob-1")
     b.text_appears("I learned to swim with grandpa at the lake every summer.")

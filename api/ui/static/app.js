@@ -466,16 +466,6 @@ async function deadLettersPage(params) {
   } catch (err) { put(results, alertBox(explain(err))); }
 }
 
-function kvTable(caption, obj) {
-  const rows = [];
-  const walk = (prefix, v) => {
-    if (v && typeof v === "object" && !Array.isArray(v)) for (const [k, x] of Object.entries(v)) walk(prefix ? `${prefix}.${k}` : k, x);
-    else rows.push(h("tr", {}, h("th", { scope: "row" }, prefix), h("td", { class: "num" }, Array.isArray(v) ? JSON.stringify(v) : fmtNum(v))));
-  };
-  walk("", obj);
-  return table(caption, ["Measure", { label: "Value", num: true }], rows);
-}
-
 async function tenantPicker(params, hashBase) {
   // The admin key reads one tenant at a time: a <select> of the tenants that have conversations.
   const select = h("select", { name: "tenant", id: "tenant-pick", required: true });
@@ -492,7 +482,7 @@ async function tenantPicker(params, hashBase) {
 function countsTable(caption, obj, label = "Measure") {
   return table(caption, [label, { label: "Count", num: true }],
     Object.entries(obj || {}).map(([k, v]) => h("tr", {}, h("th", { scope: "row" }, k.replaceAll("_", " ")),
-      h("td", { class: "num" }, v && typeof v === "object" ? JSON.stringify(v) : fmtNum(v)))));
+      h("td", { class: "num" }, v && typeof v === "object" ? JSON.stringify(v) : fmtNum(v)))), { class: "kv" });
 }
 
 async function statsPage(params) {
