@@ -98,55 +98,15 @@ def session(reader: ReaderDep) -> SessionOut:
                       may_manage_facts=p.user is not None or p.act_as == "any_user")
 
 
-class ChunkOut(BaseModel):
-    chunk_id: str
-    content: str
-    message_range_start: int
-    message_range_end: int
-    model: str
-    prompt_version: str
-    created_at: datetime
-
-
-class SummaryOut(BaseModel):
-    memory_id: int
-    start_sequence: int
-    end_sequence: int
-    base_memory_id: int | None
-    status: str
-    memory_text: str | None
-    model: str
-    prompt_version: str
-    attempt: int
-    error: str | None  # why the attempt failed
-    generation_time_ms: int | None
-    created_at: datetime
-    updated_at: datetime
-    completed_at: datetime | None
-
-
-class MessageOut(BaseModel):
-    seq: int
-    role: str
-    content: str
-    occurred_at: datetime
-
-
 class TopicOut(TopicStatsOut):
     restored_at_seq: int | None  # set while an evicted topic's archive is restored into the context
 
 
 class OverviewOut(BaseModel):
-    tenant: str
-    conversation_id: str
-    user_id: str
-    subject_id: str | None
-    last_seq: int
-    message_count: int
-    gap_count: int
-    messages: list[MessageOut]  # the newest `messages` ones, in seq order
-    summaries: list[SummaryOut]  # the version chain (newest 200), oldest first
-    chunks: list[ChunkOut]
+    conversation: queries.ConversationRow
+    messages: list[queries.MessageRow]  # the newest `messages` ones, in seq order
+    summaries: list[sq.SummaryRow]  # the version chain (newest 200), oldest first, failures with their error
+    chunks: list[uq.ChunkRow]
     facts: list[FactOut]  # extracted from this conversation, as its owner sees them
     active_topic_id: str | None
     topics_as_of_seq: int
@@ -174,14 +134,9 @@ async def overview(request: Request, reader: ReaderDep, conn: Annotated[psycopg.
     config = TopicConfig.from_settings(request.app.state.settings.topics)
     now = datetime.now(UTC)
     return OverviewOut(
-        tenant=reader.tenant, conversation_id=conversation_id, user_id=conversation.user_id,
-        subject_id=conversation.subject_id, last_seq=conversation.last_seq,
-        message_count=conversation.message_count, gap_count=conversation.gap_count,
-        messages=[MessageOut(seq=m.seq, role=m.role, content=m.content, occurred_at=m.occurred_at) for m in rows],
-        summaries=[SummaryOut(**{k: v for k, v in vars(s).items() if k in SummaryOut.model_fields})
-                   for s in await sq.summary_chain(conn, reader.tenant, conversation_id, limit=200)],
-        chunks=[ChunkOut(**{k: v for k, v in vars(c).items() if k in ChunkOut.model_fields})
-                for c in await uq.list_chunks(conn, reader.tenant, conversation_id)],
+        conversation=conversation, messages=rows,
+        summaries=await sq.summary_chain(conn, reader.tenant, conversation_id, limit=200),
+        chunks=await uq.list_chunks(conn, reader.tenant, conversation_id),
         facts=[_out(f, owner, []) for f in facts],
         active_topic_id=state.active_topic_id if state else None, topics_as_of_seq=state.last_seq if state else -1,
         topics=[TopicOut(**stats_out(t, now, config).model_dump(), restored_at_seq=t.restored_at_seq)
@@ -206,23 +161,16 @@ async def generations_diff(settings: AdminDep, a: str = Query(pattern=IDENTIFIER
         raise HTTPException(404, detail=str(exc)) from None
 
 
-class TenantOut(BaseModel):
-    tenant_id: str
-    conversations: int
-    messages: int
-    last_activity_at: datetime | None
-
-
 async def admin_conn(request: Request, _: AdminDep):
     """A pooled connection on the active generation for tenant-wide admin reads."""
     async for conn in get_conn(request, Principal("*", None, "nobody", "admin")):
         yield conn
 
 
-@router.get("/admin/tenants", response_model=list[TenantOut])
-async def tenants(conn: Annotated[psycopg.AsyncConnection, Depends(admin_conn)]) -> list[TenantOut]:
+@router.get("/admin/tenants", response_model=list[uq.TenantRow])
+async def tenants(conn: Annotated[psycopg.AsyncConnection, Depends(admin_conn)]) -> list[uq.TenantRow]:
     """Every tenant with conversations (the admin's tenant picker)."""
-    return [TenantOut(**vars(t)) for t in await uq.list_tenants(conn)]
+    return await uq.list_tenants(conn)
 
 
 @router.get("/throughput")

@@ -207,11 +207,11 @@ async function conversationPage(tenant, id) {
     m.memory_text ? h("p", {}, m.memory_text) : null,
     m.error ? h("p", { class: "alert" }, `Failed: ${m.error}`) : null));
   put(main,
-    h("h1", {}, `Conversation ${c.conversation_id}`),
+    h("h1", {}, `Conversation ${c.conversation.conversation_id}`),
     h("dl", { class: "facts" },
-      h("dt", {}, "Tenant"), h("dd", {}, c.tenant), h("dt", {}, "User"), h("dd", {}, c.user_id),
-      h("dt", {}, "Subject"), h("dd", {}, c.subject_id || "—"),
-      h("dt", {}, "Messages"), h("dd", {}, `${c.message_count} (last seq ${c.last_seq}, ${c.gap_count} gaps)`),
+      h("dt", {}, "Tenant"), h("dd", {}, c.conversation.tenant_id), h("dt", {}, "User"), h("dd", {}, c.conversation.user_id),
+      h("dt", {}, "Subject"), h("dd", {}, c.conversation.subject_id || "—"),
+      h("dt", {}, "Messages"), h("dd", {}, `${c.conversation.message_count} (last seq ${c.conversation.last_seq}, ${c.conversation.gap_count} gaps)`),
       h("dt", {}, "Summaries"), h("dd", {}, `${c.summaries.length} version${c.summaries.length === 1 ? "" : "s"}`,
         ["completed", "processing", "failed"].map((st) => {
           const n = c.summaries.filter((m) => m.status === st).length;
@@ -244,7 +244,7 @@ async function conversationPage(tenant, id) {
       c.chunks.map((k) => h("tr", {}, h("td", {}, `${k.message_range_start}–${k.message_range_end - 1}`),
         h("td", {}, k.content), h("td", {}, `${k.model} · ${k.prompt_version}`), h("td", {}, fmtTime(k.created_at))))),
     h("h2", {}, "Messages"),
-    table(c.messages.length < c.message_count ? `The newest ${c.messages.length} of ${c.message_count}` : null,
+    table(c.messages.length < c.conversation.message_count ? `The newest ${c.messages.length} of ${c.conversation.message_count}` : null,
       [{ label: "Seq", num: true }, "Role", "Content", "Time"],
       c.messages.map((m) => h("tr", {}, h("td", { class: "num" }, m.seq), h("td", {}, m.role), h("td", {}, m.content),
         h("td", {}, fmtTime(m.occurred_at))))));
