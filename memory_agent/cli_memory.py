@@ -237,3 +237,38 @@ export = click.command("export", epilog=EXIT_CODES)(_connection_options(click.op
     help="Write to this file (default: standard output).")(_export), with_json=False))
 
 COMMANDS = (search, store, list_cmd, show, forget, export)
+
+
+@click.command("mcp")
+@click.option("--http", "use_http", is_flag=True,
+              help="Serve streamable HTTP (at /mcp) instead of stdio; each request then brings its own key.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --http: the address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True,
+              help="With --http: the port to listen on.")
+@click.option("--url", envvar="MEMORY_CLIENT__URL", metavar="URL",
+              help="The memory API's base URL (default: MEMORY_CLIENT__URL, else"
+                   " http://MEMORY_API__HOST:MEMORY_API__PORT).")
+@click.option("--api-key", envvar="MEMORY_CLIENT__API_KEY", metavar="KEY",
+              help="stdio: the API key every tool call acts with (default: MEMORY_CLIENT__API_KEY, else the first"
+                   " configured API key). Ignored with --http (the X-API-Key or Bearer header of each request).")
+@click.option("--user", envvar="MEMORY_CLIENT__USER", metavar="USER",
+              help="stdio: the acting user for a service key (default: MEMORY_CLIENT__USER). With --http: the"
+                   " X-User-Id header of each request.")
+def mcp(use_http: bool, host: str, port: int, url: str | None, api_key: str | None, user: str | None) -> None:
+    """Serve the memory as MCP tools: search_memory, store_memory, list_memories, forget_memory,
+    get_turn_context. The tenant and user come from the API key (configuration, or the HTTP
+    request's headers), never from a tool argument."""
+    from memory_agent import mcp_server
+
+    connection = Connection.from_settings(get_settings(), url=url, api_key=api_key, user=user)
+    if use_http:
+        import uvicorn
+
+        click.echo(f"MCP over streamable HTTP at http://{host}:{port}/mcp (memory API {connection.url})", err=True)
+        uvicorn.run(mcp_server.http_app(connection.url, timeout_s=connection.timeout_s, host=host), host=host,
+                    port=port, log_level="warning")
+    else:
+        mcp_server.build_server(mcp_server.stdio_connection(connection)).run("stdio")
+
+
+COMMANDS = (*COMMANDS, mcp)
