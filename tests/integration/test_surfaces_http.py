@@ -185,6 +185,11 @@ async def test_conversations_summaries_and_stats(settings):
         stats = await get(url, "/v1/stats", headers={"X-API-Key": "key-a"})
         user_stats = await get(url, "/v1/stats", headers={"X-API-Key": "nox-key"})
         other = (await get(url, "/v1/stats", headers={"X-API-Key": "key-b"})).json()
+        exported = [orjson.loads(line) for line in (await get(url, "/v1/export")).content.splitlines()]
+    summaries = [line for line in exported if line["kind"] == "summary"]
+    assert [(s["id"], s["message_range"], s["conversation_id"]) for s in summaries] == \
+        [("c1:1", [0, 4], "c1"), ("c1:3", [0, 6], "c1")]  # completed ones, [start, end) like chunks
+    assert summaries[1]["source_event_ids"] == [f"c1-{i}" for i in range(6)] and summaries[1]["base_memory_id"] == 1
     assert listed["total"] == 2 and {c["conversation_id"] for c in listed["conversations"]} == {"c1", "c2"}
     c1 = next(c for c in listed["conversations"] if c["conversation_id"] == "c1")
     assert (c1["message_count"], c1["last_seq"], c1["summaries"], c1["summary_end_seq"], c1["summary_lag"]) == \
