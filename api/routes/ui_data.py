@@ -207,7 +207,7 @@ async def tenant_stats(request: Request, reader: ReaderDep,
 async def worker_metrics(settings: AdminDep) -> dict[str, Any]:
     """The worker's Prometheus metrics (memory_*), read from the address the worker serves them on
     (MEMORY_WORKER__METRICS_HOST/PORT); `error` says why when it does not answer."""
-    worker = getattr(settings, "worker", None)
-    if worker is None or not worker.metrics_port:
+    worker = settings.worker
+    if not worker.metrics_port:
         return {"url": None, "error": "the worker serves no metrics (MEMORY_WORKER__METRICS_PORT is 0)"}
     return await worker_metrics_view.fetch(f"http://{worker.metrics_host}:{worker.metrics_port}/metrics")
