@@ -85,7 +85,9 @@ class SessionOut(BaseModel):
     user: str | None  # the user an API key is bound to
     act_as: str | None
     key_name: str
-    may_manage_facts: bool  # the facts endpoints take this key (seed 003: owners only, checked per fact)
+    # Search and the facts endpoints take this key: bound to a user, or a service key granted
+    # act_as any_user (seed 003's owner rules are then checked per fact).
+    may_act_as_user: bool
 
 
 @router.get("/session", response_model=SessionOut)
@@ -93,9 +95,9 @@ def session(reader: ReaderDep) -> SessionOut:
     """What the presented key is: the dashboard shows only what it may do (the server checks every call)."""
     p = reader.principal
     if p is None:
-        return SessionOut(kind="admin", tenant=None, user=None, act_as=None, key_name="admin", may_manage_facts=False)
+        return SessionOut(kind="admin", tenant=None, user=None, act_as=None, key_name="admin", may_act_as_user=False)
     return SessionOut(kind="api", tenant=p.tenant, user=p.user, act_as=p.act_as, key_name=p.key_name,
-                      may_manage_facts=p.user is not None or p.act_as == "any_user")
+                      may_act_as_user=p.user is not None or p.act_as == "any_user")
 
 
 class TopicOut(TopicStatsOut):

@@ -19,10 +19,11 @@ import httpx
 import pytest
 
 from memory_agent.client import MemoryClient
-from memory_agent.settings import DEV_ADMIN_KEY
+from memory_agent.settings import DEV_ADMIN_KEY, ApiSettings, WorkerSettings
 from projections.migrate import migrate
 from schemas import facts_events as fe
 from schemas.codec import new_event
+from tests.integration.conftest import API_KEYS, free_port, running_api, running_projectors, wait_until
 from tests.integration.test_fact_management import ALICE, BOB, Model, generation, wait_for_dead_letter
 from tests.integration.test_facts_capture import say_session, wait_for_chunks
 from tests.support.fake_openai import FakeOpenAI
@@ -294,3 +295,70 @@ def admin_pages(b: Browser, generation_name: str, replay_name: str) -> None:
     b.go("/conversation/tenant-a/bob-1")
     b.text_appears("I learned to swim with grandpa at the lake every summer.")
     assert not d.find_elements(By.XPATH, "//button[text()='Delete']")
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_endpoints_enforce_each_keys_scope(settings):
+    """/v1/ui/*: a tenant key reads its tenant (as the conversation's owner), a user key its own
+    conversations, an admin key any tenant it names; the rest is refused."""
+    keys = {**API_KEYS, "key-alice": {"tenant": "tenant-a", "user": "alice"}, "key-owner": {"tenant": "tenant-a"}}
+    # The worker-metrics address: a free port nothing listens on (no worker in this test).
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=keys),
+                                           "worker": WorkerSettings(metrics_port=free_port())})
+    async with running_projectors(settings), running_api(settings) as base:
+        async with MemoryClient(settings) as client:
+            for conversation, user in (("alice-1", "alice"), ("bob-1", "bob")):
+                for seq, text in enumerate(["hello", "hi", "bye"]):
+                    await client.append_message(tenant_id="tenant-a", conversation_id=conversation, user_id=user,
+                                                seq=seq, role="user" if seq % 2 == 0 else "assistant", content=text)
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            def get(path, key, admin=False, **params):
+                return http.get(path, params=params, headers={"X-Admin-Key" if admin else "X-API-Key": key})
+
+            async def projected() -> bool:
+                response = await get("/v1/ui/conversations/bob-1", "key-a")
+                return response.status_code == 200 and len(response.json()["messages"]) == 3
+            await wait_until(projected, 60, "both conversations projected")
+
+            sessions = {key: (await get("/v1/ui/session", key)).json() for key in ("key-a", "key-alice", "key-owner")}
+            assert [(s["kind"], s["tenant"], s["user"], s["may_act_as_user"]) for s in sessions.values()] == [
+                ("api", "tenant-a", None, True), ("api", "tenant-a", "alice", True), ("api", "tenant-a", None, False)]
+            admin = (await get("/v1/ui/session", DEV_ADMIN_KEY, admin=True)).json()
+            assert (admin["kind"], admin["tenant"]) == ("admin", None)
+            assert (await get("/v1/ui/session", "nope")).status_code == 401
+            assert (await get("/v1/ui/session", "nope", admin=True)).status_code == 401
+
+            overview = (await get("/v1/ui/conversations/alice-1", "key-alice")).json()
+            assert overview["conversation"]["user_id"] == "alice"
+            assert [m["content"] for m in overview["messages"]] == ["hello", "hi", "bye"]
+            assert (await get("/v1/ui/conversations/bob-1", "key-alice")).status_code == 404  # another user's
+            assert (await get("/v1/ui/conversations/alice-1", "key-b")).status_code == 404  # another tenant's
+            assert (await get("/v1/ui/conversations/alice-1", "key-a", tenant="tenant-b")).status_code == 403
+            assert (await get("/v1/ui/conversations/alice-1", DEV_ADMIN_KEY, admin=True)).status_code == 400
+            as_admin = await get("/v1/ui/conversations/bob-1", DEV_ADMIN_KEY, admin=True, tenant="tenant-a")
+            assert as_admin.status_code == 200 and as_admin.json()["conversation"]["user_id"] == "bob"
+            assert (await get("/v1/ui/conversations/bob-1", DEV_ADMIN_KEY, admin=True,
+                              tenant="tenant-b")).status_code == 404
+
+            listed = lambda r: sorted(c["conversation_id"] for c in r.json()["conversations"])  # noqa: E731
+            assert listed(await get("/v1/ui/conversations", DEV_ADMIN_KEY, admin=True, tenant="tenant-a")) == [
+                "alice-1", "bob-1"]
+            assert listed(await get("/v1/ui/conversations", "key-alice")) == ["alice-1"]
+            tenants = (await get("/v1/ui/admin/tenants", DEV_ADMIN_KEY, admin=True)).json()
+            assert [(t["tenant_id"], t["conversations"], t["messages"]) for t in tenants] == [("tenant-a", 2, 6)]
+            assert (await get("/v1/ui/admin/tenants", "key-a")).status_code == 401
+
+            assert (await get("/v1/ui/throughput", "key-alice")).status_code == 403  # per tenant: not a user key
+            throughput = (await get("/v1/ui/throughput", "key-a")).json()
+            assert throughput["last_hour"]["messages"] == 6 and throughput["last_minute"]["messages"] <= 6
+            stats = await get("/v1/ui/stats", DEV_ADMIN_KEY, admin=True, tenant="tenant-a")
+            assert stats.status_code == 200 and stats.json()["messages"] == 6
+
+            diff = await get("/v1/ui/admin/generations/diff", DEV_ADMIN_KEY, admin=True, a=settings.generation,
+                             b="nosuchgen")
+            assert diff.status_code == 404 and "nosuchgen" in diff.json()["detail"]
+            same = await get("/v1/ui/admin/generations/diff", DEV_ADMIN_KEY, admin=True, a=settings.generation,
+                             b=settings.generation)
+            assert same.status_code == 200 and same.json()["empty"] is True
+            metrics = (await get("/v1/ui/admin/worker-metrics", DEV_ADMIN_KEY, admin=True)).json()
+            assert metrics["error"].startswith("ConnectError")  # no worker here: said so, not a 500

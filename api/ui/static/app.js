@@ -85,8 +85,10 @@ function explain(err) {
 }
 const may = {
   any: (s) => !!s,
-  api: (s) => s && s.kind === "api",
-  facts: (s) => s && s.kind === "api" && s.may_manage_facts,
+  // Search and facts act as a user: a key bound to one, or a service key granted act_as any_user.
+  user: (s) => s && s.kind === "api" && s.may_act_as_user,
+  // Stats are per tenant: an admin (picking the tenant) or a service key, not a key bound to a user.
+  tenant: (s) => s && (s.kind === "admin" || !s.user),
   admin: (s) => s && s.kind === "admin",
 };
 
@@ -341,8 +343,10 @@ async function factsPage(params) {
     put(feedback);
     try {
       await api(path, { method, body, params: { wait: "true", wait_ms: 10000 } });
-      put(feedback, h("p", { class: "note", role: "status" }, `${label}: done.`));
       await load();
+      const done = h("p", { class: "note", role: "status", tabindex: -1 }, `${label}: done.`);
+      put(feedback, done);
+      done.focus();  // the row's buttons were re-rendered: keep the keyboard user's place near them
     } catch (err) {
       put(feedback, alertBox(`${label}: ${explain(err)}`));
     }
@@ -561,8 +565,8 @@ function setNav(s, route) {
     if (a.getAttribute("href") === `#/${route}`) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
 }
-const ROUTES = { conversations: [conversationsPage, "any"], search: [searchPage, "api"], facts: [factsPage, "facts"],
-                 generations: [generationsPage, "admin"], "dead-letters": [deadLettersPage, "admin"], stats: [statsPage, "any"] };
+const ROUTES = { conversations: [conversationsPage, "any"], search: [searchPage, "user"], facts: [factsPage, "user"],
+                 generations: [generationsPage, "admin"], "dead-letters": [deadLettersPage, "admin"], stats: [statsPage, "tenant"] };
 
 function render() {
   const s = session();
