@@ -17,7 +17,7 @@ import psycopg
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security, status
 from pydantic import BaseModel
 
-from api.auth import Principal, conversation_user
+from api.auth import Principal, audit, conversation_user
 from api.deps import admin_key_header, api_key_header, get_conn
 from api.routes import conversations, stats
 from api.routes.admin import AdminDep
@@ -74,6 +74,8 @@ async def reader_conn(request: Request, reader: ReaderDep):
     """A pooled connection on the active generation, counted against the tenant read (as get_conn)."""
     if reader.tenant is None:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="an admin key names the tenant with ?tenant=")
+    if reader.admin:  # an operator reading a tenant's memory leaves a trace, as an act-as does
+        audit.info("admin-read tenant=%s path=%s", reader.tenant, request.url.path)
     slot_owner = reader.principal or Principal(reader.tenant, None, "nobody", "admin")
     async for conn in get_conn(request, slot_owner):
         yield conn
