@@ -126,9 +126,14 @@ async def in_thread(fn: Callable[[], object]) -> object:
 
 
 @pytest.mark.asyncio
-async def test_dashboard_in_a_real_browser(settings, tmp_path):
+async def test_dashboard_in_a_real_browser(settings, tmp_path, monkeypatch):
     shots = Path(os.environ.get("MEMORY_TEST_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
+    # The worker serves its metrics on a free port (its child process reads the environment),
+    # and the API fetches them from there for the admin's stats page.
+    metrics_port = free_port()
+    monkeypatch.setenv("MEMORY_WORKER__METRICS_PORT", str(metrics_port))
+    settings = settings.model_copy(update={"worker": WorkerSettings(metrics_port=metrics_port)})
     model = Model()
     with FakeOpenAI(json_responder=model) as fake, chromium(shots) as driver:
         async with generation(settings, fake) as (worker, http):
@@ -283,12 +288,16 @@ def admin_pages(b: Browser, generation_name: str, replay_name: str) -> None:
 
     # Conversations and stats of a tenant the admin picks.
     b.go("/conversations")
-    Select(b.wait(lambda d: d.find_element(By.ID, "tenant-pick"), "the tenant picker")).select_by_value("tenant-a")
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "#tenant-pick option[value=tenant-a]"), "the tenant picker")
+    Select(d.find_element(By.ID, "tenant-pick")).select_by_value("tenant-a")
     d.find_element(By.XPATH, "//form[.//select[@id='tenant-pick']]//button").click()
     b.wait(lambda d: d.find_elements(By.LINK_TEXT, "bob-1"), "tenant-a's conversations")
     b.go("/stats?tenant=tenant-a")
-    b.text_appears("Worker metrics")
     b.text_appears("Throughput")
+    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "table[aria-label='Worker metrics']"), "the worker's metrics")
+    worker = d.find_element(By.CSS_SELECTOR, "table[aria-label='Worker metrics']").text
+    assert "memory_dead_letters" in worker and "reason=not_owner" in worker  # the forged decision, counted
+    assert "memory_projected_events" in worker
     assert "Tenant tenant-a" in d.find_element(By.TAG_NAME, "main").text
     b.shot("admin-stats")
     # The admin reads any tenant's conversation (read only: no fact buttons).

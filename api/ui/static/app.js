@@ -141,7 +141,7 @@ async function conversationsPage(params) {
   const results = h("div", {}, loading());
   const openId = h("input", { name: "conversation_id", required: true, pattern: "[A-Za-z0-9][A-Za-z0-9._:@-]*" });
   const openTenant = h("input", { name: "tenant", required: true });
-  page("Conversations", s.kind === "admin" ? await tenantPicker(params, "#/conversations") : null,
+  page("Conversations", s.kind === "admin" ? tenantPicker(params, "#/conversations") : null,
     h("form", { class: "row", role: "search", onsubmit: (e) => {
       e.preventDefault();
       const p = new URLSearchParams({ q: q.value });
@@ -191,12 +191,14 @@ async function conversationsPage(params) {
 
 async function conversationPage(tenant, id) {
   const s = session();
-  page(`Conversation ${id}`, loading());
+  // Filled in once the data arrives: a page left meanwhile keeps the new one (this div is detached).
+  const body = h("div", {}, loading());
+  page(`Conversation ${id}`, body);
   let c;
   try {
     c = await api(`/v1/ui/conversations/${encodeURIComponent(id)}`, { params: s.kind === "admin" ? { tenant } : {} });
   } catch (err) {
-    put(main, h("h1", {}, `Conversation ${id}`), alertBox(explain(err)));
+    put(body, alertBox(explain(err)));
     return;
   }
   const summaryItems = c.summaries.map((m) => h("li", { class: m.status },
@@ -208,8 +210,7 @@ async function conversationPage(tenant, id) {
       m.generation_time_ms !== null ? ` · generated in ${(m.generation_time_ms / 1000).toFixed(2)} s` : ""),
     m.memory_text ? h("p", {}, m.memory_text) : null,
     m.error ? h("p", { class: "alert" }, `Failed: ${m.error}`) : null));
-  put(main,
-    h("h1", {}, `Conversation ${c.conversation.conversation_id}`),
+  put(body,
     h("dl", { class: "facts" },
       h("dt", {}, "Tenant"), h("dd", {}, c.conversation.tenant_id), h("dt", {}, "User"), h("dd", {}, c.conversation.user_id),
       h("dt", {}, "Subject"), h("dd", {}, c.conversation.subject_id || "—"),
@@ -250,7 +251,6 @@ async function conversationPage(tenant, id) {
       [{ label: "Seq", num: true }, "Role", "Content", "Time"],
       c.messages.map((m) => h("tr", {}, h("td", { class: "num" }, m.seq), h("td", {}, m.role), h("td", {}, m.content),
         h("td", {}, fmtTime(m.occurred_at))))));
-  main.focus();
 }
 
 function scoreCells(score) {
@@ -470,16 +470,15 @@ async function deadLettersPage(params) {
   } catch (err) { put(results, alertBox(explain(err))); }
 }
 
-async function tenantPicker(params, hashBase) {
+function tenantPicker(params, hashBase) {
   // The admin key reads one tenant at a time: a <select> of the tenants that have conversations.
   const select = h("select", { name: "tenant", id: "tenant-pick", required: true });
   const form = h("form", { class: "row", onsubmit: (e) => { e.preventDefault(); location.hash = `${hashBase}?tenant=${encodeURIComponent(select.value)}`; } },
     field("Tenant", select), h("button", { type: "submit" }, "Show"));
-  try {
-    const tenants = await api("/v1/ui/admin/tenants");
+  api("/v1/ui/admin/tenants").then((tenants) => {
     put(select, ...tenants.map((t) => h("option", { value: t.tenant_id }, `${t.tenant_id} (${t.conversations} conversations)`)));
     if (params.get("tenant")) select.value = params.get("tenant");
-  } catch (err) { form.append(alertBox(explain(err))); }
+  }, (err) => form.append(alertBox(explain(err))));
   return form;
 }
 
@@ -493,7 +492,7 @@ async function statsPage(params) {
   const s = session();
   const tenant = s.kind === "admin" ? params.get("tenant") : s.tenant;
   const results = h("div", {}, loading());
-  page("Stats", s.kind === "admin" ? await tenantPicker(params, "#/stats") : null, results);
+  page("Stats", s.kind === "admin" ? tenantPicker(params, "#/stats") : null, results);
   if (!tenant) { put(results, h("p", { class: "note" }, "Choose a tenant.")); return; }
   const parts = [];
   const scope = s.kind === "admin" ? { tenant } : {};
