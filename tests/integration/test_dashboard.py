@@ -298,6 +298,7 @@ def admin_pages(b: Browser, generation_name: str, replay_name: str) -> None:
     worker = d.find_element(By.CSS_SELECTOR, "table[aria-label='Worker metrics']").text
     assert "memory_dead_letters" in worker and "reason=not_owner" in worker  # the forged decision, counted
     assert "memory_projected_events" in worker
+    d.execute_script("arguments[0].scrollIntoView()", d.find_element(By.ID, "worker-metrics"))
     assert "Tenant tenant-a" in d.find_element(By.TAG_NAME, "main").text
     b.shot("admin-stats")
     # The admin reads any tenant's conversation (read only: no fact buttons).
