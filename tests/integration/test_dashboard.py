@@ -244,10 +244,17 @@ def tenant_pages(b: Browser, base: str) -> None:
     b.wait(lambda d: "Not found (404)" in d.find_element(By.CSS_SELECTOR, "[role=alert]").text, "the refusal shown")
     b.shot("facts")
 
-    # bob's view: alice's facts are not listed (private), his own are editable.
+    # Share the edited fact: bob then sees it, read only (seed 003: only the owner changes it).
+    b.go("/facts?user_id=alice")
+    b.text_appears("Grandpa loved fly fishing.")
+    row("Grandpa loved fly fishing.").find_element(By.XPATH, ".//button[text()='Share']").click()
+    b.text_appears("Share: done.")
+    assert row("Grandpa loved fly fishing.").find_element(By.XPATH, ".//button[text()='Unshare']")
     b.go("/facts?user_id=bob")
     b.text_appears("Grandpa taught Bob to swim.")
-    assert "fly fishing" not in d.find_element(By.TAG_NAME, "main").text
+    assert row("Grandpa taught Bob to swim.").find_elements(By.XPATH, ".//button[text()='Edit']")  # his own
+    shared = row("Grandpa loved fly fishing.")
+    assert "shared by alice: read only" in shared.text and not shared.find_elements(By.TAG_NAME, "button")
 
 
 def admin_pages(b: Browser, generation_name: str, replay_name: str) -> None:
