@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from api.auth import conversation_user
 from api.deps import ConnDep, PrincipalDep
 from api.routes.context import ConversationId
+from api.routes.search import storable_text
 from projections import queries
 from projections import surface_queries as sq
 
@@ -47,6 +48,7 @@ async def list_conversations(
     limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=1_000_000),
 ) -> ConversationsOut:
     """The tenant's conversations, most recently updated first (a key bound to a user: its own)."""
+    storable_text(q, "q")
     rows, total = await sq.list_conversations(conn, principal.tenant, q=q, user_id=principal.user,
                                               limit=limit, offset=offset)
     return ConversationsOut(total=total, limit=limit, offset=offset, conversations=[
