@@ -258,8 +258,11 @@ def mcp(use_http: bool, host: str, port: int, url: str | None, api_key: str | No
     """Serve the memory as MCP tools: search_memory, store_memory, list_memories, forget_memory,
     get_turn_context. The tenant and user come from the API key (configuration, or the HTTP
     request's headers), never from a tool argument."""
+    import logging
+
     from memory_agent import mcp_server
 
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per API call otherwise
     connection = Connection.from_settings(get_settings(), url=url, api_key=api_key, user=user)
     if use_http:
         import uvicorn

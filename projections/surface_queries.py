@@ -11,15 +11,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import class_row, dict_row
 
+from projections.queries import ConversationRow
+
 
 @dataclass(frozen=True)
-class ConversationListRow:
-    conversation_id: str
-    user_id: str
-    subject_id: str | None
-    last_seq: int
-    message_count: int
-    gap_count: int
+class ConversationListRow(ConversationRow):
     first_seen_at: datetime
     last_message_at: datetime | None
     summaries: int
@@ -35,7 +31,8 @@ class ConversationListRow:
 
 
 _CONVERSATIONS = """
-SELECT c.conversation_id, c.user_id, c.subject_id, c.last_seq, c.message_count, c.gap_count, c.first_seen_at,
+SELECT c.tenant_id, c.conversation_id, c.user_id, c.subject_id, c.last_seq, c.message_count, c.gap_count,
+       c.first_seen_at,
        (SELECT m.occurred_at FROM messages m WHERE m.tenant_id = c.tenant_id
            AND m.conversation_id = c.conversation_id AND m.seq = c.last_seq) AS last_message_at,
        (SELECT count(*) FROM memory s WHERE s.tenant_id = c.tenant_id
@@ -78,33 +75,16 @@ async def list_conversations(conn: psycopg.AsyncConnection, tenant_id: str, *, q
     return rows, (await cur.fetchone())[0]
 
 
-@dataclass(frozen=True)
-class SummaryRow:
-    memory_id: int
-    base_memory_id: int | None
-    start_sequence: int
-    end_sequence: int
-    status: str
-    attempt: int
-    error: str | None
-    memory_text: str | None
-    prompt_version: str
-    model: str
-    generation_time_ms: int | None
-    source_event_ids: list[str]
-    created_at: datetime
-    updated_at: datetime
-    completed_at: datetime | None
-
-
 async def summary_chain(conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, *, limit: int
-                        ) -> list[SummaryRow]:
-    """Every summary row of the conversation, oldest first: the version chain with failures."""
-    async with conn.cursor(row_factory=class_row(SummaryRow)) as cur:
+                        ) -> list[dict[str, Any]]:
+    """Every summary row of the conversation, oldest first: the version chain with failures
+    (named as the API shows them: start_seq, end_seq inclusive, text)."""
+    async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            "SELECT * FROM (SELECT memory_id, base_memory_id, start_sequence, end_sequence, status, attempt, error,"
-            " memory_text, prompt_version, model, generation_time_ms, source_event_ids, created_at, updated_at,"
-            " completed_at FROM memory WHERE tenant_id = %s AND conversation_id = %s"
+            "SELECT * FROM (SELECT memory_id, base_memory_id, start_sequence AS start_seq, end_sequence AS end_seq,"
+            " status, attempt, error, memory_text AS text, prompt_version, model, generation_time_ms,"
+            " source_event_ids, created_at, updated_at, completed_at FROM memory"
+            " WHERE tenant_id = %s AND conversation_id = %s"
             " ORDER BY memory_id DESC LIMIT %s) newest ORDER BY memory_id",
             (tenant_id, conversation_id, limit))
         return await cur.fetchall()

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from api.auth import conversation_user
 from api.deps import ConnDep, PrincipalDep
 from api.routes.context import ConversationId
+from api.routes.search import storable_text
 from projections import queries
 from projections import surface_queries as sq
 
@@ -47,6 +48,7 @@ async def list_conversations(
     limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=1_000_000),
 ) -> ConversationsOut:
     """The tenant's conversations, most recently updated first (a key bound to a user: its own)."""
+    storable_text(q, "q")
     rows, total = await sq.list_conversations(conn, principal.tenant, q=q, user_id=principal.user,
                                               limit=limit, offset=offset)
     return ConversationsOut(total=total, limit=limit, offset=offset, conversations=[
@@ -87,11 +89,6 @@ async def summaries(principal: PrincipalDep, conn: ConnDep, conversation_id: str
     if conversation is None or conversation_user(principal, conversation.user_id, None, "summaries") is None:
         raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
     rows = await sq.summary_chain(conn, principal.tenant, conversation_id, limit=limit)
-    counts = {status: sum(r.status == status for r in rows) for status in ("processing", "completed", "failed")}
-    return SummariesOut(conversation_id=conversation_id, last_seq=conversation.last_seq, counts=counts, summaries=[
-        SummaryVersionOut(memory_id=r.memory_id, base_memory_id=r.base_memory_id, start_seq=r.start_sequence,
-                          end_seq=r.end_sequence, status=r.status, attempt=r.attempt, error=r.error,
-                          text=r.memory_text, prompt_version=r.prompt_version, model=r.model,
-                          generation_time_ms=r.generation_time_ms, source_event_ids=r.source_event_ids,
-                          created_at=r.created_at, updated_at=r.updated_at, completed_at=r.completed_at)
-        for r in rows])
+    counts = {status: sum(r["status"] == status for r in rows) for status in ("processing", "completed", "failed")}
+    return SummariesOut(conversation_id=conversation_id, last_seq=conversation.last_seq, counts=counts,
+                        summaries=[SummaryVersionOut(**row) for row in rows])

@@ -22,7 +22,7 @@ from projections import surface_queries as sq
 from retrieval.service import embedder_for
 from schemas import facts_events as fe
 from schemas.codec import new_event
-from schemas.envelope import IDENTIFIER
+from schemas.envelope import IDENTIFIER, InvalidEvent
 from streams.facts.extraction import MEMORY_TYPES
 from streams.facts.ids import stored_fact_id, to_vector
 
@@ -87,6 +87,11 @@ async def store_memory(body: MemoryIn, request: Request, principal: PrincipalDep
     envelope = new_event(fe.MEMORY_STORED, _payload(body, fact_id, user, content, vector), tenant_id=tenant,
                          user_id=user, subject_id=body.subject_id, conversation_id=memories_stream(user),
                          event_id=event_id)
+    try:  # every rule a consumer checks (NUL, surrogates, sizes): refused here, nothing appended
+        request.app.state.client.validate_event(envelope.model_dump(mode="json"))
+    except InvalidEvent as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            detail={"reason": exc.reason, "message": exc.detail}) from None
     await conn.rollback()
     await append_or_503(request, envelope)
     outcome = None

@@ -42,6 +42,14 @@ class SearchOut(BaseModel):
     now: datetime = Field(description="Recency is measured from this time")
 
 
+def storable_text(value: str | None, name: str) -> str | None:
+    """PostgreSQL text cannot hold NUL: refuse it with a 422 instead of failing the query."""
+    if value is not None and "\x00" in value:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail={
+            "reason": "invalid_request", "message": f"{name}: contains NUL (\\u0000) at index {value.index(chr(0))}"})
+    return value
+
+
 def parse_kinds(kinds: str | None) -> list[str]:
     if not kinds:
         return list(KINDS)
@@ -73,6 +81,7 @@ async def search(
     if x_user_id and user_id and x_user_id != user_id:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="X-User-Id and user_id name different users")
     user = named_user(principal, x_user_id or user_id, "search")
+    storable_text(q, "q")
     wanted = parse_kinds(kinds)
     state = request.app.state
     config = RetrievalConfig.from_settings(state.settings.retrieval)

@@ -88,6 +88,9 @@ async def test_search_filters_scopes_and_refuses_what_the_key_may_not_do(loaded)
         assert (await get(url, "/v1/search", headers=bound, q="WiFi")).json()["user_id"] == "nox"
         assert (await get(url, "/v1/search", headers=bound, q="WiFi", user_id="maria")).status_code == 403
         assert (await get(url, "/v1/search", headers={"X-API-Key": "producer"}, q="x", user_id="nox")).status_code == 403
+        for path in ("/v1/search", "/v1/conversations"):  # NUL cannot reach PostgreSQL: refused, not a 500
+            nul = await get(url, path, q="wifi\x00x")
+            assert nul.status_code == 422 and "NUL" in nul.json()["detail"]["message"], path
         bad = await get(url, "/v1/search", q="x", kinds="fact,memes")
         assert bad.status_code == 422 and "memes" in bad.json()["detail"]["message"]
         other = (await get(url, "/v1/search", headers={"X-API-Key": "key-b", "X-User-Id": "nox"}, q="WiFi")).json()
@@ -125,6 +128,10 @@ async def test_a_stored_memory_is_an_event_deduplicated_searchable_exported_and_
             lines = [orjson.loads(line) for line in export.content.splitlines()]
             bad = await http.post("/v1/memories", json={"content": "", "importance": 9})
             assert bad.status_code == 422 and "importance" in bad.json()["detail"]["message"]
+            for body in (b'{"content": "a\\u0000b"}', b'{"content": "ok", "tags": ["t\\u0000"]}',
+                         b'{"content": "a\\ud800b"}'):  # escaped in the JSON, as a client would send them
+                refused = await http.post("/v1/memories", content=body, headers={"content-type": "application/json"})
+                assert refused.status_code == 422 and refused.json()["detail"]["reason"], body
     by_id = {line["id"]: line for line in lines}
     assert set(by_id) == {stored["fact_id"], shared["fact_id"]} and all(line["user_id"] == "nox" for line in lines)
     assert by_id[stored["fact_id"]]["event_id"] == stored["event_id"]
