@@ -109,7 +109,7 @@ class TopicOut(TopicStatsOut):
 class OverviewOut(BaseModel):
     conversation: queries.ConversationRow
     messages: list[queries.MessageRow]  # the newest `messages` ones, in seq order
-    summaries: list[sq.SummaryRow]  # the version chain (newest 200), oldest first, failures with their error
+    summaries: list[conversations.SummaryVersionOut]  # the chain (newest 200), oldest first, failures with their error
     chunks: list[uq.ChunkRow]
     facts: list[FactOut]  # extracted from this conversation, as its owner sees them
     active_topic_id: str | None
@@ -139,7 +139,8 @@ async def overview(request: Request, reader: ReaderDep, conn: Annotated[psycopg.
     now = datetime.now(UTC)
     return OverviewOut(
         conversation=conversation, messages=rows,
-        summaries=await sq.summary_chain(conn, reader.tenant, conversation_id, limit=200),
+        summaries=[conversations.SummaryVersionOut(**row)
+                   for row in await sq.summary_chain(conn, reader.tenant, conversation_id, limit=200)],
         chunks=await uq.list_chunks(conn, reader.tenant, conversation_id),
         facts=[_out(f, owner, []) for f in facts],
         active_topic_id=state.active_topic_id if state else None, topics_as_of_seq=state.last_seq if state else -1,

@@ -183,6 +183,8 @@ def tenant_pages(b: Browser, base: str) -> None:
     # A conversation: messages, the summary chain, chunks, facts and topics.
     b.text_appears("He loved fishing, and he was born in Braga.")
     b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "ol.timeline li.completed"), "a completed summary")
+    version = d.find_element(By.CSS_SELECTOR, "ol.timeline li.completed").text
+    assert version.startswith("Messages 0–") and "generated in" in version and "Grandpa was a carpenter." in version
     for heading in ("Summary chain", "Topics", "Facts from this conversation", "Chunks", "Messages"):
         assert d.find_element(By.XPATH, f"//h2[text()='{heading}']")
     b.text_appears("Grandpa worked as a carpenter.")

@@ -202,13 +202,13 @@ async function conversationPage(tenant, id) {
     return;
   }
   const summaryItems = c.summaries.map((m) => h("li", { class: m.status },
-    h("strong", {}, `Messages ${m.start_sequence}–${m.end_sequence}`), " ", badge(m.status, statusTone(m.status)),
+    h("strong", {}, `Messages ${m.start_seq}–${m.end_seq}`), " ", badge(m.status, statusTone(m.status)),
     m.attempt > 1 ? h("span", { class: "muted" }, ` attempt ${m.attempt}`) : null,
     h("div", { class: "muted" }, `#${m.memory_id}`, m.base_memory_id ? ` extends #${m.base_memory_id}` : " (first)",
       ` · ${m.model} · prompt ${m.prompt_version} · created ${fmtTime(m.created_at)}`,
       m.completed_at ? ` · completed ${fmtTime(m.completed_at)}` : "",
       m.generation_time_ms !== null ? ` · generated in ${(m.generation_time_ms / 1000).toFixed(2)} s` : ""),
-    m.memory_text ? h("p", {}, m.memory_text) : null,
+    m.text ? h("p", {}, m.text) : null,
     m.error ? h("p", { class: "alert" }, `Failed: ${m.error}`) : null));
   put(body,
     h("dl", { class: "facts" },
