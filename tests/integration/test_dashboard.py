@@ -244,6 +244,8 @@ def tenant_pages(b: Browser, base: str) -> None:
     b.active().send_keys(" (edited)")
     d.find_element(By.XPATH, "//form[.//textarea]//button[text()='Save']").click()
     b.wait(lambda d: "Not found (404)" in d.find_element(By.CSS_SELECTOR, "[role=alert]").text, "the refusal shown")
+    b.wait(lambda d: "Grandpa worked as a carpenter." not in d.find_element(By.TAG_NAME, "tbody").text,
+           "the list refreshed without the vanished fact")
     b.shot("facts")
 
     # Share the edited fact: bob then sees it, read only (seed 003: only the owner changes it).

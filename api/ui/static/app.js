@@ -349,6 +349,7 @@ async function factsPage(params) {
       done.focus();  // the row's buttons were re-rendered: keep the keyboard user's place near them
     } catch (err) {
       put(feedback, alertBox(`${label}: ${explain(err)}`));
+      await load().catch(() => {});  // show the facts as they are now (the refused one may be gone)
     }
   };
   const load = async () => {
@@ -366,6 +367,7 @@ async function factsPage(params) {
               h("button", { type: "button", class: "secondary", onclick: () => load() }, "Cancel"));
             put(e.target.closest("td"), form);
             text.focus();
+            text.setSelectionRange(text.value.length, text.value.length);  // type on from the end
           } }, "Edit"), " ",
           h("button", { type: "button", class: "secondary", "aria-label": `${f.visibility === "shared" ? "Unshare" : "Share"} fact: ${f.content}`,
             onclick: () => act(f.visibility === "shared" ? "Unshare" : "Share", "PATCH", `/v1/facts/${id}/visibility`,
