@@ -41,12 +41,12 @@ async def list_chunks(conn: psycopg.AsyncConnection, tenant_id: str, conversatio
 
 async def sourced_facts(conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, *,
                         limit: int = 500) -> list[FactRow]:
-    """Facts extracted from this conversation, deleted and superseded ones included (the page
-    shows their state), oldest first."""
+    """Facts extracted from this conversation, superseded ones included (the page shows their
+    state), deleted ones not (seed 003: nobody sees them), oldest first."""
     async with conn.cursor(row_factory=class_row(FactRow)) as cur:
         await cur.execute(
             f"SELECT {FACT_COLUMNS} FROM facts WHERE tenant_id = %s AND source_conversation_id = %s"
-            " ORDER BY valid_from, fact_id LIMIT %s",
+            " AND deleted_at IS NULL ORDER BY valid_from, fact_id LIMIT %s",
             (tenant_id, conversation_id, limit),
         )
         return await cur.fetchall()

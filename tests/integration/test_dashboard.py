@@ -233,6 +233,12 @@ def tenant_pages(b: Browser, base: str) -> None:
     d.switch_to.alert.accept()
     b.text_appears("Delete: done.")
     b.wait(lambda d: "Grandpa was born in Braga." not in d.find_element(By.TAG_NAME, "main").text, "the deleted fact gone")
+    b.go("/conversation/tenant-a/alice-1")  # the deleted fact is gone from its conversation too
+    b.text_appears("Grandpa worked as a carpenter.")
+    assert "Grandpa was born in Braga." not in d.find_element(By.XPATH, "//table[preceding-sibling::h2[1]"
+                                                                       "[text()='Facts from this conversation']]").text
+    b.go("/facts?user_id=alice")
+    b.text_appears("Grandpa worked as a carpenter.")
     # bob's own fact is not visible to alice (private), and nothing of another owner is editable.
     assert "Grandpa taught Bob to swim." not in d.find_element(By.TAG_NAME, "main").text
     # Refusal: the fact vanishes (deleted elsewhere) while its edit form is open: the API says 404.
