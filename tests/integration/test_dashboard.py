@@ -45,10 +45,10 @@ def chromium(shots: Path):
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
     if missing:
         pytest.skip(f"{' and '.join(missing)} missing: apt-get install chromium chromium-driver (.ci/run does it)")
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager, if ever consulted, must not download
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager, if ever consulted, must not download
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+    for arg in ("--headless=new", "--no-sandbox",  # no sandbox: CI runs as root "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1400,1100", "--no-first-run", "--disable-extensions"):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
