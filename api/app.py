@@ -8,11 +8,12 @@ from fastapi import FastAPI, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
-from api import errors
+from api import docs_offline, errors, ui
 from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.limits import TenantSlots
-from api.routes import admin, context, facts, health, ingest, messages, topics
+from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
+                        ui_data)
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
 from projections.db import connect_kwargs
@@ -53,9 +54,14 @@ def create_app(settings: Settings) -> FastAPI:
         version="0.1.0",
         summary="Turn-start conversation context from an event-sourced memory.",
         lifespan=lifespan,
+        docs_url=None,  # served from the app's own assets (api/docs_offline.py)
+        redoc_url=None,
     )
-    for module in (context, messages, ingest, facts, topics, admin, health):
+    for module in (conversations, context, messages, ingest, facts, topics, search, memories, stats, admin, health,
+                   ui_data, ui):
         app.include_router(module.router)
+    app.include_router(stats.admin_router)
+    docs_offline.install(app)
 
     @app.get("/metrics", tags=["health"], response_class=Response,
              responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})

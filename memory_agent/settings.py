@@ -391,6 +391,25 @@ class TopicSettings(BaseModel):
         return self
 
 
+class ClientSettings(BaseModel):
+    """How `memory-agent search|store|list|show|forget|export` and `memory-agent mcp` reach the API."""
+
+    url: str | None = None  # default: http://{api.host}:{api.port}
+    # Default: the first key of api.api_keys that is not hashed at rest (dev-key in development).
+    api_key: SecretStr | None = None
+    # The acting user, for a service key (sent as X-User-Id); a key bound to a user needs none.
+    user: str | None = None
+    timeout_s: float = Field(default=30.0, gt=0)
+
+
+class WorkerSettings(BaseModel):
+    # The worker serves its Prometheus metrics here (0: not served).
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
+    # How often the consumer-lag gauge is refreshed from Kafka.
+    lag_interval_s: float = Field(default=15.0, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORY_", env_nested_delimiter="__", frozen=True, extra="ignore",
@@ -422,6 +441,8 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     facts: FactsSettings = FactsSettings()
+    client: ClientSettings = ClientSettings()
+    worker: WorkerSettings = WorkerSettings()
 
     @field_validator("generation")
     @classmethod

@@ -7,6 +7,7 @@ import logging
 import signal
 
 from memory_agent.settings import Settings
+from memory_agent.worker_metrics import report_lag, serve_metrics
 from projections import facts, message_index, topics
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
@@ -37,6 +38,8 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) 
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     runners = [ProjectorRunner(settings, p) for p in projectors(settings)]
     tasks = [asyncio.create_task(r.run(), name=f"projector-{r.projector.name}") for r in runners]
+    if settings.worker.metrics_port:  # the gauge /metrics shows (memory_agent/worker_metrics.py)
+        tasks.append(asyncio.create_task(report_lag(settings), name="consumer-lag"))
     stopper = asyncio.create_task(stop.wait())
     try:
         done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
@@ -51,6 +54,11 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) 
 
 def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     """Entry point of `memory-agent worker`."""
+    try:
+        serve_metrics(settings)
+    except OSError as exc:  # e.g. a replay worker beside the live one on the same port
+        log.warning("worker metrics not served on port %s: %s (set MEMORY_WORKER__METRICS_PORT)",
+                    settings.worker.metrics_port, exc)
     if projectors_only:
         asyncio.run(run_projectors(settings))
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -85,6 +86,24 @@ SELECT fact_id FROM facts
 """
 
 
+@dataclass(frozen=True)
+class FactSource:
+    """Where a fact comes from: an extracted chunk, or a memory stored by hand (`change`
+    names the history entry: "extracted" or "stored")."""
+
+    event_id: str
+    tenant_id: str
+    conversation_id: str | None
+    owner_user_id: str
+    subject_id: str | None
+    observed_at: datetime
+    chunk_id: str | None
+    source_event_ids: list[str]
+    extracted_by: str
+    prompt_version: str
+    change: str
+
+
 class FactsProjector:
     name = "facts"
 
@@ -106,12 +125,12 @@ class FactsProjector:
                 event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
             except InvalidEvent:
                 continue  # the messages and memory projectors dead-letter invalid input once
-            if event.type != fe.CHUNK_RECORDED and event.type not in fe.MANAGEMENT_TYPES:
+            handler = {fe.CHUNK_RECORDED: self._chunk, fe.MEMORY_STORED: self._stored}.get(event.type)
+            if handler is None and event.type not in fe.MANAGEMENT_TYPES:
                 continue
             try:
                 async with conn.transaction():  # a savepoint: one bad event never blocks the rest
-                    refusal = await (self._chunk(conn, event) if event.type == fe.CHUNK_RECORDED
-                                     else self._decision(conn, event))
+                    refusal = await (handler or self._decision)(conn, event)
             except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
                 refusal = ("apply_failed", f"{type(exc).__name__}: {exc}")
             if refusal is not None:
@@ -136,52 +155,74 @@ class FactsProjector:
             p.occurred_start or p.observed_at, p.observed_at))
         if await cur.fetchone() is None:
             return None  # this range is already recorded: redelivery, replay or a late attempt
+        source = FactSource(e.event_id, e.tenant_id, e.conversation_id, p.owner_user_id, p.subject_id, p.observed_at,
+                            p.chunk_id, p.source_event_ids, p.model, p.prompt_version, "extracted")
         for index, fact in enumerate(p.facts):
-            await self._fact(conn, event, index, fact)
+            await self._fact(conn, source, index, fact)
         return None
 
-    async def _fact(self, conn, event: Event, index: int, fact: fe.RecordedFact) -> None:
+    async def _stored(self, conn, event: Event) -> tuple[str, str] | None:
+        """A memory stored by hand: the same dedup/merge path as an extracted fact."""
         e, p = event.envelope, event.payload
+        if e.user_id != p.owner_user_id:
+            return "not_owner", f"user {e.user_id!r} stored a memory for {p.owner_user_id!r}"
+        if p.embedding.dimensions != self.settings.embedding.dimensions:
+            return ("wrong_dimensions", f"a vector of {p.embedding.dimensions} dimensions ({p.embedding.model}),"
+                                        f" column has {self.settings.embedding.dimensions}")
+        source = FactSource(e.event_id, e.tenant_id, None, p.owner_user_id, p.subject_id, e.occurred_at, None,
+                            [e.event_id], "manual", "manual", "stored")
+        fact = fe.RecordedFact(fact_id=p.fact_id, category=p.category, memory_type=p.memory_type, content=p.content,
+                               importance=p.importance, tags=p.tags, embedding=p.embedding)
+        if await self._fact(conn, source, 0, fact) and p.visibility == "shared":
+            await conn.execute("UPDATE facts SET visibility = 'shared' WHERE fact_id = %s", (p.fact_id,))
+            await self._manage(conn, e.tenant_id, p.fact_id)  # a later owner's decision still wins
+        return None
+
+    async def _fact(self, conn, src: FactSource, index: int, fact: fe.RecordedFact) -> bool:
+        """Dedup one fact against its owner's current ones; True when it was inserted as a new row."""
         vector = vector_literal(fact.embedding.values)
         cur = await conn.execute(_NEIGHBOURS, {
-            "tenant": e.tenant_id, "subject": p.subject_id, "model": fact.embedding.model,
-            "owner": p.owner_user_id, "vector": vector, "limit": NEIGHBOURS})
-        neighbours = [Neighbour(fid, content, category, owner, p.subject_id or "", float(sim), importance, tuple(tags))
+            "tenant": src.tenant_id, "subject": src.subject_id, "model": fact.embedding.model,
+            "owner": src.owner_user_id, "vector": vector, "limit": NEIGHBOURS})
+        neighbours = [Neighbour(fid, content, category, owner, src.subject_id or "", float(sim), importance,
+                                tuple(tags))
                       for fid, content, category, owner, importance, tags, sim in await cur.fetchall()]
-        new = NewFact(fact.content, from_vector(fact.embedding), fact.category, p.owner_user_id, p.subject_id or "",
-                      fact.importance, tuple(fact.tags))
+        new = NewFact(fact.content, from_vector(fact.embedding), fact.category, src.owner_user_id,
+                      src.subject_id or "", fact.importance, tuple(fact.tags))
         verdict = LlmVerdict(fact.relation, fact.target_fact_id) if fact.relation and fact.target_fact_id else None
-        decision = decide_fact(new, neighbours, p.observed_at.timestamp(), self.dedup, verdict)
-        history_id = f"{e.event_id}/{index}"  # one chunk event can touch one fact several times
-        detail = {"chunk_id": p.chunk_id, "fact_id": fact.fact_id, "action": decision.action,
+        decision = decide_fact(new, neighbours, src.observed_at.timestamp(), self.dedup, verdict)
+        history_id = f"{src.event_id}/{index}"  # one chunk event can touch one fact several times
+        detail = {"chunk_id": src.chunk_id, "fact_id": fact.fact_id, "action": decision.action,
                   "reason": decision.reason}
         if decision.action == "merge":
-            await self._merge(conn, event, fact, decision, history_id, detail)
-            return
+            await self._merge(conn, src, fact, decision, history_id, detail)
+            return False
         if decision.action == "supersede":
             await conn.execute("UPDATE facts SET valid_to = %s, updated_at = GREATEST(updated_at, %s)"
                                " WHERE fact_id = %s AND valid_to IS NULL",
-                               (p.observed_at, p.observed_at, decision.target_fact_id))
+                               (src.observed_at, src.observed_at, decision.target_fact_id))
             await conn.execute(_HISTORY, (decision.target_fact_id, "superseded", None, fact.content,
-                                          Jsonb(detail), history_id, p.observed_at))
+                                          Jsonb(detail), history_id, src.observed_at))
         cur = await conn.execute(_INSERT_FACT, (
-            fact.fact_id, e.tenant_id, p.owner_user_id, p.subject_id, fact.category, fact.memory_type, fact.content,
-            fact.importance, fact.tags, e.conversation_id, p.chunk_id, p.source_event_ids, vector,
-            fact.embedding.model, p.model, p.prompt_version, p.observed_at, e.event_id, p.observed_at))
+            fact.fact_id, src.tenant_id, src.owner_user_id, src.subject_id, fact.category, fact.memory_type,
+            fact.content, fact.importance, fact.tags, src.conversation_id, src.chunk_id, src.source_event_ids,
+            vector, fact.embedding.model, src.extracted_by, src.prompt_version, src.observed_at, src.event_id,
+            src.observed_at))
         if await cur.fetchone() is None:
-            return
-        await conn.execute(_HISTORY, (fact.fact_id, "extracted", None, fact.content, Jsonb(detail), history_id,
-                                      p.observed_at))
+            return False
+        await conn.execute(_HISTORY, (fact.fact_id, src.change, None, fact.content, Jsonb(detail), history_id,
+                                      src.observed_at))
         if decision.target_fact_id is not None and decision.link_type is not None:
             await conn.execute(
                 "INSERT INTO fact_links (from_fact_id, to_fact_id, relationship, event_id) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT DO NOTHING", (fact.fact_id, decision.target_fact_id, decision.link_type, e.event_id))
-        await self._manage(conn, e.tenant_id, fact.fact_id)
+                " ON CONFLICT DO NOTHING", (fact.fact_id, decision.target_fact_id, decision.link_type, src.event_id))
+        await self._manage(conn, src.tenant_id, fact.fact_id)
+        return True
 
-    async def _merge(self, conn, event: Event, fact: fe.RecordedFact, decision: FactDecision, history_id: str,
+    async def _merge(self, conn, src: FactSource, fact: fe.RecordedFact, decision: FactDecision, history_id: str,
                      detail: dict) -> None:
         """Same fact again: bump importance, union tags; an owner's edited wording is never replaced."""
-        p, fields = event.payload, decision.merged_fields
+        fields = decision.merged_fields
         target = decision.target_fact_id
         cur = await conn.execute("SELECT content, EXISTS (SELECT 1 FROM fact_history WHERE fact_id = %s"
                                  " AND change = 'edited') FROM facts WHERE fact_id = %s", (target, target))
@@ -191,9 +232,9 @@ class FactsProjector:
             "importance": fields["importance"], "tags": list(fields["tags"]),
             "content": fields["content"] if reworded else old_content,
             "vector": vector_literal(fact.embedding.values) if reworded else None,
-            "sources": p.source_event_ids, "at": p.observed_at, "fact_id": target})
+            "sources": src.source_event_ids, "at": src.observed_at, "fact_id": target})
         await conn.execute(_HISTORY, (target, "merged", old_content, fact.content, Jsonb(detail), history_id,
-                                      p.observed_at))
+                                      src.observed_at))
 
     # -- owners' decisions ----------------------------------------------------------------
 

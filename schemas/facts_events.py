@@ -21,6 +21,9 @@ FACT_EDITED = "fact.edited"
 FACT_VISIBILITY_CHANGED = "fact.visibility_changed"
 FACT_DELETED = "fact.deleted"
 MANAGEMENT_TYPES = (FACT_EDITED, FACT_VISIBILITY_CHANGED, FACT_DELETED)
+# A memory stored by hand (POST /v1/memories, the CLI, the MCP tool): conversation topic too,
+# keyed by the owner's "memories-<user>" stream; projected like an extracted fact (dedup/merge).
+MEMORY_STORED = "memory.stored"
 
 Visibility = Literal["private", "shared"]
 
@@ -157,6 +160,22 @@ class FactDeleted(FactManaged):
     """The owner deleted the fact (hidden everywhere; history kept)."""
 
 
+class MemoryStored(Payload):
+    """A user stored a memory by hand. The API embeds it, so every replay gets the same vector
+    and the same dedup decision; `fact_id` is derived from the event id (streams/facts/ids.py)."""
+
+    fact_id: StrictStr
+    owner_user_id: StrictStr
+    subject_id: StrictStr | None = None
+    category: StrictStr = Field(min_length=1, max_length=100)
+    memory_type: StrictStr = Field(default="fact", min_length=1, max_length=100)
+    content: StrictStr = Field(min_length=1)
+    importance: StrictInt = Field(default=3, ge=1, le=5)
+    tags: list[StrictStr] = Field(default_factory=list)
+    visibility: Visibility = "private"
+    embedding: Vector
+
+
 SPECS: tuple[EventSpec, ...] = (
     EventSpec(CHUNK_REQUESTED, 1, ChunkRequested),
     EventSpec(CHUNK_RECORDED, 1, ChunkRecorded),
@@ -166,5 +185,6 @@ SPECS: tuple[EventSpec, ...] = (
     EventSpec(FACT_EDITED, 1, FactEdited),
     EventSpec(FACT_VISIBILITY_CHANGED, 1, FactVisibilityChanged),
     EventSpec(FACT_DELETED, 1, FactDeleted),
+    EventSpec(MEMORY_STORED, 1, MemoryStored),
 )
 """Every event type: its stable name, current schema version, payload model and upcasters."""

@@ -28,6 +28,11 @@ def fact_id(tenant_id: str, conversation_id: str, start_seq: int, end_seq_exclus
     return str(uuid.uuid5(_NAMESPACE, f"fact/{tenant_id}/{conversation_id}/{start_seq}/{end_seq_exclusive}/{text}"))
 
 
+def stored_fact_id(tenant_id: str, event_id: str) -> str:
+    """The fact a memory stored by hand becomes (unless dedup merges it into an existing one)."""
+    return str(uuid.uuid5(_NAMESPACE, f"stored/{tenant_id}/{event_id}"))
+
+
 def to_vector(values: np.ndarray | Sequence[float], model: str) -> Vector:
     """An embedding as it travels in events: rounded floats, model and dimension."""
     floats = [round(float(v), _DECIMALS) for v in np.asarray(values, dtype=np.float64).ravel()]

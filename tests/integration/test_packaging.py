@@ -80,7 +80,7 @@ def test_wheel_holds_every_package_and_its_data(wheel: Path) -> None:
     assert repo_packages() <= top_level, f"missing from the wheel: {repo_packages() - top_level}"
     assert not top_level & NOT_SHIPPED
     for data in ("projections/migrations/0001_messages.sql", "memory_agent/data/sample_conversation.json",
-                 "infra/kafka/pom.xml"):
+                 "infra/kafka/pom.xml", "api/ui/static/index.html", "api/ui/static/app.js", "api/ui/static/app.css"):
         assert data in names, data
     assert any(n.startswith("memory_agent/prompts/") and n.endswith(".md") for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))

@@ -39,7 +39,7 @@ def recorded(**overrides) -> fe.ChunkRecorded:
 
 def test_every_type_is_registered_once_with_a_stable_name():
     names = [spec.type for spec in fe.SPECS]
-    assert len(names) == len(set(names)) == 8
+    assert len(names) == len(set(names)) == 9
     assert all(REGISTRY[name].payload is spec.payload for name, spec in zip(names, fe.SPECS))
     assert set(fe.MANAGEMENT_TYPES) <= set(names)
 

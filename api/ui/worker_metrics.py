@@ -1,0 +1,53 @@
+"""The worker's Prometheus metrics, read from its /metrics and reduced to what the dashboard shows."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+PREFIX = "memory_"
+
+
+def summarize(text: str) -> list[dict[str, Any]]:
+    """Prometheus text -> one entry per memory_* sample family: counters and gauges by label set;
+    histograms as count, sum and mean per label set (buckets left out)."""
+    out = []
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith(PREFIX) or family.name.endswith("_created"):
+            continue  # *_created: when each series started (a gauge of its own in the text format)
+        entry: dict[str, Any] = {"name": family.name, "type": family.type, "help": family.documentation, "samples": []}
+        if family.type == "histogram":
+            series: dict[tuple, dict[str, Any]] = {}
+            for s in family.samples:
+                labels = {k: v for k, v in s.labels.items() if k != "le"}
+                key = tuple(sorted(labels.items()))
+                row = series.setdefault(key, {"labels": labels})
+                if s.name.endswith("_count"):
+                    row["count"] = s.value
+                elif s.name.endswith("_sum"):
+                    row["sum"] = s.value
+            for row in series.values():
+                count = row.get("count", 0)
+                row["mean"] = row.get("sum", 0) / count if count else None
+                entry["samples"].append(row)
+        else:
+            for s in family.samples:
+                if math.isnan(s.value):
+                    continue
+                entry["samples"].append({"labels": dict(s.labels), "value": s.value})
+        out.append(entry)
+    return out
+
+
+async def fetch(url: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    """{"url", "metrics"} from the worker, or {"url", "error"} when it does not answer."""
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as http:
+            response = await http.get(url)
+            response.raise_for_status()
+    except httpx.HTTPError as exc:
+        return {"url": url, "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__}
+    return {"url": url, "metrics": summarize(response.text)}
