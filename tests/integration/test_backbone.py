@@ -145,6 +145,8 @@ async def test_context_endpoint_and_tenant_isolation(settings):
                     role="user" if seq % 2 == 0 else "assistant", content=f"{tenant} says {seq}",
                 )
     async with running_projectors(settings), running_api(settings) as base:
+        # Projected first: min_seq waits only wait_ms (1 s), less than a loaded machine may need.
+        await wait_until(lambda: _count(settings, "SELECT count(*) FROM messages", 12), 120, "12 messages")
         async with httpx.AsyncClient(base_url=base, timeout=10) as http:
             a = {"X-API-Key": "key-a"}
             b = {"X-API-Key": "key-b"}
