@@ -7,7 +7,7 @@ import psycopg
 from typing import Any
 
 from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
-from api.sections.request import ContextRequest
+from retrieval.request import ContextRequest
 from api.sections.retrieval import retrieval_section
 from api.sections.topic import topic_section
 from projections import queries

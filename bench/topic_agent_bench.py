@@ -42,7 +42,7 @@ from schemas.events import MessageAppended  # noqa: E402
 from schemas.registry import MESSAGE_APPENDED  # noqa: E402
 from streams.topics_memory import codec  # noqa: E402
 from streams.topics_memory.agent import AgentConfig, handle  # noqa: E402
-from streams.topics_memory.archive import compress_bytes, merge_messages, to_json_bytes  # noqa: E402
+from domain.topics.archive import compress_bytes, merge_messages, to_json_bytes  # noqa: E402
 from streams.topics_memory.summarize import ExtractiveTopicSummarizer  # noqa: E402
 
 T0 = 1_746_000_000.0

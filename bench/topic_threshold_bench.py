@@ -25,7 +25,7 @@ from bench.topic_compression import conversation as realistic_chat  # noqa: E402
 from memory_agent.embeddings.local_onnx import LocalOnnxEmbedder  # noqa: E402
 from memory_agent.settings import Settings  # noqa: E402
 from streams.topics_memory import TopicsState, UserMessage, step  # noqa: E402
-from streams.topics_memory.decay import TopicConfig  # noqa: E402
+from domain.topics.decay import TopicConfig  # noqa: E402
 from tests.support.topic_subjects import conversation as subjects_chat  # noqa: E402
 from tests.support.topic_subjects import score  # noqa: E402
 

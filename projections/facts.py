@@ -19,8 +19,8 @@ from schemas import facts_events as fe
 from schemas.codec import Event, decode
 from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
-from streams.facts import decisions as rules
-from streams.facts.dedup import (
+from domain.facts import decisions as rules
+from domain.facts.dedup import (
     DedupConfig,
     FactDecision,
     LlmVerdict,
@@ -28,7 +28,7 @@ from streams.facts.dedup import (
     NewFact,
     decide_fact,
 )
-from streams.facts.ids import from_vector, vector_literal
+from domain.facts.ids import from_vector, vector_literal
 
 log = logging.getLogger(__name__)
 NEIGHBOURS = 10

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import psycopg
 from psycopg.rows import class_row
 
-from streams.topics_memory.archive import decompress_bytes
-from streams.topics_memory.decay import (
+from domain.topics.archive import decompress_bytes
+from domain.topics.decay import (
     SECONDS_PER_DAY,
     TopicConfig,
     consolidation_stage,

@@ -14,8 +14,8 @@ from schemas import topic_events as te
 from schemas.codec import Event, decode, peek_type
 from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
-from streams.topics_memory.archive import compress_bytes, merge_messages, to_json_bytes
-from streams.topics_memory.state import TopicMessage
+from domain.topics.archive import compress_bytes, merge_messages, to_json_bytes
+from domain.topics.state import TopicMessage
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import psycopg
 
-from api.sections.request import ContextRequest
+from retrieval.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings
 from retrieval.keywords import coverage

@@ -162,7 +162,7 @@ class FactDeleted(FactManaged):
 
 class MemoryStored(Payload):
     """A user stored a memory by hand. The API embeds it, so every replay gets the same vector
-    and the same dedup decision; `fact_id` is derived from the event id (streams/facts/ids.py)."""
+    and the same dedup decision; `fact_id` is derived from the event id (domain/facts/ids.py)."""
 
     fact_id: StrictStr
     owner_user_id: StrictStr

@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from api.auth import conversation_user
 from api.deps import ConnDep, PrincipalDep, SettingsDep
 from api.schemas import ContextOut
-from api.sections.request import ContextRequest
+from retrieval.request import ContextRequest
 from api.turn_context import build_turn_context
 from projections import queries
 from schemas.envelope import IDENTIFIER

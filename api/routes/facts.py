@@ -23,7 +23,7 @@ from schemas import facts_events as fe
 from schemas.codec import new_event
 from schemas.envelope import IDENTIFIER
 from schemas.registry import REGISTRY
-from streams.facts.ids import to_vector
+from domain.facts.ids import to_vector
 
 router = APIRouter(prefix="/v1/facts", tags=["facts"])
 UserHeader = Annotated[str | None, Header(alias="X-User-Id", pattern=IDENTIFIER, max_length=200,

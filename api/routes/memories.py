@@ -24,7 +24,7 @@ from schemas import facts_events as fe
 from schemas.codec import new_event
 from schemas.envelope import IDENTIFIER, InvalidEvent
 from streams.facts.extraction import MEMORY_TYPES
-from streams.facts.ids import stored_fact_id, to_vector
+from domain.facts.ids import stored_fact_id, to_vector
 
 router = APIRouter(prefix="/v1", tags=["memory"])
 MAX_WAIT_MS = 30_000

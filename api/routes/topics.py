@@ -13,7 +13,7 @@ from api.routes.context import ConversationId
 from api.sections.topic import TopicMessageOut, TopicStatsOut, message_out, stats_out
 from projections import queries
 from projections import topic_queries as tq
-from streams.topics_memory.decay import TopicConfig
+from domain.topics.decay import TopicConfig
 
 router = APIRouter(prefix="/v1/conversations", tags=["topics"])
 

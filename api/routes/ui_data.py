@@ -32,7 +32,7 @@ from projections import ui_queries as uq
 from projections.diff import diff_generations
 from projections.generations import GenerationError, get_generation
 from schemas.envelope import IDENTIFIER
-from streams.topics_memory.decay import TopicConfig
+from domain.topics.decay import TopicConfig
 
 router = APIRouter(prefix="/v1/ui", tags=["dashboard"])
 TenantQuery = Query(None, pattern=IDENTIFIER, max_length=200, description="The tenant (admin key only)")

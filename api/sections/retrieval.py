@@ -9,7 +9,7 @@ from typing import Any, Literal
 import psycopg
 from pydantic import BaseModel, Field
 
-from api.sections.request import ContextRequest
+from retrieval.request import ContextRequest
 from memory_agent.embeddings import EmbeddingError
 from retrieval.scoring import ScoreBreakdown
 from retrieval.search import SearchRow

@@ -11,9 +11,9 @@ from typing import Any, Literal
 import psycopg
 from pydantic import BaseModel
 
-from api.sections.request import ContextRequest
+from retrieval.request import ContextRequest
 from projections import topic_queries as tq
-from streams.topics_memory.decay import TopicConfig
+from domain.topics.decay import TopicConfig
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from streams.facts.chunking import (
     next_range,
     step,
 )
-from streams.facts.dedup import (
+from domain.facts.dedup import (
     DedupConfig,
     FactDecision,
     LlmVerdict,

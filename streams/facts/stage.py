@@ -17,7 +17,7 @@ from memory_agent.llm.port import ChatMessage, LlmError
 from schemas import facts_events as fe
 from schemas.codec import Event, encode, new_event
 from schemas.envelope import Envelope
-from streams.facts import ids
+from domain.facts import ids
 from streams.facts.extraction import MalformedExtraction
 from streams.facts.extractor import ChunkExtractor, Extraction
 from streams.facts.offline import ExistingFact, pick_related, related_query

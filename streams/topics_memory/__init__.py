@@ -1,6 +1,6 @@
 """Topic memory with LRU decay and compressed archives (seed 004): the pure fold and its parts."""
 
-from streams.topics_memory.archive import (
+from domain.topics.archive import (
     CompressionStats,
     compress_bytes,
     compress_messages,
@@ -12,7 +12,7 @@ from streams.topics_memory.archive import (
     merge_archive_bytes,
     merge_archives,
 )
-from streams.topics_memory.decay import (
+from domain.topics.decay import (
     DEFAULT_CONFIG,
     TopicConfig,
     consolidation_stage,
@@ -40,7 +40,7 @@ from streams.topics_memory.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
-from streams.topics_memory.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
+from domain.topics.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
 
 __all__ = [
     "ArchiveRestoreRequested", "AssistantMessage", "Command", "CompactionDone", "CompactionFailed",

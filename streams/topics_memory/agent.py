@@ -11,7 +11,7 @@ from schemas.envelope import Envelope
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import inbox as box
 from streams.topics_memory.codec import AgentState
-from streams.topics_memory.decay import TopicConfig
+from domain.topics.decay import TopicConfig
 from streams.topics_memory.emit import Cause, assigned, to_event
 from streams.topics_memory.fold import step
 from streams.topics_memory.inbox import InboxConfig, Waiting
@@ -25,7 +25,7 @@ from streams.topics_memory.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
-from streams.topics_memory.state import TopicsState
+from domain.topics.state import TopicsState
 
 # Everything else on the two topics is skipped before the state is even loaded.
 RELEVANT = frozenset({MESSAGE_APPENDED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED,

@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 
 from streams.topics_memory.inbox import Inbox
-from streams.topics_memory.state import TopicsState
+from domain.topics.state import TopicsState
 
 FORMAT = 1
 

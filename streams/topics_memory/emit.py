@@ -18,7 +18,7 @@ from streams.topics_memory.protocol import (
     TopicCreated,
     TopicEvicted,
 )
-from streams.topics_memory.state import Topic, TopicsState
+from domain.topics.state import Topic, TopicsState
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.topics_memory.decay import (
+from domain.topics.decay import (
     DEFAULT_CONFIG,
     SECONDS_PER_DAY,
     TopicConfig,
@@ -34,7 +34,7 @@ from streams.topics_memory.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
-from streams.topics_memory.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
+from domain.topics.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
 
 Stepped = tuple[TopicsState, tuple[Command, ...]]
 

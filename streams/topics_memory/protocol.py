@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Union
 
-from streams.topics_memory.state import TopicMessage
+from domain.topics.state import TopicMessage
 
 
 @dataclass(frozen=True)

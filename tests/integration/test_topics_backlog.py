@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from memory_agent.client import MemoryClient
 from schemas.codec import peek_type
 from streams.topics import agents_group
-from streams.topics_memory.archive import decompress_bytes
+from domain.topics.archive import decompress_bytes
 from tests.integration.conftest import scalar, wait_until, worker_process
 from tests.support.topic_subjects import conversation
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streams.facts.dedup import (
+from domain.facts.dedup import (
     DedupConfig,
     FactDecision,
     LlmVerdict,
@@ -142,7 +142,7 @@ def test_cosine_similarity():
 
 
 def test_the_same_event_on_another_date_is_neither_a_change_nor_a_duplicate():
-    from streams.facts.dedup import contradiction
+    from domain.facts.dedup import contradiction
 
     old = "Melanie went hiking yesterday (7 May 2023)."
     new = "Melanie went hiking yesterday (14 May 2023)."

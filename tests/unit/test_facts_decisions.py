@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from streams.facts.decisions import Decision, FactView, applicable, resolve, similar
+from domain.facts.decisions import Decision, FactView, applicable, resolve, similar
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

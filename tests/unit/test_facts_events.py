@@ -14,7 +14,7 @@ from schemas.codec import decode, encode, new_event
 from schemas.envelope import InvalidEvent
 from schemas.export import event_schema
 from schemas.registry import REGISTRY
-from streams.facts import ids
+from domain.facts import ids
 
 AT = datetime(2026, 2, 1, 12, 0, tzinfo=UTC)
 

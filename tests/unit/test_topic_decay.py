@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from streams.topics_memory.decay import (
+from domain.topics.decay import (
     DEFAULT_CONFIG,
     SECONDS_PER_DAY,
     TopicConfig,

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Union
 
-from streams.topics_memory.state import TopicMessage
+from domain.topics.state import TopicMessage
 
 MessageLike = Union[TopicMessage, Mapping[str, Any]]
 

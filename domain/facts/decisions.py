@@ -18,7 +18,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from streams.facts.dedup import contradiction, cosine_similarity
+from domain.facts.dedup import contradiction, cosine_similarity
 
 Action = Literal["edited", "shared", "unshared", "deleted"]
 

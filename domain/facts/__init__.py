@@ -1,0 +1,1 @@
+"""Pure rules of seed 001/003 facts: dedup and contradiction, ordering decisions, stored ids."""
