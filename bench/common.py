@@ -16,7 +16,7 @@ import psycopg
 
 from memory_agent.settings import KafkaSettings, PostgresSettings, Settings, get_settings
 from projections.migrate import migrate
-from streams.topics import ensure_topics
+from streams.kafka_topics import ensure_topics
 
 
 def bench_settings(name: str, *, partitions: int = 8, **overrides) -> Settings:

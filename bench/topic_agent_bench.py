@@ -188,7 +188,7 @@ async def live(args, chat) -> None:
     from memory_agent.client import MemoryClient
     from memory_agent.settings import KafkaSettings, PostgresSettings
     from projections.migrate import migrate
-    from streams.topics import ensure_topics
+    from streams.kafka_topics import ensure_topics
 
     uid = uuid.uuid4().hex[:8]
     bootstrap = os.environ.get("MEMORY_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:19092")

@@ -42,7 +42,7 @@ from projections.runner import apply_records, load_offsets, save_positions
 from schemas.codec import Event, encode
 from schemas.envelope import Envelope
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
-from streams.topics import (
+from streams.kafka_topics import (
     TopicSpec,
     agents_group,
     changelog_topic,

@@ -49,7 +49,7 @@ for _command in MEMORY_COMMANDS:  # search, store, list, show, forget, export: c
 def migrate() -> None:
     """Apply the SQL migrations to this generation's schema and create the Kafka topics."""
     from projections.migrate import migrate as run_migrations
-    from streams.topics import ensure_topics
+    from streams.kafka_topics import ensure_topics
 
     settings = get_settings()
     setup_logging(settings.log_level)

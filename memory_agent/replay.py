@@ -20,7 +20,7 @@ from memory_agent.batch_replay import BATCH_SYSTEMS, BatchReplayError, check_bat
 from memory_agent.settings import Settings
 from projections import generations
 from projections.migrate import migrate
-from streams.topics import agents_group, ensure_topics
+from streams.kafka_topics import agents_group, ensure_topics
 
 
 def generation_settings(settings: Settings, name: str, replay_until: datetime | None = None) -> Settings:

@@ -12,7 +12,7 @@ from projections import facts, message_index, topics
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
-from streams.topics import changelog_specs, ensure_topics, topic_specs
+from streams.kafka_topics import changelog_specs, ensure_topics, topic_specs
 
 log = logging.getLogger(__name__)
 

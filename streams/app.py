@@ -9,7 +9,7 @@ from streams import kafka_transport
 from streams.context import StreamContext
 from streams.facts import register as facts
 from streams.stages import StageRunner, run_stages
-from streams.topics import agents_group, stage_group
+from streams.kafka_topics import agents_group, stage_group
 from streams.topics_memory import register as topics
 from streams.window import register as window
 

@@ -18,7 +18,7 @@ from api.app import create_app
 from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings, Settings
 from memory_agent.worker import run_projectors
 from projections.migrate import migrate
-from streams.topics import ensure_topics
+from streams.kafka_topics import ensure_topics
 
 # Service keys that may name any user of their tenant (X-User-Id); tests/integration/test_auth.py
 # covers user-bound keys and the narrower scopes.

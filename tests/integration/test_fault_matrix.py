@@ -31,7 +31,7 @@ from infra import postgres as infra_postgres
 from memory_agent.client import MemoryClient
 from memory_agent.settings import KafkaSettings, PostgresSettings, Settings
 from projections.migrate import migrate
-from streams.topics import ensure_topics
+from streams.kafka_topics import ensure_topics
 from tests.conftest import REPO_ROOT, Stack
 from tests.integration.conftest import make_settings, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI

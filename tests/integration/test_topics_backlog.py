@@ -11,7 +11,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from memory_agent.client import MemoryClient
 from schemas.codec import peek_type
-from streams.topics import agents_group
+from streams.kafka_topics import agents_group
 from domain.topics.archive import decompress_bytes
 from tests.integration.conftest import scalar, wait_until, worker_process
 from tests.support.topic_subjects import conversation

@@ -29,7 +29,7 @@ def test_replay_progress_counts_what_the_slowest_projector_of_a_topic_applied():
 def test_the_batch_replay_names_the_groups_and_changelog_as_the_faust_app_does(tmp_path):
     """The batch hands over through these names without building the app."""
     from streams.app import make_app
-    from streams.topics import agents_group, changelog_topic, stage_group
+    from streams.kafka_topics import agents_group, changelog_topic, stage_group
     from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE
 
     settings = Settings(generation="g7", state_dir=tmp_path, systems=("window",))

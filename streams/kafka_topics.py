@@ -1,4 +1,7 @@
-"""The Kafka topics of a deployment and their creation (the broker never auto-creates)."""
+"""The Kafka topics of a deployment (names, specs, consumer group names) and their creation.
+
+Named kafka_topics, not topics: "topic" alone means seed 004's memory topics (docs/topics.md).
+"""
 
 from __future__ import annotations
 
