@@ -91,6 +91,8 @@ async def test_search_filters_scopes_and_refuses_what_the_key_may_not_do(loaded)
         for path in ("/v1/search", "/v1/conversations"):  # NUL cannot reach PostgreSQL: refused, not a 500
             nul = await get(url, path, q="wifi\x00x")
             assert nul.status_code == 422 and "NUL" in nul.json()["detail"]["message"], path
+        blank = await get(url, "/v1/search", q="   ")
+        assert blank.status_code == 422 and "blank" in blank.json()["detail"]["message"]
         bad = await get(url, "/v1/search", q="x", kinds="fact,memes")
         assert bad.status_code == 422 and "memes" in bad.json()["detail"]["message"]
         other = (await get(url, "/v1/search", headers={"X-API-Key": "key-b", "X-User-Id": "nox"}, q="WiFi")).json()
