@@ -31,7 +31,9 @@ def install(app: FastAPI) -> None:
             openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - Swagger UI", oauth2_redirect_url=redirect,
             swagger_js_url=f"{root}{STATIC_URL}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{STATIC_URL}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{STATIC_URL}/favicon.png", swagger_ui_parameters=app.swagger_ui_parameters)
+            swagger_favicon_url=f"{root}{STATIC_URL}/favicon.png",
+            # No validator badge: Swagger UI would fetch it from validator.swagger.io.
+            swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None})
 
     @app.get(redirect, include_in_schema=False)
     async def swagger_ui_redirect() -> HTMLResponse:

@@ -29,8 +29,9 @@ def projectors(settings: Settings) -> list:
             *(p for system in settings.systems for p in by_system[system]())]
 
 
-async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Run every projector until `stop` is set, a signal arrives, or the task is cancelled."""
+async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, *, lag: bool = False) -> None:
+    """Run every projector until `stop` is set, a signal arrives, or the task is cancelled;
+    `lag`: also refresh the consumer-lag gauge (the worker process, which serves /metrics)."""
     await ensure_topics(settings)
     if stop is None:
         stop = asyncio.Event()
@@ -38,7 +39,7 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) 
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     runners = [ProjectorRunner(settings, p) for p in projectors(settings)]
     tasks = [asyncio.create_task(r.run(), name=f"projector-{r.projector.name}") for r in runners]
-    if settings.worker.metrics_port:  # the gauge /metrics shows (memory_agent/worker_metrics.py)
+    if lag and settings.worker.metrics_port:  # the gauge /metrics shows (memory_agent/worker_metrics.py)
         tasks.append(asyncio.create_task(report_lag(settings), name="consumer-lag"))
     stopper = asyncio.create_task(stop.wait())
     try:
@@ -60,7 +61,7 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
         log.warning("worker metrics not served on port %s: %s (set MEMORY_WORKER__METRICS_PORT)",
                     settings.worker.metrics_port, exc)
     if projectors_only:
-        asyncio.run(run_projectors(settings))
+        asyncio.run(run_projectors(settings, lag=True))
         return
     import faust
 
@@ -79,7 +80,7 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
 
     @app.task
     async def project() -> None:
-        await run_projectors(settings, stop=asyncio.Event())
+        await run_projectors(settings, stop=asyncio.Event(), lag=True)
 
     worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True)
     # aiokafka builds a debug record per request when its logger inherits DEBUG.

@@ -82,12 +82,15 @@ async def search(
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="X-User-Id and user_id name different users")
     user = named_user(principal, x_user_id or user_id, "search")
     storable_text(q, "q")
+    if not q.strip():
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            detail={"reason": "invalid_request", "message": "q: is blank"})
     wanted = parse_kinds(kinds)
     state = request.app.state
     config = RetrievalConfig.from_settings(state.settings.retrieval)
     subjects = [subject_id] if subject_id is not None else await user_subjects(conn, principal.tenant, user)
     now = datetime.now(UTC)
-    asked = SearchRequest(principal.tenant, user, " ".join(q.split()) or q, subjects, wanted,  # type: ignore[arg-type]
+    asked = SearchRequest(principal.tenant, user, " ".join(q.split()), subjects, wanted,  # type: ignore[arg-type]
                           _utc(since), _utc(until), k)
     try:
         result, matched = await search_memory(conn, asked, embedder_for(state), config, now,

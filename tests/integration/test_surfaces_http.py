@@ -91,6 +91,8 @@ async def test_search_filters_scopes_and_refuses_what_the_key_may_not_do(loaded)
         for path in ("/v1/search", "/v1/conversations"):  # NUL cannot reach PostgreSQL: refused, not a 500
             nul = await get(url, path, q="wifi\x00x")
             assert nul.status_code == 422 and "NUL" in nul.json()["detail"]["message"], path
+        blank = await get(url, "/v1/search", q="   ")
+        assert blank.status_code == 422 and "blank" in blank.json()["detail"]["message"]
         bad = await get(url, "/v1/search", q="x", kinds="fact,memes")
         assert bad.status_code == 422 and "memes" in bad.json()["detail"]["message"]
         other = (await get(url, "/v1/search", headers={"X-API-Key": "key-b", "X-User-Id": "nox"}, q="WiFi")).json()
@@ -259,6 +261,7 @@ async def test_api_docs_work_offline_and_metrics_answer_without_a_redirect(setti
                 assert not re.findall(r"(?:src|href)=[\"']?(?:https?:)?//", html), page  # nothing external
                 assets = re.findall(r"(?:src|href)=[\"']?(/static/docs/[\w.-]+)", html)
                 assert assets and "openapi.json" in html
+                assert page == "/redoc" or '"validatorUrl": null' in html  # no badge from validator.swagger.io
                 for asset in assets:
                     answer = await http.get(asset)
                     assert answer.status_code == 200 and len(answer.content) > 1000, asset
