@@ -12,7 +12,8 @@ from api import errors
 from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.limits import TenantSlots
-from api.routes import admin, context, facts, health, ingest, messages, topics
+from api.routes import admin, context, facts, health, ingest, lineage, messages, topics
+from api.served import recorder_for
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
 from projections.db import connect_kwargs
@@ -46,6 +47,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             await app.state.client.stop()
+            await recorder_for(app.state).close()
             await app.state.pool.close()
 
     app = FastAPI(
@@ -54,7 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Turn-start conversation context from an event-sourced memory.",
         lifespan=lifespan,
     )
-    for module in (context, messages, ingest, facts, topics, admin, health):
+    for module in (context, messages, ingest, facts, topics, admin, health, lineage):
         app.include_router(module.router)
 
     @app.get("/metrics", tags=["health"], response_class=Response,
