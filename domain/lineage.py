@@ -23,15 +23,16 @@ def version_of(content: str | None) -> str:
 
 
 def split_id(kind: str, item_id: str) -> tuple[str, str | None]:
-    """(conversation_id, local id) of a conversation-scoped memory id: `summary`, `topic` and
-    `message` ids are `CONVERSATION:LOCAL` (a memory id, a topic id, a seq), split at the last
-    colon; `chunk` and `fact` ids are global (local id None). Raises ValueError when malformed."""
-    if kind in ("chunk", "fact"):
+    """(conversation_id, local id) of a conversation-scoped memory id: `summary` and `message`
+    ids are `CONVERSATION:LOCAL` (a memory id, a seq), split at the last colon; `chunk`, `fact`
+    and `topic` ids are as stored (unique in a tenant; local id None). Raises ValueError when
+    malformed."""
+    if kind in ("chunk", "fact", "topic"):
         return item_id, None
     conversation, sep, local = item_id.rpartition(":")
     if not sep or not conversation or not local:
-        raise ValueError(f"a {kind} id is CONVERSATION:{'SEQ' if kind == 'message' else 'ID'}, got {item_id!r}")
-    if kind in ("summary", "message") and not local.isdigit():
+        raise ValueError(f"a {kind} id is CONVERSATION:{'SEQ' if kind == 'message' else 'MEMORY_ID'}, got {item_id!r}")
+    if not local.isdigit():
         raise ValueError(f"a {kind} id ends with a number, got {item_id!r}")
     return conversation, local
 

@@ -39,6 +39,10 @@ from memory_agent.cli_generations import generations, replay  # noqa: E402
 main.add_command(replay)
 main.add_command(generations)
 
+from memory_agent.cli_lineage import explain  # noqa: E402
+
+main.add_command(explain)
+
 
 @main.command()
 def migrate() -> None:

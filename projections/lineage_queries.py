@@ -79,10 +79,10 @@ async def fact_links(conn, fact_id: str) -> list[dict]:
                       " WHERE from_fact_id = %s OR to_fact_id = %s", (fact_id, fact_id))
 
 
-async def topic(conn, tenant: str, conversation: str, topic_id: str) -> dict | None:
-    return await _one(conn, "SELECT topic_id, title, first_seq, summary_upto_seq, summary_model AS model,"
+async def topic(conn, tenant: str, topic_id: str) -> dict | None:
+    return await _one(conn, "SELECT topic_id, conversation_id, title, first_seq, summary_upto_seq, summary_model AS model,"
                       " summary_prompt_version AS prompt_version, created_event_id, created_at FROM topics"
-                      " WHERE tenant_id = %s AND conversation_id = %s AND topic_id = %s", (tenant, conversation, topic_id))
+                      " WHERE tenant_id = %s AND topic_id = %s ORDER BY conversation_id LIMIT 1", (tenant, topic_id))
 
 
 async def topic_seqs(conn, tenant: str, conversation: str, topic_id: str) -> list[int]:

@@ -83,8 +83,8 @@ def _sources(rows: list[dict], user: str) -> tuple[list[SourceMessage], int]:
 
 @router.get("/{kind}/{item_id}/lineage", response_model=LineageOut)
 async def lineage(principal: PrincipalDep, conn: ConnDep, kind: Kind,
-                  item_id: str = Path(max_length=420, description="chunk/fact id, or CONVERSATION:ID for a summary"
-                                      " (memory id), topic (topic id) or message (seq)"),
+                  item_id: str = Path(max_length=420, description="chunk/fact/topic id, or CONVERSATION:N for a summary"
+                                      " (memory id) or a message (seq)"),
                   x_user_id: str | None = Header(None, pattern=IDENTIFIER, max_length=200,
                                                  description="A service key names the acting user")) -> LineageOut:
     """Where an item came from and what came from it."""
@@ -96,8 +96,10 @@ async def lineage(principal: PrincipalDep, conn: ConnDep, kind: Kind,
         return await _fact(conn, principal, item_id, x_user_id)
     if kind == "chunk":
         return await _chunk(conn, principal, item_id, x_user_id)
+    if kind == "topic":
+        return await _topic(conn, principal, item_id, x_user_id)
     user = await _owned_conversation(conn, principal, kind, item_id, conversation, x_user_id)
-    build = {"summary": _summary, "topic": _topic, "message": _message}[kind]
+    build = {"summary": _summary, "message": _message}[kind]
     return await build(conn, principal.tenant, user, conversation, local, item_id)
 
 
@@ -156,9 +158,11 @@ def _validity(row: dict) -> dict[str, Any]:
 
 async def _fact(conn, principal: Principal, item_id: str, named: str | None) -> LineageOut:
     tenant = principal.tenant
-    user = named_user(principal, named, "lineage")
     row = await lq.fact(conn, tenant, item_id)
-    if row is None or not _fact_visible(row, user):
+    # Like a conversation's items: a service key that names nobody acts as the owner.
+    user = conversation_user(principal, row["owner_user_id"], named, "lineage") if row and named is None \
+        and principal.user is None else named_user(principal, named, "lineage")
+    if row is None or user is None or not _fact_visible(row, user):
         raise _not_found("fact", item_id)
     sources, withheld = _sources(await lq.messages_by_event(conn, tenant, row["source_event_ids"]), user)
     via = []
@@ -193,10 +197,13 @@ async def _fact(conn, principal: Principal, item_id: str, named: str | None) -> 
               "valid_from": row["valid_from"], "valid_to": row["valid_to"]})
 
 
-async def _topic(conn, tenant: str, user: str, conversation: str, local: str, item_id: str) -> LineageOut:
-    row = await lq.topic(conn, tenant, conversation, local)
+async def _topic(conn, principal: Principal, item_id: str, named: str | None) -> LineageOut:
+    tenant, local = principal.tenant, item_id
+    row = await lq.topic(conn, tenant, item_id)
     if row is None:
         raise _not_found("topic", item_id)
+    conversation = row["conversation_id"]
+    user = await _owned_conversation(conn, principal, "topic", item_id, conversation, named)
     seqs = await lq.topic_seqs(conn, tenant, conversation, local)
     sources, withheld = _sources(await lq.messages_by_seqs(conn, tenant, conversation, seqs), user)
     history = [{"change": "compacted", "upto_seq": c["upto_seq"], "archived_seqs": c["archived_seqs"],
@@ -207,7 +214,7 @@ async def _topic(conn, tenant: str, user: str, conversation: str, local: str, it
                                   topic_id=local, user=user)
     return LineageOut(
         kind="topic", id=item_id, prompt_version=row["prompt_version"], model=row["model"],
-        item={"title": row["title"], "first_seq": row["first_seq"], "summary_upto_seq": row["summary_upto_seq"],
+        item={"conversation_id": conversation, "title": row["title"], "first_seq": row["first_seq"], "summary_upto_seq": row["summary_upto_seq"],
               "message_seqs": seqs, "created_event_id": row["created_event_id"]},
         sources=sources, sources_withheld=withheld, history=history, served_in=[ServedIn(**s) for s in served])
 
@@ -228,7 +235,7 @@ async def _message(conn, tenant: str, user: str, conversation: str, local: str, 
     derived += [Derived(kind="fact", id=f["fact_id"], prompt_version=f["prompt_version"], model=f["model"],
                         embedding_model=f["embedding_model"], detail=_validity(f))
                 for f in found["fact"] if _fact_visible(f, user)]
-    derived += [Derived(kind="topic", id=f"{conversation}:{t['topic_id']}", prompt_version=t["prompt_version"],
+    derived += [Derived(kind="topic", id=t["topic_id"], prompt_version=t["prompt_version"],
                         model=t["model"], detail={"title": t["title"], "matched": t["matched"],
                                                   "similarity": t["similarity"],
                                                   "archived_by_compaction_upto": t["archived_by_compaction_upto"]})

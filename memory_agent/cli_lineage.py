@@ -1,0 +1,144 @@
+"""`memory-agent explain`: where a memory came from, and what the agent knew at a turn
+(docs/lineage.md). An HTTP client of the API, like the other client commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+from urllib.parse import quote
+
+import click
+import httpx
+
+from domain.lineage import KINDS
+from memory_agent.settings import get_settings
+
+
+class Api:
+    def __init__(self, url: str, key: str, user: str | None) -> None:
+        headers = {"X-API-Key": key} | ({"X-User-Id": user} if user else {})
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=30)
+
+    def get(self, path: str, **params: Any) -> dict:
+        try:
+            response = self.http.get(path, params={k: v for k, v in params.items() if v is not None})
+        except httpx.HTTPError as error:
+            raise click.ClickException(f"cannot reach the API at {self.http.base_url}: {error}") from None
+        if response.status_code != 200:
+            detail = response.json().get("detail") if "json" in response.headers.get("content-type", "") else None
+            raise click.ClickException(f"{response.status_code} {path}: {detail or response.text[:300]}")
+        return response.json()
+
+    def lineage(self, kind: str, item_id: str) -> dict:
+        return self.get(f"/v1/memories/{kind}/{quote(item_id, safe='')}/lineage")
+
+
+@click.command()
+@click.argument("first")
+@click.argument("second")
+@click.option("--turn", "force_turn", is_flag=True, help="FIRST SECOND are CONVERSATION SEQ even if FIRST is a kind.")
+@click.option("--api-url", default=None, help="Defaults to http://MEMORY_API__HOST:MEMORY_API__PORT.")
+@click.option("--api-key", envvar="MEMORY_API_KEY", default=None,
+              help="Defaults to $MEMORY_API_KEY, else the first key of MEMORY_API__API_KEYS.")
+@click.option("--user", default=None, help="Acting user (X-User-Id) for a service key.")
+@click.option("--json", "as_json", is_flag=True, help="Print the API's answers as JSON.")
+def explain(first: str, second: str, force_turn: bool, api_url: str | None, api_key: str | None, user: str | None,
+            as_json: bool) -> None:
+    """Explain a memory or a turn.
+
+    \b
+    memory-agent explain KIND ID          lineage of a summary, chunk, fact, topic or message
+                                          (summary/message ids are CONVERSATION:N)
+    memory-agent explain CONVERSATION SEQ what turn SEQ was served, rebuilt and compared with
+                                          the record, each item with its lineage
+    """
+    settings = get_settings()
+    url = api_url or f"http://{settings.api.host}:{settings.api.port}"
+    key = api_key or next(iter(settings.api.api_keys))
+    api = Api(url, key, user)
+    if first in KINDS and not force_turn:
+        answer = api.lineage(first, second)
+        click.echo(json.dumps(answer, indent=2) if as_json else "\n".join(render_lineage(answer)))
+        return
+    try:
+        seq = int(second)
+    except ValueError:
+        raise click.BadParameter(f"SEQ must be a number (or FIRST one of {', '.join(KINDS)})", param_hint="SECOND")
+    context = api.get(f"/v1/conversations/{first}/context", as_of_seq=seq, user_id=user)
+    lineages = {f"{kind}/{item_id}": api.lineage(kind, item_id) for kind, item_id in turn_items(first, context)}
+    if as_json:
+        click.echo(json.dumps({"context": context, "lineage": lineages}, indent=2))
+    else:
+        click.echo("\n".join(render_turn(context, lineages)))
+    if context.get("as_of", {}).get("matches") is False:
+        sys.exit(3)
+
+
+def turn_items(conversation: str, context: dict) -> list[tuple[str, str]]:
+    """(kind, id) of every memory item in a turn's context."""
+    items = []
+    if context.get("summary"):
+        items.append(("summary", f"{conversation}:{context['summary']['memory_id']}"))
+    for item in (context.get("retrieved") or {}).get("items", []):
+        items.append((item["kind"], item["id"]))
+    if context.get("active_topic"):
+        items.append(("topic", context["active_topic"]["topic_id"]))
+    return items
+
+
+def _who(derived: dict) -> str:
+    parts = [f"prompt {derived['prompt_version']}" if derived.get("prompt_version") else "",
+             f"model {derived['model']}" if derived.get("model") else "",
+             f"embedding {derived['embedding_model']}" if derived.get("embedding_model") else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def render_lineage(answer: dict, indent: str = "") -> list[str]:
+    item = answer["item"]
+    head = f"{indent}{answer['kind']} {answer['id']}"
+    if item.get("version"):
+        head += f" v{item['version']}"
+    if _who(answer):
+        head += f" ({_who(answer)})"
+    lines = [head]
+    if item.get("excerpt"):
+        lines.append(f"{indent}  {item['excerpt']!r}")
+    for via in answer.get("via", []):
+        lines.append(f"{indent}  via {via['kind']} {via['id']} {_detail(via)}")
+    for message in answer["sources"]:
+        lines.append(f"{indent}  <- message {message['conversation_id']}:{message['seq']} {message['role']}"
+                     f" {message['occurred_at'][:19]} event {message['event_id']}: {message['excerpt'][:70]!r}")
+    if answer.get("sources_withheld"):
+        lines.append(f"{indent}  <- {answer['sources_withheld']} message(s) you may not see")
+    for change in answer.get("history", []):
+        lines.append(f"{indent}  history: {change['change']} at {str(change.get('at'))[:19]}"
+                     f" (event {change.get('event_id')})")
+    for derived in answer.get("derived", []):
+        lines.append(f"{indent}  -> {derived['kind']} {derived['id']} {_detail(derived)} {_who(derived)}".rstrip())
+    for served in answer.get("served_in", []):
+        lines.append(f"{indent}  served at turn {served['turn_seq']} of {served['conversation_id']}"
+                     f" ({served['served_at'][:19]}, event {served['event_id']})")
+    return lines
+
+
+def _detail(derived: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in derived.get("detail", {}).items() if v is not None)
+
+
+def render_turn(context: dict, lineages: dict[str, dict]) -> list[str]:
+    as_of = context["as_of"]
+    verdict = ("nothing was recorded for this turn" if as_of["matches"] is None
+               else "matches the recorded context" if as_of["matches"] else "DIFFERS from the recorded context")
+    lines = [f"turn {as_of['turn_seq']} of {context['conversation_id']} as of {as_of['at'][:26]}: {verdict}"
+             + (f" (event {as_of['recorded_event_id']})" if as_of.get("recorded_event_id") else "")]
+    lines += [f"  difference: {d}" for d in as_of["differences"]]
+    mark = context["watermark"]
+    lines.append(f"watermark: summary up to {mark['summary_end_seq']}, last seq {mark['last_seq']},"
+                 f" missing {mark['missing_seqs'] or 'none'}")
+    gap = [m["seq"] for m in context["messages"]]
+    lines.append(f"gap messages: {f'{gap[0]}..{gap[-1]}' if gap else 'none'}")
+    for kind, item_id in turn_items(context["conversation_id"], context):
+        lines.append("")
+        lines += render_lineage(lineages[f"{kind}/{item_id}"])
+    return lines
