@@ -94,7 +94,8 @@ def _who(derived: dict) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def render_lineage(answer: dict, indent: str = "") -> list[str]:
+def render_lineage(answer: dict, indent: str = "", served: dict | None = None) -> list[str]:
+    """Lines of one item's lineage; `served` is the item as a turn's context held it."""
     item = answer["item"]
     head = f"{indent}{answer['kind']} {answer['id']}"
     if item.get("version"):
@@ -102,8 +103,12 @@ def render_lineage(answer: dict, indent: str = "") -> list[str]:
     if _who(answer):
         head += f" ({_who(answer)})"
     lines = [head]
-    if item.get("excerpt"):
-        lines.append(f"{indent}  {item['excerpt']!r}")
+    if served is not None:
+        changed = "" if served["version"] == item.get("version") else " (changed since: now the line below)"
+        score = f", score {served['score']:.3f}" if served.get("score") is not None else ""
+        lines.append(f"{indent}  served v{served['version']}{score}{changed}: {served['content'][:120]!r}")
+    if item.get("excerpt") or item.get("title"):
+        lines.append(f"{indent}  {item.get('excerpt') or item.get('title')!r}")
     for via in answer.get("via", []):
         lines.append(f"{indent}  via {via['kind']} {via['id']} {_detail(via)}")
     for message in answer["sources"]:
@@ -138,7 +143,8 @@ def render_turn(context: dict, lineages: dict[str, dict]) -> list[str]:
                  f" missing {mark['missing_seqs'] or 'none'}")
     gap = [m["seq"] for m in context["messages"]]
     lines.append(f"gap messages: {f'{gap[0]}..{gap[-1]}' if gap else 'none'}")
+    served = {(i["kind"], i["id"]): i for i in (context.get("retrieved") or {}).get("items", [])}
     for kind, item_id in turn_items(context["conversation_id"], context):
         lines.append("")
-        lines += render_lineage(lineages[f"{kind}/{item_id}"])
+        lines += render_lineage(lineages[f"{kind}/{item_id}"], served=served.get((kind, item_id)))
     return lines

@@ -160,6 +160,7 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                 assert code == 0, out
                 assert "matches the recorded context" in out and f"fact {fact_id}" in out
                 assert f"<- message conv-a:0 user" in out and events[0] in out
+                assert f"(changed since: now the line below): {LISBON!r}" in out  # served wording, then today's
                 code, out = await explain(settings, base, "fact", fact_id, "--json", "--user", "alice")
                 assert code == 0, out
                 assert json.loads(out)["via"][0]["id"] == chunk_id
