@@ -91,7 +91,7 @@ async def lineage(principal: PrincipalDep, conn: ConnDep, kind: Kind,
     try:
         conversation, local = split_id(kind, item_id)
     except ValueError as error:
-        raise HTTPException(422, detail=str(error)) from None
+        raise HTTPException(422, detail={"reason": "invalid_request", "message": str(error)}) from None
     if kind == "fact":
         return await _fact(conn, principal, item_id, x_user_id)
     if kind == "chunk":
