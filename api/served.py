@@ -93,7 +93,11 @@ class ServedRecorder:
             if self._producer is None:
                 producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka.bootstrap_servers,
                                             enable_idempotence=True, acks="all", linger_ms=20)
-                await producer.start()
+                try:
+                    await producer.start()
+                except BaseException:
+                    await producer.stop()  # the next record tries again with a new one
+                    raise
                 self._producer = producer
             return self._producer
 

@@ -96,3 +96,23 @@ def test_the_cli_lists_a_turns_items_and_renders_sources_and_what_was_served():
     assert "  via chunk k message_range=[0, 4]" in lines
     assert any("<- message c:0 user 2026-05-01T12:00:00 event e0" in line for line in lines)
     assert "  <- 1 message(s) you may not see" in lines
+
+
+@pytest.mark.asyncio
+async def test_recording_never_waits_nor_fails_the_request_when_kafka_is_unreachable(caplog):
+    import asyncio
+
+    from api.served import RECORDED, ServedRecorder
+    from memory_agent.settings import KafkaSettings, Settings
+
+    recorder = ServedRecorder(Settings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1")))
+    out = ContextOut(conversation_id="c", mode="raw", summary=None, messages=[],
+                     watermark=Watermark(last_seq=7, summary_end_seq=None, requested_min_seq=None, complete=True,
+                                         missing_seqs=[]))
+    failed = RECORDED.labels(outcome="failed")._value.get()
+    recorder.record(_request(), out)  # returns at once: the send runs in a task
+    assert len(recorder._tasks) == 1
+    await asyncio.wait_for(asyncio.gather(*recorder._tasks), 60)
+    assert RECORDED.labels(outcome="failed")._value.get() == failed + 1
+    assert "context.served not recorded" in caplog.text
+    await recorder.close()
