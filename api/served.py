@@ -84,7 +84,7 @@ class ServedRecorder:
             producer = await self._start()
             await (await producer.send(served_topic(self.settings), value=value, key=key))
             RECORDED.labels(outcome="sent").inc()
-        except Exception as error:  # noqa: BLE001 - Kafka down: the turn has no record
+        except (Exception, asyncio.CancelledError) as error:  # noqa: BLE001 - Kafka down: the turn has no record
             log.warning("context.served not recorded: %s: %s", type(error).__name__, error)
             RECORDED.labels(outcome="failed").inc()
 
@@ -104,7 +104,10 @@ class ServedRecorder:
     async def close(self, timeout: float = 5.0) -> None:
         """Wait briefly for records in flight (a clean shutdown loses none), then stop."""
         if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout)
+            _, late = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in late:  # Kafka unreachable: these records are lost (counted as failed)
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await producer.stop()

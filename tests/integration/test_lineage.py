@@ -134,6 +134,14 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                 assert other_tenant.status_code == 404
                 assert (await http.get("/v1/memories/message/conv-a/lineage")).status_code == 422
 
+                # Shared with bob: he sees the fact's lineage, not alice's messages behind it.
+                share = await http.patch(f"/v1/facts/{fact_id}/visibility", json={"visibility": "shared"},
+                                         params={"wait": "true", "wait_ms": 20000}, headers=alice)
+                assert share.status_code == 202, share.text
+                shared = (await http.get(f"/v1/memories/fact/{fact_id}/lineage", headers=bob)).json()
+                assert shared["sources"] == [] and shared["sources_withheld"] == 4 and shared["via"] == []
+                assert shared["served_in"] == []  # alice's turns are not bob's
+
                 # Memory changes later: the fact is edited, more messages arrive.
                 edited = await http.patch(f"/v1/facts/{fact_id}", json={"content": EDITED},
                                           params={"wait": "true", "wait_ms": 20000}, headers={"X-User-Id": "alice"})
@@ -164,5 +172,5 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                 code, out = await explain(settings, base, "fact", fact_id, "--json", "--user", "alice")
                 assert code == 0, out
                 assert json.loads(out)["via"][0]["id"] == chunk_id
-                code, out = await explain(settings, base, "fact", fact_id, "--user", "bob")
-                assert code != 0 and "404" in out
+                code, out = await explain(settings, base, "message", "conv-a:0", "--user", "bob")
+                assert code == 1 and "404" in out and "not found" in out
