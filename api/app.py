@@ -13,7 +13,7 @@ from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.limits import TenantSlots
 from api.routes import admin, context, facts, health, ingest, lineage, messages, topics
-from api.served import recorder_for
+from api.served import ServedRecorder
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
 from projections.db import connect_kwargs
@@ -43,11 +43,12 @@ def create_app(settings: Settings) -> FastAPI:
         await app.state.pool.open(wait=False)
         # The producer connects on first ingest, so reads keep working while Kafka is down.
         app.state.client = MemoryClient(settings)
+        app.state.served_recorder = ServedRecorder(settings)  # context.served records (docs/lineage.md)
         try:
             yield
         finally:
             await app.state.client.stop()
-            await recorder_for(app.state).close()
+            await app.state.served_recorder.close()
             await app.state.pool.close()
 
     app = FastAPI(

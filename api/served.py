@@ -114,8 +114,5 @@ class ServedRecorder:
 
 
 def recorder_for(app_state: Any) -> ServedRecorder:
-    recorder = getattr(app_state, "served_recorder", None)
-    if recorder is None:
-        recorder = ServedRecorder(app_state.settings)
-        app_state.served_recorder = recorder
-    return recorder
+    """The app's recorder (made by the app's lifespan, api/app.py)."""
+    return app_state.served_recorder

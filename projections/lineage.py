@@ -13,8 +13,9 @@ from psycopg.types.json import Jsonb
 from domain.lineage import served_topic
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
+from projections.decoding import events_of
 from schemas import topic_events as te
-from schemas.codec import Event, decode, peek_type
+from schemas.codec import Event, decode
 from schemas.envelope import InvalidEvent
 from schemas.lineage_events import CONTEXT_SERVED
 from schemas.limits import Limits
@@ -35,19 +36,8 @@ class TopicLineageProjector:
         return [settings.kafka.memory_topic(settings.generation)]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
-        events: list[Event] = []
-        for record in records:
-            kind = peek_type(record.value)
-            if kind is not None and kind not in _TOPIC_TYPES:
-                continue
-            try:
-                event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
-            except InvalidEvent:
-                continue
-            if event.type in _TOPIC_TYPES:
-                events.append(event)
         async with conn.pipeline():
-            for event in events:
+            for event in events_of(records, _TOPIC_TYPES, Limits.of(self.settings)):
                 await _TOPIC_APPLY[event.type](conn, event)
         return []
 
