@@ -20,18 +20,20 @@ class Api:
         headers = {"X-API-Key": key} | ({"X-User-Id": user} if user else {})
         self.http = httpx.Client(base_url=url, headers=headers, timeout=30)
 
-    def get(self, path: str, **params: Any) -> dict:
+    def get(self, path: str, missing_ok: bool = False, **params: Any) -> dict | None:
         try:
             response = self.http.get(path, params={k: v for k, v in params.items() if v is not None})
         except httpx.HTTPError as error:
             raise click.ClickException(f"cannot reach the API at {self.http.base_url}: {error}") from None
+        if missing_ok and response.status_code == 404:
+            return None
         if response.status_code != 200:
             detail = response.json().get("detail") if "json" in response.headers.get("content-type", "") else None
             raise click.ClickException(f"{response.status_code} {path}: {detail or response.text[:300]}")
         return response.json()
 
-    def lineage(self, kind: str, item_id: str) -> dict:
-        return self.get(f"/v1/memories/{kind}/{quote(item_id, safe='')}/lineage")
+    def lineage(self, kind: str, item_id: str, missing_ok: bool = False) -> dict | None:
+        return self.get(f"/v1/memories/{kind}/{quote(item_id, safe='')}/lineage", missing_ok)
 
 
 @click.command()
@@ -66,7 +68,9 @@ def explain(first: str, second: str, force_turn: bool, api_url: str | None, api_
     except ValueError:
         raise click.BadParameter(f"SEQ must be a number (or FIRST one of {', '.join(KINDS)})", param_hint="SECOND")
     context = api.get(f"/v1/conversations/{first}/context", as_of_seq=seq, user_id=user)
-    lineages = {f"{kind}/{item_id}": api.lineage(kind, item_id) for kind, item_id in turn_items(first, context)}
+    # An item served then may be gone now (deleted, unshared): its lineage is None.
+    lineages = {f"{kind}/{item_id}": api.lineage(kind, item_id, missing_ok=True)
+                for kind, item_id in turn_items(first, context)}
     if as_json:
         click.echo(json.dumps({"context": context, "lineage": lineages}, indent=2))
     else:
@@ -131,7 +135,7 @@ def _detail(derived: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in derived.get("detail", {}).items() if v is not None)
 
 
-def render_turn(context: dict, lineages: dict[str, dict]) -> list[str]:
+def render_turn(context: dict, lineages: dict[str, dict | None]) -> list[str]:
     as_of = context["as_of"]
     verdict = ("nothing was recorded for this turn" if as_of["matches"] is None
                else "matches the recorded context" if as_of["matches"] else "DIFFERS from the recorded context")
@@ -146,5 +150,11 @@ def render_turn(context: dict, lineages: dict[str, dict]) -> list[str]:
     served = {(i["kind"], i["id"]): i for i in (context.get("retrieved") or {}).get("items", [])}
     for kind, item_id in turn_items(context["conversation_id"], context):
         lines.append("")
-        lines += render_lineage(lineages[f"{kind}/{item_id}"], served=served.get((kind, item_id)))
+        answer, then = lineages[f"{kind}/{item_id}"], served.get((kind, item_id))
+        if answer is not None:
+            lines += render_lineage(answer, served=then)
+            continue
+        lines.append(f"{kind} {item_id}: no longer in your memory (deleted or unshared since)")
+        if then is not None:
+            lines.append(f"  served v{then['version']}: {then['content'][:120]!r}")
     return lines

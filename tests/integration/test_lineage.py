@@ -174,3 +174,15 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                 assert json.loads(out)["via"][0]["id"] == chunk_id
                 code, out = await explain(settings, base, "message", "conv-a:0", "--user", "bob")
                 assert code == 1 and "404" in out and "not found" in out
+
+                # Deleted later: turn 7 still rebuilds as served, and explain says the fact is gone.
+                deleted = await http.delete(f"/v1/facts/{fact_id}", params={"wait": "true", "wait_ms": 20000},
+                                            headers=alice)
+                assert deleted.status_code == 202, deleted.text
+                past = (await http.get("/v1/conversations/conv-a/context", params={"as_of_seq": 7})).json()
+                assert past["as_of"]["matches"] is True, past["as_of"]
+                assert [i["content"] for i in past["retrieved"]["items"] if i["id"] == fact_id] == [LISBON]
+                assert (await http.get(f"/v1/memories/fact/{fact_id}/lineage", headers=alice)).status_code == 404
+                code, out = await explain(settings, base, "conv-a", "7")
+                assert code == 0, out
+                assert f"fact {fact_id}: no longer in your memory" in out and f"{LISBON!r}" in out
