@@ -29,6 +29,7 @@ class AsOfOut(BaseModel):
     matches: bool | None = Field(None, description="Rebuilt == recorded (None: nothing was recorded)")
     differences: list[str] = Field(default_factory=list)
     recorded: dict[str, Any] | None = Field(None, description="The recorded context.served payload")
+    note: str | None = Field(None, description="Why the rebuild may show less than was served (a later replay)")
 
 
 async def context_as_of(conn: psycopg.AsyncConnection, request: ContextRequest, turn: int, app_state: Any) -> ContextOut:
@@ -63,6 +64,10 @@ async def context_as_of(conn: psycopg.AsyncConnection, request: ContextRequest, 
                "active_topic": topic}
     found = differences(payload, rebuilt) if payload else []
     omitted = assembled.omitted
+    rebuilt_later = await aq.generation_built_after(conn, app_state.settings.kafka.topic_prefix, at)
+    note = None if rebuilt_later is None else (
+        f"memory was rebuilt by generation {rebuilt_later['name']!r} on {rebuilt_later['created_at']:%Y-%m-%d %H:%M},"
+        " after this turn: its rows carry later processing times, so this rebuild shows less than was served")
     return ContextOut(
         conversation_id=conversation, mode=assembled.mode, summary=summary,
         messages=[ContextMessage(seq=m.seq, role=m.role, content=m.content, occurred_at=occurred[m.seq])
@@ -75,7 +80,8 @@ async def context_as_of(conn: psycopg.AsyncConnection, request: ContextRequest, 
         retrieved=retrieved, active_topic=topic,
         as_of=AsOfOut(turn_seq=turn, at=at, recorded_event_id=recorded["event_id"] if recorded else None,
                       recorded_at=recorded["served_at"] if recorded else None,
-                      matches=None if payload is None else not found, differences=found, recorded=payload),
+                      matches=None if payload is None else not found, differences=found, recorded=payload,
+                      note=note),
     )
 
 

@@ -142,6 +142,8 @@ def render_turn(context: dict, lineages: dict[str, dict | None]) -> list[str]:
     lines = [f"turn {as_of['turn_seq']} of {context['conversation_id']} as of {as_of['at'][:26]}: {verdict}"
              + (f" (event {as_of['recorded_event_id']})" if as_of.get("recorded_event_id") else "")]
     lines += [f"  difference: {d}" for d in as_of["differences"]]
+    if as_of.get("note"):
+        lines.append(f"  note: {as_of['note']}")
     mark = context["watermark"]
     lines.append(f"watermark: summary up to {mark['summary_end_seq']}, last seq {mark['last_seq']},"
                  f" missing {mark['missing_seqs'] or 'none'}")

@@ -101,3 +101,10 @@ async def active_topic(conn, tenant: str, conversation: str, turn_seq: int, at: 
                       " ORDER BY seq", key)
     return {"topic_id": active["topic_id"], "title": active["title"], "summary_upto_seq": key["upto"],
             "summary": compaction["summary"] if compaction else None, "message_seqs": [r["seq"] for r in seqs]}
+
+
+async def generation_built_after(conn, topic_prefix: str, at: datetime) -> dict | None:
+    """The generation being read (the search_path's), when it was created after `at` (a replay
+    built it later: its rows carry later processing times); else None."""
+    return await _one(conn, "SELECT name, created_at FROM public.memory_generations WHERE topic_prefix = %s"
+                      " AND 'gen_' || name = current_schema() AND created_at > %s", (topic_prefix, at))

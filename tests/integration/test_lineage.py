@@ -8,6 +8,7 @@ import json
 import sys
 
 import httpx
+import psycopg
 import pytest
 
 from domain.lineage import version_of
@@ -154,6 +155,7 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                 past = (await http.get("/v1/conversations/conv-a/context", params={"as_of_seq": 7})).json()
                 assert past["as_of"]["matches"] is True, past["as_of"]
                 assert past["as_of"]["recorded_event_id"] and past["as_of"]["differences"] == []
+                assert past["as_of"]["note"] is None
                 assert [m["seq"] for m in past["messages"]] == payload["gap_seqs"]
                 [item] = [i for i in past["retrieved"]["items"] if i["id"] == fact_id]
                 assert item["content"] == LISBON and past["watermark"]["last_seq"] == 6
@@ -186,3 +188,10 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                 code, out = await explain(settings, base, "conv-a", "7")
                 assert code == 0, out
                 assert f"fact {fact_id}: no longer in your memory" in out and f"{LISBON!r}" in out
+
+                # Were this generation built after the turn (a replay), the rebuild says why it may differ.
+                async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+                    await conn.execute("UPDATE public.memory_generations SET created_at = now()"
+                                       " WHERE topic_prefix = %s", (settings.kafka.topic_prefix,))
+                past = (await http.get("/v1/conversations/conv-a/context", params={"as_of_seq": 7})).json()
+                assert "rebuilt by generation" in past["as_of"]["note"], past["as_of"]
