@@ -11,9 +11,10 @@ from psycopg_pool import AsyncConnectionPool
 from api import errors
 from api.auth import KeyRing
 from api.generation import ActiveGeneration
-from api.limits import TenantSlots
-from api.routes import admin, context, facts, health, ingest, lineage, messages, topics
+from api.routes import lineage as lineage_routes
 from api.served import ServedRecorder
+from api.limits import TenantSlots
+from api.routes import admin, context, facts, health, ingest, messages, topics
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
 from projections.db import connect_kwargs
@@ -57,7 +58,7 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Turn-start conversation context from an event-sourced memory.",
         lifespan=lifespan,
     )
-    for module in (context, messages, ingest, facts, topics, admin, health, lineage):
+    for module in (context, messages, ingest, facts, topics, admin, health):
         app.include_router(module.router)
 
     @app.get("/metrics", tags=["health"], response_class=Response,
@@ -66,5 +67,6 @@ def create_app(settings: Settings) -> FastAPI:
         """Prometheus metrics of this process."""
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(lineage_routes.router)  # docs/lineage.md
     errors.install(app)
     return app

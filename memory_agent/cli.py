@@ -39,10 +39,6 @@ from memory_agent.cli_generations import generations, replay  # noqa: E402
 main.add_command(replay)
 main.add_command(generations)
 
-from memory_agent.cli_lineage import explain  # noqa: E402
-
-main.add_command(explain)
-
 
 @main.command()
 def migrate() -> None:
@@ -159,6 +155,11 @@ def demo(api_url: str | None, conversation: str, timeout: float) -> None:
     url = api_url or f"http://{settings.api.host}:{settings.api.port}"
     if not asyncio.run(run_demo(settings, url, conversation, timeout=timeout, say=click.echo)):
         sys.exit(1)
+
+
+from memory_agent.cli_lineage import explain  # noqa: E402
+
+main.add_command(explain)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """`memory-agent explain`: where a memory came from, and what the agent knew at a turn
-(docs/lineage.md). An HTTP client of the API, like the other client commands."""
+(docs/lineage.md). An HTTP client of the API, with the other client commands' options
+(--url/--api-key/--user and their MEMORY_CLIENT__* variables) and exit codes: 0 ok, 1 not
+found, 2 usage, 3 auth, 4 server error or unreachable, 5 the turn differs from its record."""
 
 from __future__ import annotations
 
@@ -15,6 +17,18 @@ from domain.lineage import KINDS
 from memory_agent.settings import get_settings
 
 
+OK, NOT_FOUND, USAGE, AUTH, SERVER, DIFFERS = 0, 1, 2, 3, 4, 5
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def exit_code(status: int) -> int:
+    return {404: NOT_FOUND, 401: AUTH, 403: AUTH, 400: USAGE, 422: USAGE}.get(status, SERVER)
+
+
 class Api:
     def __init__(self, url: str, key: str, user: str | None) -> None:
         headers = {"X-API-Key": key} | ({"X-User-Id": user} if user else {})
@@ -24,12 +38,14 @@ class Api:
         try:
             response = self.http.get(path, params={k: v for k, v in params.items() if v is not None})
         except httpx.HTTPError as error:
-            raise click.ClickException(f"cannot reach the API at {self.http.base_url}: {error}") from None
+            fail(f"cannot reach the API at {self.http.base_url}: {error}", SERVER)
         if missing_ok and response.status_code == 404:
             return None
         if response.status_code != 200:
             detail = response.json().get("detail") if "json" in response.headers.get("content-type", "") else None
-            raise click.ClickException(f"{response.status_code} {path}: {detail or response.text[:300]}")
+            if isinstance(detail, dict):
+                detail = detail.get("message")
+            fail(f"{response.status_code} {path}: {detail or response.text[:300]}", exit_code(response.status_code))
         return response.json()
 
     def lineage(self, kind: str, item_id: str, missing_ok: bool = False) -> dict | None:
@@ -40,10 +56,12 @@ class Api:
 @click.argument("first")
 @click.argument("second")
 @click.option("--turn", "force_turn", is_flag=True, help="FIRST SECOND are CONVERSATION SEQ even if FIRST is a kind.")
-@click.option("--api-url", default=None, help="Defaults to http://MEMORY_API__HOST:MEMORY_API__PORT.")
-@click.option("--api-key", envvar="MEMORY_API_KEY", default=None,
-              help="Defaults to $MEMORY_API_KEY, else the first key of MEMORY_API__API_KEYS.")
-@click.option("--user", default=None, help="Acting user (X-User-Id) for a service key.")
+@click.option("--url", "--api-url", "api_url", envvar="MEMORY_CLIENT__URL", metavar="URL",
+              help="API base URL (default: MEMORY_CLIENT__URL, else http://MEMORY_API__HOST:MEMORY_API__PORT).")
+@click.option("--api-key", envvar="MEMORY_CLIENT__API_KEY", metavar="KEY",
+              help="API key (default: MEMORY_CLIENT__API_KEY, else the first configured plain API key).")
+@click.option("--user", envvar="MEMORY_CLIENT__USER", metavar="USER",
+              help="Acting user for a service key (X-User-Id; default: MEMORY_CLIENT__USER).")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's answers as JSON.")
 def explain(first: str, second: str, force_turn: bool, api_url: str | None, api_key: str | None, user: str | None,
             as_json: bool) -> None:
@@ -57,7 +75,7 @@ def explain(first: str, second: str, force_turn: bool, api_url: str | None, api_
     """
     settings = get_settings()
     url = api_url or f"http://{settings.api.host}:{settings.api.port}"
-    key = api_key or next(iter(settings.api.api_keys))
+    key = api_key or next((k for k in settings.api.api_keys if not k.startswith("sha256:")), "")
     api = Api(url, key, user)
     if first in KINDS and not force_turn:
         answer = api.lineage(first, second)
@@ -66,7 +84,7 @@ def explain(first: str, second: str, force_turn: bool, api_url: str | None, api_
     try:
         seq = int(second)
     except ValueError:
-        raise click.BadParameter(f"SEQ must be a number (or FIRST one of {', '.join(KINDS)})", param_hint="SECOND")
+        fail(f"SEQ must be a number (or FIRST one of {', '.join(KINDS)})", USAGE)
     context = api.get(f"/v1/conversations/{first}/context", as_of_seq=seq, user_id=user)
     # An item served then may be gone now (deleted, unshared): its lineage is None.
     lineages = {f"{kind}/{item_id}": api.lineage(kind, item_id, missing_ok=True)
@@ -76,7 +94,7 @@ def explain(first: str, second: str, force_turn: bool, api_url: str | None, api_
     else:
         click.echo("\n".join(render_turn(context, lineages)))
     if context.get("as_of", {}).get("matches") is False:
-        sys.exit(3)
+        sys.exit(DIFFERS)
 
 
 def turn_items(conversation: str, context: dict) -> list[tuple[str, str]]:

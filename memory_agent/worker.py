@@ -7,7 +7,8 @@ import logging
 import signal
 
 from memory_agent.settings import Settings
-from projections import facts, lineage, message_index, topics
+from projections import facts, message_index, topics
+from projections.lineage import projectors as lineage_projectors
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
@@ -24,7 +25,7 @@ def projectors(settings: Settings) -> list:
         "facts": lambda: facts.projectors(settings),
         "topics": lambda: topics.projectors(settings),
     }
-    return [MessagesProjector(settings), *message_index.projectors(settings), *lineage.projectors(settings),
+    return [MessagesProjector(settings), *message_index.projectors(settings), *lineage_projectors(settings),
             *(p for system in settings.systems for p in by_system[system]())]
 
 

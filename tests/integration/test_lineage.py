@@ -54,7 +54,7 @@ async def until(settings, sql: str, params=(), what: str = "", log_path: str = "
 
 async def explain(settings, base: str, *args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "memory_agent.cli", "explain", *args, "--api-url", base, "--api-key", "key-a",
+        sys.executable, "-m", "memory_agent.cli", "explain", *args, "--url", base, "--api-key", "key-a",
         env=settings_env(settings), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(process.communicate(), 120)
     return process.returncode, out.decode()
