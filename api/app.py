@@ -11,6 +11,8 @@ from psycopg_pool import AsyncConnectionPool
 from api import docs_offline, errors, ui
 from api.auth import KeyRing
 from api.generation import ActiveGeneration
+from api.routes import lineage as lineage_routes
+from api.served import ServedRecorder
 from api.limits import TenantSlots
 from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
                         ui_data)
@@ -43,10 +45,12 @@ def create_app(settings: Settings) -> FastAPI:
         await app.state.pool.open(wait=False)
         # The producer connects on first ingest, so reads keep working while Kafka is down.
         app.state.client = MemoryClient(settings)
+        app.state.served_recorder = ServedRecorder(settings)  # context.served records (docs/lineage.md)
         try:
             yield
         finally:
             await app.state.client.stop()
+            await app.state.served_recorder.close()
             await app.state.pool.close()
 
     app = FastAPI(
@@ -69,5 +73,6 @@ def create_app(settings: Settings) -> FastAPI:
         """Prometheus metrics of this process."""
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
+    app.include_router(lineage_routes.router)  # docs/lineage.md
     errors.install(app)
     return app

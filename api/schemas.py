@@ -51,3 +51,5 @@ class ContextOut(BaseModel):
     retrieved: Any | None = None
     # The active topic: its summary and recent messages (seed 004).
     active_topic: Any | None = None
+    # Only with ?as_of_seq=N: which moment was rebuilt and how it compares (docs/lineage.md).
+    as_of: Any | None = None

@@ -162,5 +162,10 @@ def demo(api_url: str | None, conversation: str, timeout: float) -> None:
         sys.exit(1)
 
 
+from memory_agent.cli_lineage import explain  # noqa: E402
+
+main.add_command(explain)
+
+
 if __name__ == "__main__":
     main()

@@ -9,6 +9,7 @@ import signal
 from memory_agent.settings import Settings
 from memory_agent.worker_metrics import report_lag, serve_metrics
 from projections import facts, message_index, topics
+from projections.lineage import projectors as lineage_projectors
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
@@ -25,7 +26,7 @@ def projectors(settings: Settings) -> list:
         "facts": lambda: facts.projectors(settings),
         "topics": lambda: topics.projectors(settings),
     }
-    return [MessagesProjector(settings), *message_index.projectors(settings),
+    return [MessagesProjector(settings), *message_index.projectors(settings), *lineage_projectors(settings),
             *(p for system in settings.systems for p in by_system[system]())]
 
 

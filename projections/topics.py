@@ -10,10 +10,10 @@ from aiokafka.structs import ConsumerRecord
 
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
+from projections.decoding import events_of
 from schemas import topic_events as te
-from schemas.codec import Event, decode, peek_type
+from schemas.codec import Event
 from schemas.limits import Limits
-from schemas.envelope import InvalidEvent
 from domain.topics.archive import compress_bytes, merge_messages, to_json_bytes
 from domain.topics.state import TopicMessage
 
@@ -97,17 +97,7 @@ class TopicsProjector:
         return [settings.kafka.memory_topic(settings.generation)]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
-        events = []
-        for record in records:
-            kind = peek_type(record.value)
-            if kind is not None and kind not in PROJECTED:
-                continue
-            try:
-                event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
-            except InvalidEvent:
-                continue
-            if event.type in PROJECTED:
-                events.append(event)
+        events = events_of(records, PROJECTED, Limits.of(self.settings))
         if events:
             # Pipelined: statements go out without waiting for each answer (a read syncs).
             async with conn.pipeline():

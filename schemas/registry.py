@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas import events, facts_events, topic_events, upcasters
+from schemas import events, facts_events, lineage_events, topic_events, upcasters
 from schemas.spec import EventSpec
 
 
@@ -25,5 +25,6 @@ REGISTRY: dict[str, EventSpec] = {
         EventSpec(WINDOW_TICKED, 1, events.WindowTicked),
         *facts_events.SPECS,
         *topic_events.SPECS,
+        *lineage_events.SPECS,
     )
 }

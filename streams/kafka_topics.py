@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from domain.lineage import served_topic
 from memory_agent.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # Co-partitioned with the conversation topic: the window agent reads both.
         TopicSpec(kafka.memory_topic(settings.generation), kafka.partitions, keep),
         TopicSpec(kafka.dead_letter_topic, kafka.partitions, {"retention.ms": THIRTY_DAYS_MS}),
+        TopicSpec(served_topic(settings), kafka.partitions, keep),  # what each turn was served (docs/lineage.md)
     ]
 
 

@@ -8,10 +8,12 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 
+from api.as_of import context_as_of
 from api.auth import conversation_user
 from api.deps import ConnDep, PrincipalDep, SettingsDep
 from api.schemas import ContextOut
 from retrieval.request import ContextRequest
+from api.served import recorder_for
 from api.turn_context import build_turn_context
 from projections import queries
 from schemas.envelope import IDENTIFIER
@@ -43,6 +45,8 @@ async def turn_context(
     subject_id: str | None = Query(None, pattern=IDENTIFIER, max_length=200,
                                    description="Who or what it is about (default: the conversation's)"),
     budget_tokens: int = Query(500, ge=0, le=8000, description="Token budget for retrieved items"),
+    as_of_seq: int | None = Query(None, ge=0, le=MAX_SEQ, description="Rebuild what turn N was served, compared"
+                                  " with the recorded one (docs/lineage.md); not recorded itself"),
     *,
     request: Request,
 ) -> ContextOut:
@@ -63,7 +67,11 @@ async def turn_context(
         budget_tokens=budget_tokens,
         now=datetime.now(UTC),
     )
-    return await build_turn_context(conn, wanted, min_seq=min_seq, app_state=request.app.state)
+    if as_of_seq is not None:
+        return await context_as_of(conn, wanted, as_of_seq, request.app.state)
+    served = await build_turn_context(conn, wanted, min_seq=min_seq, app_state=request.app.state)
+    recorder_for(request.app.state).record(wanted, served)  # off the critical path: never waits, never raises
+    return served
 
 
 async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None, wait_ms: int, max_ahead: int):
