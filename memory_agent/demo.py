@@ -185,8 +185,9 @@ class DemoProbe:
         self.observed.context = body = r.json()
         retrieved = body.get("retrieved") or {}
         items = retrieved.get("items") or []
-        # A second run: the same memories were surfaced by the first one's turn, so they are
-        # listed as excluded (already_surfaced) with their scores instead.
+        # A second run asks at the same turn: a retried turn gets the same memories (items shown
+        # at an EARLIER turn give way to new ones, and are listed as already_surfaced when they
+        # no longer fit: docs/retrieval.md).
         surfaced = [e for e in retrieved.get("excluded") or [] if e.get("reason") == "already_surfaced"]
         done = bool(items or surfaced) and body.get("active_topic") is not None and body["watermark"]["complete"]
         return done, (f"{len(items)} retrieved item(s), {len(surfaced)} surfaced before,"

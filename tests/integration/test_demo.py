@@ -29,8 +29,11 @@ async def test_demo_shows_every_memory_system(settings) -> None:
     total = len(sample_messages(datetime.now(UTC)))
     assert f"{total} messages in 4 sessions" in out and f"appended {total}, 0 already" in out
     assert f"appended 0, {total} already in the log" in again
-    # The memories the first run surfaced are not repeated; the report still shows their scores.
-    assert "already surfaced earlier in this conversation" in again and "x recency" in again
+    # A second run asks at the same turn again: a retried turn gets the same memories, scored.
+    def retrieved_lines(text: str) -> list[str]:
+        return [line.strip() for line in text.splitlines() if line.strip().startswith(("message:", "fact:", "chunk:"))]
+
+    assert retrieved_lines(again) and retrieved_lines(again) == retrieved_lines(out) and "x recency" in again
 
     report = printed[-1]
     sections = report.split("\n== ")

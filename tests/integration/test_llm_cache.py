@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
 from memory_agent.llm.cache import CachedJsonCompleter, CachedSummarizer, LlmCache
 from memory_agent.llm.openai_provider import OpenAiLlm
 from memory_agent.llm.port import ChatMessage
-from tests.integration.conftest import scalar
+from tests.integration.conftest import scalar, wait_until
 from tests.support.fake_openai import FakeOpenAI
 
 
@@ -41,12 +40,14 @@ async def test_summaries_and_json_answers_come_from_the_cache_the_second_time(se
         again = await completer.complete_json("chunk-facts-v1", variables, validate=needs_summary)
         assert good.data == again.data == {"summary": "Lives in Lisbon", "facts": []}
         assert len(fake.chat_requests) == 4  # the rejected answer was asked again, the good one once
-    await asyncio.sleep(cache.flush_interval_s + 0.5)  # the counts reach PostgreSQL in the background
-    usage = await scalar(
-        settings,
+    query = (  # the counts reach PostgreSQL in the background, every flush_interval_s
         "SELECT json_object_agg(kind, json_build_array(hits, calls)) FROM public.llm_cache_usage"
-        " WHERE topic_prefix = %s AND generation = %s",
-        (settings.kafka.topic_prefix, settings.generation),
+        " WHERE topic_prefix = %s AND generation = %s"
     )
-    assert usage == {"summary": [1, 2], "json": [1, 1]}
+    expected = {"summary": [1, 2], "json": [1, 1]}
+
+    async def flushed() -> bool:
+        return await scalar(settings, query, (settings.kafka.topic_prefix, settings.generation)) == expected
+
+    await wait_until(flushed, 30, "the cache usage counts flushed to PostgreSQL")
     await cache.aclose()
