@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from domain.topics.shift import announces_new_subject
+
 from domain.topics.decay import (
     DEFAULT_CONFIG,
     SECONDS_PER_DAY,
@@ -120,12 +122,15 @@ def _activate(state: TopicsState, topic: Topic) -> Stepped:
 
 def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConfig) -> Stepped:
     unit = unit_vector(msg.embedding)
-    best, similarity = best_match(state, unit, config.active_topic_bonus)
+    shift = announces_new_subject(msg.content)
+    best, similarity = best_match(state, unit, 0.0 if shift else config.active_topic_bonus)
     entry = TopicMessage(msg.seq, "user", msg.content, msg.timestamp)
     created: tuple[Command, ...] = ()
     # Seed 004: join when cosine > threshold. The conversation's current topic gets
     # `active_topic_bonus` (a follow-up rarely repeats its subject's words; 0 = the seed).
-    bonus = config.active_topic_bonus if best is not None and best.topic_id == state.active_topic_id else 0.0
+    # ...unless the message itself says the subject changes ("Different subject: ...", "Back to ...").
+    favoured = best is not None and best.topic_id == state.active_topic_id and not shift
+    bonus = config.active_topic_bonus if favoured else 0.0
     if best is not None and similarity + bonus > config.similarity_threshold:
         # Running mean of the members' unit embeddings; matching uses its direction.
         count = best.embedding_count + 1
