@@ -129,8 +129,8 @@ async def overview(request: Request, reader: ReaderDep, conn: Annotated[psycopg.
                                                                              None, "dashboard")
     if conversation is None or owner is None:
         raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
-    rows = await queries.list_newest_messages(conn, reader.tenant, conversation_id, after_seq=-1, before_seq=None,
-                                              limit=messages)
+    rows = await queries.list_messages(conn, reader.tenant, conversation_id, after_seq=-1, before_seq=None,
+                                       limit=messages, newest=True)
     facts = [f for f in await uq.sourced_facts(conn, reader.tenant, conversation_id)
              if reader.admin or f.owner_user_id == owner or f.visibility == "shared"]
     state = await tq.get_topic_conversation(conn, reader.tenant, conversation_id)
