@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import re
 import time
@@ -17,6 +18,7 @@ from retrieval.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings
 from retrieval.keywords import coverage
+from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack, render_line
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
 from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, prepare, record_surfaced, search_all
@@ -164,7 +166,14 @@ def with_coverage(rows: Sequence[SearchRow], weights: Mapping[str, float], lexem
     """Each row's keyword_score becomes its IDF-weighted coverage of the query's lexemes
     (ts_rank only picked the keyword search's top k). Without weights every lexeme counts 1."""
     weights = weights or {lexeme: 1.0 for lexeme in lexemes}
-    return [replace(r, keyword_score=coverage(r.lexemes or (), weights)) for r in rows]
+    return [_with_keyword_score(r, coverage(r.lexemes or (), weights)) for r in rows]
+
+
+def _with_keyword_score(row: SearchRow, value: float) -> SearchRow:
+    """dataclasses.replace without its per-field checks (a few hundred rows per request)."""
+    new = copy.copy(row)
+    object.__setattr__(new, "keyword_score", value)
+    return new
 
 
 def rank_all(rows: Sequence[SearchRow], now: float, config: RetrievalConfig = RetrievalConfig()) -> list[ScoredItem]:
@@ -287,10 +296,11 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
 
 
 def embedder_for(app_state: Any) -> Embedder:
-    """One embedder per app, made on first use (the local model loads on its first call)."""
+    """One embedder per app, made on first use (the local model loads on its first call), its
+    query vectors cached by (model, text) in a small LRU."""
     embedder = getattr(app_state, "retrieval_embedder", None)
     if embedder is None:
-        embedder = make_embedder(app_state.settings)
+        embedder = CachedQueryEmbedder(make_embedder(app_state.settings))
         app_state.retrieval_embedder = embedder
     return embedder
 
