@@ -111,6 +111,8 @@ class ApiSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = 8080
+    # Processes of `memory-agent api` (uvicorn workers sharing the port; each loads the model).
+    workers: int = Field(default=1, ge=1)
     # API key -> tenant id, or -> a grant {"tenant", "user"?, "act_as"?, "name"?}. A key is
     # plain (development and tests) or "sha256:<hex digest>" (hashed at rest; production
     # takes only these). Every read and write is scoped to the key's tenant; a plain tenant
