@@ -293,6 +293,9 @@ class RetrievalSettings(BaseModel):
     # Words found in more than this share of a table's rows are not searched by keyword
     # (a stop list learnt from ANALYZE's statistics: they match too much to rank quickly).
     keyword_max_doc_fraction: float = Field(default=0.05, gt=0, le=1)
+    # The API keeps each (tenant, word)'s document frequency (the keyword score's IDF) this
+    # long, so a repeated word costs no count; 0 counts on every request.
+    keyword_idf_cache_s: float = Field(default=30.0, ge=0)
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score, the IDF-weighted
     # share of the query's words an item contains (0..1, see docs/retrieval.md).
     keyword_weight: float = Field(default=0.5, ge=0)

@@ -69,10 +69,11 @@ _TABLE = {"fact": "facts", "chunk": "conversation_chunks", "message": "messages"
 
 async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: str | None,
                   common: dict[str, frozenset[str]] | None = None, max_terms: int = 32,
-                  tenant: str | None = None) -> Keywords:
+                  tenant: str | None = None, stats: CommonLexemes | None = None) -> Keywords:
     """The transaction-local HNSW breadth (an iterative scan keeps going while the scope filter
     rejects index hits, so a filtered kNN still returns k rows: pgvector 0.8), the keyword
-    text's English lexemes minus each table's `common` ones, and (given `tenant`) their IDF."""
+    text's English lexemes minus each table's `common` ones, and (given `tenant`) their IDF
+    (document frequencies `stats` keeps are not counted again)."""
     cur = await conn.execute(
         "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
         " ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %s)) u ORDER BY u.positions[1], u.lexeme)",
@@ -82,7 +83,7 @@ async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: s
     common = common or {}
     per_kind = {kind: tsquery_text(lexemes, common.get(table, ()), max_terms) for kind, table in _TABLE.items()}
     searched = kept_lexemes(lexemes, (), max_terms)  # common ones too: their IDF is low, not zero
-    weights = await idf_weights(conn, tenant, searched) if tenant is not None and searched else {}
+    weights = await idf_weights(conn, tenant, searched, cache=stats) if tenant is not None and searched else {}
     return Keywords(per_kind["fact"], per_kind["chunk"], per_kind["message"], tuple(searched), weights)
 
 

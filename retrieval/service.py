@@ -251,7 +251,8 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
         vector = await embedder.embed_query(text)
     common = common or CommonLexemes(config.keyword_max_doc_fraction)
     keywords = await prepare(conn, max(config.ef_search, k or 0), keyword_text if keyword_text is not None else text,
-                             await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id)
+                             await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id,
+                             common)
     rows = await search_all(conn, scope, vector, keywords, k or config.candidate_k,
                             use_vector=config.method != "keyword", use_keyword=config.method != "vector")
     return with_coverage(rows, keywords.weights, keywords.lexemes)
@@ -308,7 +309,8 @@ def embedder_for(app_state: Any) -> Embedder:
 def common_lexemes_for(app_state: Any) -> CommonLexemes:
     common = getattr(app_state, "retrieval_common_lexemes", None)
     if common is None:
-        common = CommonLexemes(app_state.settings.retrieval.keyword_max_doc_fraction)
+        retrieval = app_state.settings.retrieval
+        common = CommonLexemes(retrieval.keyword_max_doc_fraction, idf_ttl_s=retrieval.keyword_idf_cache_s)
         app_state.retrieval_common_lexemes = common
     return common
 
