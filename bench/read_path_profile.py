@@ -137,8 +137,7 @@ async def main() -> None:
     results["in_process"] = await run(settings, args.requests, args.profile, args.conversations)
     print(json.dumps(results, indent=2))
     if not args.keep:
-        async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+        await rb.drop_schema(settings)
 
 
 if __name__ == "__main__":

@@ -293,10 +293,10 @@ async def record_surfaced(
     if not items:
         return
     ordered = sorted(set(items))
-    await conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
-    cur = await conn.execute(
+    cur = await conn.execute(  # the cross join sets synchronous_commit in the same round trip
         "INSERT INTO surfaced_items AS s (tenant_id, conversation_id, item_kind, item_id, surfaced_at, surfaced_seq)"
         " SELECT %s, %s, kind, id, %s, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(kind, id, n)"
+        " CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode"
         " ORDER BY n ON CONFLICT (tenant_id, conversation_id, item_kind, item_id) DO UPDATE SET"
         " surfaced_at = GREATEST(s.surfaced_at, EXCLUDED.surfaced_at),"
         " previous_seq = CASE WHEN EXCLUDED.surfaced_seq > s.surfaced_seq THEN s.surfaced_seq"
