@@ -18,6 +18,7 @@ from api.routes import (admin, context, conversations, facts, health, ingest, me
                         ui_data)
 from memory_agent.client import MemoryClient
 from memory_agent.settings import Settings
+from retrieval.service import warm_up as warm_up_retrieval
 from projections.db import connect_kwargs
 
 
@@ -33,7 +34,9 @@ def make_api_pool(settings: Settings) -> AsyncConnectionPool:
     )
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
+    """`warm_up`: load the query embedder before serving (each process of `memory-agent api`)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.settings = settings
@@ -46,6 +49,8 @@ def create_app(settings: Settings) -> FastAPI:
         # The producer connects on first ingest, so reads keep working while Kafka is down.
         app.state.client = MemoryClient(settings)
         app.state.served_recorder = ServedRecorder(settings)  # context.served records (docs/lineage.md)
+        if warm_up:
+            await warm_up_retrieval(app.state)
         try:
             yield
         finally:

@@ -1,7 +1,7 @@
 """Retrieval at scale: context endpoint latency at 32 clients, recall@10 per search method, 1k search time.
 
     python -m bench.retrieval_bench [--n 100000] [--requests 2000] [--clients 32] [--keep | --reuse]
-                                    [--api-embedding-threads 1] [--skip-api]
+                                    [--api-embedding-threads 1] [--api-workers N] [--skip-api | --skip-recall]
 (from the repo root, with PostgreSQL up: `make infra-up`; Kafka is not needed.) Numbers: docs/retrieval.md.
 Embeddings of the synthetic corpus are cached in .state/bench/ (23 minutes to make here, seconds to reload).
 """
@@ -308,19 +308,27 @@ async def search_1k(settings: Settings, queries: int = 50) -> dict:
             "max_ms": round(max(times), 1)}
 
 
-def start_api(settings: Settings, port: int, threads: int | None) -> subprocess.Popen:
+def start_api(settings: Settings, port: int, threads: int | None, workers: int | None = None) -> subprocess.Popen:
     """The real app under uvicorn in its own process (access log off, as behind a proxy)."""
     # No topic worker runs here: the topic section would wait its full context_wait_ms (500 ms)
     # for a fold that never places the message, so that wait is turned off.
     env = dict(os.environ, MEMORY_GENERATION=settings.generation, MEMORY_POSTGRES__DSN=settings.postgres.dsn,
                MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix,
                MEMORY_API__API_KEYS=f'{{"{API_KEY}": "{L.A}"}}', MEMORY_LOG_LEVEL="WARNING",
-               MEMORY_TOPICS__CONTEXT_WAIT_MS="0")
+               MEMORY_TOPICS__CONTEXT_WAIT_MS="0",
+               # All clients are one tenant: its share of the pool is the whole pool (else 429s).
+               MEMORY_API__TENANT_MAX_CONNECTIONS=str(settings.postgres.pool_max_size),
+               MEMORY_API__TENANT_QUEUE_MS="30000")
     if threads is not None:
         env["MEMORY_EMBEDDING__INTRA_OP_THREADS"] = str(threads)
     code = ("import uvicorn; from api.app import create_app; from memory_agent.settings import Settings; "
             f"uvicorn.run(create_app(Settings()), host='127.0.0.1', port={port}, log_level='warning', "
             "access_log=False)")
+    if workers is not None:  # `memory-agent api --workers N`: uvicorn workers, each warmed up
+        env["MEMORY_POSTGRES__POOL_MAX_SIZE"] = str(settings.postgres.pool_max_size)
+        return subprocess.Popen([sys.executable, "-m", "memory_agent.cli", "api", "--workers", str(workers),
+                                 "--port", str(port)], env=env, cwd=Path(__file__).resolve().parents[1],
+                                stdout=subprocess.DEVNULL)  # its access log
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=Path(__file__).resolve().parents[1])
 
 
@@ -366,7 +374,7 @@ async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
             settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True) as conn:
         await conn.execute("TRUNCATE surfaced_items")
     port = free_port()
-    process = start_api(settings, port, args.api_embedding_threads)
+    process = start_api(settings, port, args.api_embedding_threads, args.api_workers)
     base_url, results = f"http://127.0.0.1:{port}", {}
     try:
         async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}) as http:
@@ -395,6 +403,9 @@ async def main() -> None:
     parser.add_argument("--conversations", type=int, default=48)
     parser.add_argument("--api-embedding-threads", type=int, default=None,
                         help="onnxruntime intra-op threads of the API's embedder (default: the setting, 0 = cores)")
+    parser.add_argument("--api-workers", type=int, default=None,
+                        help="serve with `memory-agent api --workers N` (default: one uvicorn process in code)")
+    parser.add_argument("--skip-recall", action="store_true", help="only the context endpoint (with --reuse)")
     parser.add_argument("--skip-api", action="store_true", help="only recall and the 1k search")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded schema of a previous --keep run")
     parser.add_argument("--keep", action="store_true", help="do not drop the schema at the end")
@@ -407,14 +418,19 @@ async def main() -> None:
     results: dict = {"n": args.n}
     if not args.reuse:
         results["load"] = await load(settings, args.n, args.conversations)
-    results["recall@10"] = await recall_per_method(settings)
-    results["search_1k_memories"] = await search_1k(settings)
+    if not args.skip_recall:
+        results["recall@10"] = await recall_per_method(settings)
+        results["search_1k_memories"] = await search_1k(settings)
     if not args.skip_api:
         results["context_endpoint"] = await run_api_load(settings, args)
     print(json.dumps(results, indent=2))
     if not args.keep:
-        async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
+        await drop_schema(settings)
+
+
+async def drop_schema(settings: Settings) -> None:
+    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
 
 
 if __name__ == "__main__":

@@ -73,15 +73,25 @@ def worker(projectors_only: bool) -> None:
 @main.command()
 @click.option("--host", default=None, help="Defaults to MEMORY_API__HOST.")
 @click.option("--port", type=int, default=None, help="Defaults to MEMORY_API__PORT.")
-def api(host: str | None, port: int | None) -> None:
-    """Serve the HTTP API (OpenAPI docs at /docs)."""
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes serving the port (defaults to MEMORY_API__WORKERS).")
+def api(host: str | None, port: int | None, workers: int | None) -> None:
+    """Serve the HTTP API (OpenAPI docs at /docs); each process loads the embedder before serving."""
     import uvicorn
 
+    settings = get_settings()
+    setup_logging(settings.log_level)
+    uvicorn.run("memory_agent.cli:api_app", factory=True, host=host or settings.api.host,
+                port=port or settings.api.port, workers=workers or settings.api.workers)
+
+
+def api_app():
+    """The app of one `memory-agent api` process (uvicorn imports it in each worker)."""
     from api.app import create_app
 
     settings = get_settings()
     setup_logging(settings.log_level)
-    uvicorn.run(create_app(settings), host=host or settings.api.host, port=port or settings.api.port)
+    return create_app(settings, warm_up=True)
 
 
 @main.command()

@@ -111,6 +111,8 @@ class ApiSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = 8080
+    # Processes of `memory-agent api` (uvicorn workers sharing the port; each loads the model).
+    workers: int = Field(default=1, ge=1)
     # API key -> tenant id, or -> a grant {"tenant", "user"?, "act_as"?, "name"?}. A key is
     # plain (development and tests) or "sha256:<hex digest>" (hashed at rest; production
     # takes only these). Every read and write is scoped to the key's tenant; a plain tenant
@@ -291,6 +293,9 @@ class RetrievalSettings(BaseModel):
     # Words found in more than this share of a table's rows are not searched by keyword
     # (a stop list learnt from ANALYZE's statistics: they match too much to rank quickly).
     keyword_max_doc_fraction: float = Field(default=0.05, gt=0, le=1)
+    # The API keeps each (tenant, word)'s document frequency (the keyword score's IDF) this
+    # long, so a repeated word costs no count; 0 counts on every request.
+    keyword_idf_cache_s: float = Field(default=30.0, ge=0)
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score, the IDF-weighted
     # share of the query's words an item contains (0..1, see docs/retrieval.md).
     keyword_weight: float = Field(default=0.5, ge=0)

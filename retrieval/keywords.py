@@ -4,6 +4,7 @@ IDF-weighted coverage score that means the same for facts, chunks and messages."
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Collection, Mapping, Sequence
 
@@ -72,12 +73,34 @@ _COMMON = (
 class CommonLexemes:
     """Per table, the lexemes found in more than `max_doc_fraction` of its rows, from ANALYZE's
     statistics (most_common_elems; none before the first ANALYZE), re-read every `ttl_s`.
-    One per app: the statistics query costs more than the rest of `prepare`."""
+    One per app: the statistics query costs more than the rest of `prepare`.
+    It also keeps each (tenant, lexeme)'s document frequency for `idf_ttl_s` (0: not kept),
+    so a word asked about again within that time costs no count (docs/retrieval.md)."""
 
-    def __init__(self, max_doc_fraction: float, ttl_s: float = 60.0) -> None:
-        self.max_doc_fraction, self.ttl_s = max_doc_fraction, ttl_s
+    MAX_FREQUENCIES = 20_000  # cached (tenant, lexeme) pairs; past it the cache starts over
+
+    def __init__(self, max_doc_fraction: float, ttl_s: float = 60.0, idf_ttl_s: float = 0.0) -> None:
+        self.max_doc_fraction, self.ttl_s, self.idf_ttl_s = max_doc_fraction, ttl_s, idf_ttl_s
         self._value: dict[str, frozenset[str]] | None = None
         self._expires = 0.0
+        self._frequencies: dict[tuple[str, str], tuple[int, int, float]] = {}  # -> (df, documents, expires)
+
+    def frequencies(self, tenant: str, lexemes: Sequence[str], now: float) -> dict[str, tuple[int, int]]:
+        """The cached (document frequency, documents) of those lexemes still fresh at `now`."""
+        found = {}
+        for lexeme in lexemes:
+            entry = self._frequencies.get((tenant, lexeme))
+            if entry is not None and now < entry[2]:
+                found[lexeme] = entry[:2]
+        return found
+
+    def remember(self, tenant: str, counted: Mapping[str, tuple[int, int]], now: float) -> None:
+        if self.idf_ttl_s <= 0 or not counted:
+            return
+        if len(self._frequencies) + len(counted) > self.MAX_FREQUENCIES:
+            self._frequencies.clear()
+        for lexeme, (df, documents) in counted.items():
+            self._frequencies[(tenant, lexeme)] = (df, documents, now + self.idf_ttl_s)
 
     async def get(self, conn: psycopg.AsyncConnection, now: float) -> dict[str, frozenset[str]]:
         """`now`: a monotonic clock reading."""
@@ -106,13 +129,22 @@ def frequencies_sql(cap: int) -> str:
 
 
 async def idf_weights(conn: psycopg.AsyncConnection, tenant: str, lexemes: Sequence[str],
-                      cap: int = 5000) -> dict[str, float]:
-    """IDF of each lexeme over the tenant's facts, chunks and messages together."""
+                      cap: int = 5000, cache: CommonLexemes | None = None) -> dict[str, float]:
+    """IDF of each lexeme over the tenant's facts, chunks and messages together; the counts
+    of lexemes `cache` holds are taken from it, the others counted (and kept there)."""
     if not lexemes:
         return {}
-    cur = await conn.execute(frequencies_sql(cap), {
-        "tenant": tenant, "lexemes": list(lexemes), "queries": [quote(lexeme) for lexeme in lexemes]},
-        prepare=False)
-    rows = await cur.fetchall()
-    documents = max([int(n) for _, _, n in rows] + [int(df) for _, df, _ in rows] + [1])
-    return {lexeme: idf(int(df), documents) for lexeme, df, _ in rows}
+    now = time.monotonic()
+    known = cache.frequencies(tenant, lexemes, now) if cache is not None else {}
+    missing = [lexeme for lexeme in lexemes if lexeme not in known]
+    counted: dict[str, tuple[int, int]] = {}
+    if missing:
+        cur = await conn.execute(frequencies_sql(cap), {
+            "tenant": tenant, "lexemes": missing, "queries": [quote(lexeme) for lexeme in missing]},
+            prepare=False)
+        counted = {lexeme: (int(df), int(n)) for lexeme, df, n in await cur.fetchall()}
+        if cache is not None:
+            cache.remember(tenant, counted, now)
+    frequencies = {**known, **counted}
+    documents = max([n for _, n in frequencies.values()] + [df for df, _ in frequencies.values()] + [1])
+    return {lexeme: idf(frequencies[lexeme][0], documents) for lexeme in lexemes if lexeme in frequencies}

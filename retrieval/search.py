@@ -69,10 +69,11 @@ _TABLE = {"fact": "facts", "chunk": "conversation_chunks", "message": "messages"
 
 async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: str | None,
                   common: dict[str, frozenset[str]] | None = None, max_terms: int = 32,
-                  tenant: str | None = None) -> Keywords:
+                  tenant: str | None = None, stats: CommonLexemes | None = None) -> Keywords:
     """The transaction-local HNSW breadth (an iterative scan keeps going while the scope filter
     rejects index hits, so a filtered kNN still returns k rows: pgvector 0.8), the keyword
-    text's English lexemes minus each table's `common` ones, and (given `tenant`) their IDF."""
+    text's English lexemes minus each table's `common` ones, and (given `tenant`) their IDF
+    (document frequencies `stats` keeps are not counted again)."""
     cur = await conn.execute(
         "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
         " ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %s)) u ORDER BY u.positions[1], u.lexeme)",
@@ -82,7 +83,7 @@ async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: s
     common = common or {}
     per_kind = {kind: tsquery_text(lexemes, common.get(table, ()), max_terms) for kind, table in _TABLE.items()}
     searched = kept_lexemes(lexemes, (), max_terms)  # common ones too: their IDF is low, not zero
-    weights = await idf_weights(conn, tenant, searched) if tenant is not None and searched else {}
+    weights = await idf_weights(conn, tenant, searched, cache=stats) if tenant is not None and searched else {}
     return Keywords(per_kind["fact"], per_kind["chunk"], per_kind["message"], tuple(searched), weights)
 
 
@@ -243,6 +244,16 @@ async def search(
         return await cur.fetchall()
 
 
+def search_all_sql(kinds: Sequence[Kind], subject_id: str | None, *, vector: bool,
+                   keyword_kinds: Sequence[Kind]) -> str:
+    """The searches of several tables as one statement (one round trip, one parse): each
+    table's search_sql, its tsquery its own parameter (`keywords_<kind>`), joined by UNION ALL
+    (the rows come table by table, in the order of `kinds`)."""
+    return " UNION ALL ".join(
+        "(" + search_sql(kind, subject_id, vector=vector, keyword=kind in keyword_kinds)
+        .replace("%(keywords)s", f"%(keywords_{kind})s") + ")" for kind in kinds)
+
+
 async def search_all(
     conn: psycopg.AsyncConnection,
     scope: Scope,
@@ -254,12 +265,20 @@ async def search_all(
     use_vector: bool = True,
     use_keyword: bool = True,
 ) -> list[SearchRow]:
-    literal = vector_literal(vector)
-    rows: list[SearchRow] = []
-    for kind in kinds:
-        rows += await search(conn, kind, scope, literal, keywords.for_kind(kind), k,
-                             use_vector=use_vector, use_keyword=use_keyword, lexemes=keywords.lexemes)
-    return rows
+    """search() of every kind, in one statement."""
+    if not kinds:
+        return []
+    keyword_kinds = [kind for kind in kinds if use_keyword and keywords.for_kind(kind) is not None]
+    sql = search_all_sql(kinds, scope.subject_id, vector=use_vector, keyword_kinds=keyword_kinds)
+    params = {
+        "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
+        "conversation": scope.conversation_id, "vector": vector_literal(vector), "k": k,
+        "before": scope.messages_before_seq, "lexemes": list(keywords.lexemes),
+        **{f"keywords_{kind}": keywords.for_kind(kind) or "" for kind in kinds},
+    }
+    async with conn.cursor(row_factory=class_row(SearchRow)) as cur:
+        await cur.execute(sql, params, prepare=False)  # planned with the actual values: see search()
+        return await cur.fetchall()
 
 
 async def record_surfaced(
@@ -274,10 +293,10 @@ async def record_surfaced(
     if not items:
         return
     ordered = sorted(set(items))
-    await conn.execute("SELECT set_config('synchronous_commit', 'off', true)")
-    cur = await conn.execute(
+    cur = await conn.execute(  # the cross join sets synchronous_commit in the same round trip
         "INSERT INTO surfaced_items AS s (tenant_id, conversation_id, item_kind, item_id, surfaced_at, surfaced_seq)"
         " SELECT %s, %s, kind, id, %s, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(kind, id, n)"
+        " CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode"
         " ORDER BY n ON CONFLICT (tenant_id, conversation_id, item_kind, item_id) DO UPDATE SET"
         " surfaced_at = GREATEST(s.surfaced_at, EXCLUDED.surfaced_at),"
         " previous_seq = CASE WHEN EXCLUDED.surfaced_seq > s.surfaced_seq THEN s.surfaced_seq"
@@ -299,4 +318,4 @@ async def record_surfaced(
 
 
 __all__ = ["CommonLexemes", "KINDS", "Keywords", "Kind", "NO_SEQ", "Scope", "SearchRow", "prepare",
-           "record_surfaced", "search", "search_all", "search_sql", "tsquery_text", "vector_literal"]
+           "record_surfaced", "search", "search_all", "search_all_sql", "search_sql", "tsquery_text", "vector_literal"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 import re
 import time
@@ -17,6 +18,7 @@ from retrieval.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings
 from retrieval.keywords import coverage
+from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack, render_line
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
 from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, prepare, record_surfaced, search_all
@@ -164,7 +166,14 @@ def with_coverage(rows: Sequence[SearchRow], weights: Mapping[str, float], lexem
     """Each row's keyword_score becomes its IDF-weighted coverage of the query's lexemes
     (ts_rank only picked the keyword search's top k). Without weights every lexeme counts 1."""
     weights = weights or {lexeme: 1.0 for lexeme in lexemes}
-    return [replace(r, keyword_score=coverage(r.lexemes or (), weights)) for r in rows]
+    return [_with_keyword_score(r, coverage(r.lexemes or (), weights)) for r in rows]
+
+
+def _with_keyword_score(row: SearchRow, value: float) -> SearchRow:
+    """dataclasses.replace without its per-field checks (a few hundred rows per request)."""
+    new = copy.copy(row)
+    object.__setattr__(new, "keyword_score", value)
+    return new
 
 
 def rank_all(rows: Sequence[SearchRow], now: float, config: RetrievalConfig = RetrievalConfig()) -> list[ScoredItem]:
@@ -242,7 +251,8 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
         vector = await embedder.embed_query(text)
     common = common or CommonLexemes(config.keyword_max_doc_fraction)
     keywords = await prepare(conn, max(config.ef_search, k or 0), keyword_text if keyword_text is not None else text,
-                             await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id)
+                             await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id,
+                             common)
     rows = await search_all(conn, scope, vector, keywords, k or config.candidate_k,
                             use_vector=config.method != "keyword", use_keyword=config.method != "vector")
     return with_coverage(rows, keywords.weights, keywords.lexemes)
@@ -287,10 +297,11 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
 
 
 def embedder_for(app_state: Any) -> Embedder:
-    """One embedder per app, made on first use (the local model loads on its first call)."""
+    """One embedder per app, made on first use (the local model loads on its first call), its
+    query vectors cached by (model, text) in a small LRU."""
     embedder = getattr(app_state, "retrieval_embedder", None)
     if embedder is None:
-        embedder = make_embedder(app_state.settings)
+        embedder = CachedQueryEmbedder(make_embedder(app_state.settings))
         app_state.retrieval_embedder = embedder
     return embedder
 
@@ -298,7 +309,8 @@ def embedder_for(app_state: Any) -> Embedder:
 def common_lexemes_for(app_state: Any) -> CommonLexemes:
     common = getattr(app_state, "retrieval_common_lexemes", None)
     if common is None:
-        common = CommonLexemes(app_state.settings.retrieval.keyword_max_doc_fraction)
+        retrieval = app_state.settings.retrieval
+        common = CommonLexemes(retrieval.keyword_max_doc_fraction, idf_ttl_s=retrieval.keyword_idf_cache_s)
         app_state.retrieval_common_lexemes = common
     return common
 

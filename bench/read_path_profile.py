@@ -1,0 +1,144 @@
+"""Per-request CPU of the context endpoint's read path, in process: build_turn_context (and the
+served-context payload) against a populated schema, timed with time.process_time (this
+process's CPU: the API's Python and the query embedding) and wall clock, with the statements
+sent counted; optionally a cProfile of the whole run.
+
+    python bench/read_path_profile.py [--n 100000] [--reuse] [--keep] [--requests 200] [--profile]
+
+(from the repo root, PostgreSQL up.) The schema is bench/retrieval_bench.py's (`bench_retrieval`,
+so `--reuse` shares one loaded by either script); `--random-vectors` fills the synthetic items
+with seeded random unit vectors instead of the model's (the model needs ~23 min for 100k
+here), which keeps the CPU of every statement and of the Python around it representative but
+not the recall. PostgreSQL's own CPU is not in process_time: wall minus CPU is what the
+server (and the shared machine) added. Numbers: docs/retrieval.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import pstats
+import random
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import retrieval_bench as rb  # noqa: E402
+from bench.common import machine, percentile  # noqa: E402
+from api.served import served_payload  # noqa: E402
+from api.turn_context import build_turn_context  # noqa: E402
+from memory_agent.settings import KafkaSettings, PostgresSettings, Settings, get_settings  # noqa: E402
+from projections import queries  # noqa: E402
+from retrieval.request import ContextRequest  # noqa: E402
+from retrieval.service import warm_up  # noqa: E402
+
+
+async def random_vectors(texts: list[str], settings: Settings) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((len(texts), 384), dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+class Counting(psycopg.AsyncCursor):
+    """Counts the statements sent (every execute of every cursor of the connection)."""
+
+    statements = 0
+    wall_ms: dict[str, float] = {}  # by the statement's first words: where the server time goes
+
+    async def execute(self, query, *args, **kwargs):  # type: ignore[override]
+        Counting.statements += 1
+        started = time.perf_counter()
+        try:
+            return await super().execute(query, *args, **kwargs)
+        finally:
+            name = " ".join(str(query).split())[:70]
+            Counting.wall_ms[name] = Counting.wall_ms.get(name, 0.0) + (time.perf_counter() - started) * 1000
+
+
+async def run(settings: Settings, requests: int, profile: bool, conversations: int) -> dict:
+    state = SimpleNamespace(settings=settings)
+    await warm_up(state)
+    rng = random.Random(2)
+    cpu, wall, statements = [], [], []
+    profiler = cProfile.Profile() if profile else None
+    async with await psycopg.AsyncConnection.connect(
+            settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public",
+            cursor_factory=Counting) as conn:
+        await conn.execute("TRUNCATE surfaced_items")
+        await conn.commit()
+        for i in range(requests + 20):
+            query = rng.choice(rb.QUESTIONS).format(name=rng.choice(rb.NAMES),
+                                                    **{k: rng.choice(v) for k, v in rb.SLOTS.items()})
+            if rng.random() < 0.3:
+                query = rng.choice(rb.L.QUERIES).text
+            conversation_id = f"bench-{rng.randrange(conversations)}"
+            Counting.statements = 0
+            c0, w0 = time.process_time(), time.perf_counter()
+            if profiler and i >= 20:
+                profiler.enable()
+            conversation = await queries.get_conversation(conn, rb.L.A, conversation_id)
+            await conn.rollback()
+            request = ContextRequest(conversation=conversation, user_id=conversation.user_id,
+                                     subject_id=conversation.subject_id, query=query, before_seq=None,
+                                     budget_tokens=500, now=datetime.now(UTC))
+            out = await build_turn_context(conn, request, min_seq=None, app_state=state)
+            served_payload(request, out)
+            await conn.rollback()
+            if profiler:
+                profiler.disable()
+            if i == 19:
+                Counting.wall_ms.clear()
+            if i >= 20:  # the first ones warm the plans, caches and tokenizer
+                cpu.append((time.process_time() - c0) * 1000)
+                wall.append((time.perf_counter() - w0) * 1000)
+                statements.append(Counting.statements)
+    if profiler:
+        stats = pstats.Stats(profiler)
+        stats.sort_stats("cumulative").print_stats(35)
+    by_statement = {name: round(ms / requests, 2) for name, ms in
+                    sorted(Counting.wall_ms.items(), key=lambda kv: -kv[1])[:12]}
+    return {"statement_wall_ms_per_request": by_statement, "requests": requests, "api_cpu_ms_mean": round(sum(cpu) / len(cpu), 2),
+            "api_cpu_ms_p50": round(percentile(cpu, 50), 2), "wall_ms_p50": round(percentile(wall, 50), 2),
+            "wall_ms_mean": round(sum(wall) / len(wall), 2), "statements_per_request": round(
+                sum(statements) / len(statements), 2), "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--conversations", type=int, default=48)
+    parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--random-vectors", action="store_true")
+    args = parser.parse_args()
+    base = get_settings()
+    settings = Settings(generation=rb.GENERATION, postgres=PostgresSettings(dsn=base.postgres.dsn),
+                        kafka=KafkaSettings(topic_prefix=rb.TOPIC_PREFIX), state_dir=base.state_dir,
+                        embedding=base.embedding, retrieval=base.retrieval,
+                        topics=base.topics.model_copy(update={"context_wait_ms": 0}))
+    print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
+    results: dict = {"n": args.n, "random_vectors": args.random_vectors}
+    if not args.reuse:
+        if args.random_vectors:
+            rb.embed_cached = random_vectors
+        results["load"] = await rb.load(settings, args.n, args.conversations)
+    results["in_process"] = await run(settings, args.requests, args.profile, args.conversations)
+    print(json.dumps(results, indent=2))
+    if not args.keep:
+        await rb.drop_schema(settings)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,67 @@
+"""The read path's in-process caches: query embeddings (LRU) and the keyword IDF counts (TTL)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from retrieval.keywords import CommonLexemes
+from retrieval.query_cache import CachedQueryEmbedder
+
+
+class CountingEmbedder:
+    model, dimensions = "m", 2
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        self.calls.append(text)
+        return np.array([len(text), 1.0], dtype=np.float32)
+
+    async def embed_documents(self, texts):
+        return np.zeros((len(texts), 2), np.float32)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_query_is_embedded_once_and_the_least_recent_leaves_first() -> None:
+    inner = CountingEmbedder()
+    cached = CachedQueryEmbedder(inner, size=2)
+
+    async def run() -> None:
+        first = await cached.embed_query("a")
+        assert np.array_equal(await cached.embed_query("a"), first)
+        await cached.embed_query("bb")
+        await cached.embed_query("a")  # "a" is now the most recent
+        await cached.embed_query("ccc")  # evicts "bb"
+        await cached.embed_query("a")
+        await cached.embed_query("bb")
+
+    asyncio.run(run())
+    assert inner.calls == ["a", "bb", "ccc", "bb"]
+    assert (cached.hits, cached.misses) == (3, 4)
+
+
+def test_a_cached_vector_cannot_be_changed_by_a_caller() -> None:
+    cached = CachedQueryEmbedder(CountingEmbedder())
+    vector = asyncio.run(cached.embed_query("a"))
+    with pytest.raises(ValueError):
+        vector[0] = 9.0
+
+
+def test_document_frequencies_are_kept_per_tenant_until_they_expire() -> None:
+    stats = CommonLexemes(0.05, idf_ttl_s=30.0)
+    stats.remember("t1", {"port": (3, 100), "lisbon": (1, 100)}, now=10.0)
+    assert stats.frequencies("t1", ["port", "lisbon", "porto"], now=39.9) == {"port": (3, 100), "lisbon": (1, 100)}
+    assert stats.frequencies("t2", ["port"], now=11.0) == {}
+    assert stats.frequencies("t1", ["port"], now=40.0) == {}
+
+
+def test_no_ttl_keeps_nothing() -> None:
+    stats = CommonLexemes(0.05)
+    stats.remember("t1", {"port": (3, 100)}, now=0.0)
+    assert stats.frequencies("t1", ["port"], now=0.0) == {}
