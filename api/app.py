@@ -12,6 +12,7 @@ from api import docs_offline, errors, ui
 from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.routes import lineage as lineage_routes
+from api.routes import erasure
 from api.served import ServedRecorder
 from api.limits import TenantSlots
 from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
@@ -74,5 +75,6 @@ def create_app(settings: Settings) -> FastAPI:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(lineage_routes.router)  # docs/lineage.md
+    app.include_router(erasure.router)  # docs/lineage.md, erasure
     errors.install(app)
     return app

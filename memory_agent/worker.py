@@ -10,6 +10,7 @@ from memory_agent.settings import Settings
 from memory_agent.worker_metrics import report_lag, serve_metrics
 from projections import facts, message_index, topics
 from projections.lineage import projectors as lineage_projectors
+from projections.erasure import ErasureProjector
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
@@ -27,7 +28,7 @@ def projectors(settings: Settings) -> list:
         "topics": lambda: topics.projectors(settings),
     }
     return [MessagesProjector(settings), *message_index.projectors(settings), *lineage_projectors(settings),
-            *(p for system in settings.systems for p in by_system[system]())]
+            ErasureProjector(settings), *(p for system in settings.systems for p in by_system[system]())]
 
 
 async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, *, lag: bool = False) -> None:
