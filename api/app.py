@@ -13,6 +13,7 @@ from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.routes import lineage as lineage_routes
 from api.routes import erasure
+from memory_agent import privacy
 from api.served import ServedRecorder
 from api.limits import TenantSlots
 from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
@@ -46,6 +47,7 @@ def create_app(settings: Settings) -> FastAPI:
         await app.state.pool.open(wait=False)
         # The producer connects on first ingest, so reads keep working while Kafka is down.
         app.state.client = MemoryClient(settings)
+        privacy.install(settings)  # sealed messages open when the API reads the log
         app.state.served_recorder = ServedRecorder(settings)  # context.served records (docs/lineage.md)
         try:
             yield

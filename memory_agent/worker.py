@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 
+from memory_agent import privacy
 from memory_agent.settings import Settings
 from memory_agent.worker_metrics import report_lag, serve_metrics
 from projections import facts, message_index, topics
@@ -35,6 +36,7 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, 
     """Run every projector until `stop` is set, a signal arrives, or the task is cancelled;
     `lag`: also refresh the consumer-lag gauge (the worker process, which serves /metrics)."""
     await ensure_topics(settings)
+    privacy.install(settings)  # sealed messages open in every decode (docs/lineage.md)
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -62,6 +64,7 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     except OSError as exc:  # e.g. a replay worker beside the live one on the same port
         log.warning("worker metrics not served on port %s: %s (set MEMORY_WORKER__METRICS_PORT)",
                     settings.worker.metrics_port, exc)
+    privacy.install(settings)
     if projectors_only:
         asyncio.run(run_projectors(settings, lag=True))
         return

@@ -4,6 +4,7 @@ id; the `erasure` projector deletes what was derived from it (projections/erasur
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, Field
 from api.auth import conversation_user, forbidden
 from api.deps import ConnDep, PrincipalDep, admin_key_header, api_key_header, append_or_503
 from api.routes.context import ConversationId
+from memory_agent import privacy
 from schemas import erasure_events as ee
 from schemas.codec import new_event
 from schemas.envelope import IDENTIFIER
@@ -52,6 +54,8 @@ async def erase_user(
         if tenant_id not in (None, principal.tenant):
             raise forbidden(f"this key belongs to tenant {principal.tenant!r}")
         tenant, actor = principal.tenant, user_id
+    # Crypto-shredding first: every sealed copy of the user's messages becomes unreadable.
+    await asyncio.to_thread(privacy.key_store(request.app.state.settings).destroy, tenant, user_id)
     envelope = new_event(ee.USER_ERASED, ee.UserErased(erased_user_id=user_id), tenant_id=tenant,
                          conversation_id=ee.erasure_stream(user_id), user_id=_actor(actor))
     await append_or_503(request, envelope)

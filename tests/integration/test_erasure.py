@@ -10,10 +10,14 @@ import gzip
 import uuid
 
 import httpx
+import orjson
 import pytest
+from aiokafka import AIOKafkaConsumer
 
 from memory_agent.client import MemoryClient
-from memory_agent.settings import ApiSettings
+from memory_agent.settings import ApiSettings, PrivacySettings
+from schemas.codec import decode
+from schemas.sealed import ERASED_CONTENT
 from tests.integration.conftest import API_KEYS, running_api, running_projectors, wait_until, worker_process
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
 from tests.integration.test_lineage import until
@@ -81,9 +85,32 @@ async def counts(settings, conversation: str) -> dict[str, int]:
     return out
 
 
+async def log_texts(settings) -> tuple[bytes, str]:
+    """Every record of the conversation topic: the raw bytes, and the texts as the service
+    decodes them (schemas.codec.decode, which opens sealed messages)."""
+    consumer = AIOKafkaConsumer(settings.kafka.conversation_topic, bootstrap_servers=settings.kafka.bootstrap_servers,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    raw, texts = b"", []
+    try:
+        batches = await consumer.getmany(timeout_ms=5000)
+        while batches:
+            for records in batches.values():
+                for record in records:
+                    raw += record.value
+                    event = decode(record.value, key=record.key)
+                    texts.append(orjson.dumps(event.payload.model_dump(mode="json")).decode())
+            batches = await consumer.getmany(timeout_ms=2000)
+    finally:
+        await consumer.stop()
+    return raw, "\n".join(texts)
+
+
 @pytest.mark.asyncio
-async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_intact(settings):
-    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN])})
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_intact(settings, sealed):
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN]),
+                                           "privacy": PrivacySettings(encrypt_content=sealed)})
     with FakeOpenAI(json_responder=model) as fake:
         env = fake.env(llm=True, embeddings=True) | ENV | {"MEMORY_API__ADMIN_KEYS": f'["{ADMIN}"]'}
         api_settings = settings.model_copy(update={"embedding": fake.embedding_settings()})
@@ -111,6 +138,10 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 bob_before = await counts(settings, "conv-b")
                 assert all(bob_before.values()), bob_before
                 bob_residue = await residue(settings, KEEP)
+                if sealed:  # the log holds ciphertext only; the service's decode opens it
+                    raw, texts = await log_texts(settings)
+                    assert MARK not in raw.decode() and KEEP not in raw.decode()
+                    assert MARK in texts and KEEP in texts
 
                 # Only an operator or alice herself may erase alice.
                 assert (await http.delete("/v1/users/alice")).status_code == 403
@@ -137,6 +168,9 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 # Alice's conversation is gone from the API too.
                 gone = await http.get("/v1/conversations/conv-a/context", headers={"X-API-Key": "alice-key"})
                 assert gone.status_code == 404, gone.text
+                if sealed:  # alice's key is destroyed: her events decode as erased, bob's as before
+                    raw, texts = await log_texts(settings)
+                    assert MARK not in texts and KEEP in texts and ERASED_CONTENT in texts
 
 
 @pytest.mark.asyncio
