@@ -6,6 +6,7 @@ public LLM cache) holds a marker, and the other user's memory is as it was."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import uuid
 
@@ -16,7 +17,9 @@ from aiokafka import AIOKafkaConsumer
 
 from memory_agent.client import MemoryClient
 from memory_agent.settings import ApiSettings, PrivacySettings
+from projections.migrate import migrate
 from schemas.codec import decode
+from streams.kafka_topics import ensure_topics
 from schemas.sealed import ERASED_CONTENT
 from tests.integration.conftest import API_KEYS, running_api, running_projectors, wait_until, worker_process
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
@@ -171,6 +174,25 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 if sealed:  # alice's key is destroyed: her events decode as erased, bob's as before
                     raw, texts = await log_texts(settings)
                     assert MARK not in texts and KEEP in texts and ERASED_CONTENT in texts
+                    await replay_has_no_residue(settings, env)
+
+
+async def replay_has_no_residue(settings, env: dict) -> None:
+    """A replay after the erasure (a new generation built from the whole log by a worker
+    process): alice's sealed messages open as erased, bob's memory is rebuilt, no marker."""
+    replay = settings.model_copy(update={"generation": settings.generation + "_r"})
+    await asyncio.to_thread(migrate, replay)
+    await ensure_topics(replay)
+    async with worker_process(replay, extra_env=env, log_name="replay") as worker:
+        log = worker.log_path
+        await until(replay, "SELECT 1 FROM facts WHERE source_conversation_id = 'conv-b'", (), "bob's fact replayed",
+                    log, timeout=180)
+        await until(replay, "SELECT 1 FROM memory WHERE conversation_id = 'conv-b' AND status = 'completed'", (),
+                    "bob's summary replayed", log, timeout=180)
+        await until(replay, "SELECT 1 FROM erasures", (), "the erasure replayed", log)
+        assert await residue(replay, MARK) == {}
+        assert (await residue(replay, KEEP)).get("facts")
+        assert await rows(replay, "SELECT count(*) FROM projection_anomalies WHERE kind = 'invalid'") == [(0,)]
 
 
 @pytest.mark.asyncio
