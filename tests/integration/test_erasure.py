@@ -217,3 +217,26 @@ async def test_erasing_a_conversation_is_its_owners_right(settings):
             assert await rows(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'conv-a'") == [(0,)]
             assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-a'") == [(0,)]
             assert await rows(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'conv-a2'") == [(12,)]
+
+
+@pytest.mark.asyncio
+async def test_a_user_erased_from_another_owners_conversation_loses_only_its_messages(settings):
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN])})
+    async with running_projectors(settings), running_api(settings) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            async with MemoryClient(settings) as client:
+                for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
+                                                    ("bob", f"Welcome {KEEP}."), ("alice", f"Bye {MARK}.")]):
+                    await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
+                                                seq=seq, role="user", content=text)
+            await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (),
+                        "messages projected")
+            answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})  # herself
+            assert answer.status_code == 202, answer.text
+            [(rederive, deleted)] = await until(settings, "SELECT rederive, deleted_rows FROM erasures", (),
+                                                "the erasure applied")
+            assert rederive == {"conv-b": [1, 3]} and deleted["messages"] == 2, (rederive, deleted)
+            left = await rows(settings, "SELECT seq, user_id FROM messages WHERE conversation_id = 'conv-b' ORDER BY seq")
+            assert left == [(0, "bob"), (2, "bob")]
+            assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-b'") == [(1,)]
+            assert await residue(settings, MARK) == {}
