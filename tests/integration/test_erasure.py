@@ -7,6 +7,7 @@ public LLM cache) holds a marker, and the other user's memory is as it was."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import uuid
 
@@ -195,48 +196,53 @@ async def replay_has_no_residue(settings, env: dict) -> None:
         assert await rows(replay, "SELECT count(*) FROM projection_anomalies WHERE kind = 'invalid'") == [(0,)]
 
 
-@pytest.mark.asyncio
-async def test_erasing_a_conversation_is_its_owners_right(settings):
+@contextlib.asynccontextmanager
+async def projectors_and_api(settings):
+    """The projectors in-process and the API over HTTP, with this file's keys: (settings, http)."""
     settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN])})
     async with running_projectors(settings), running_api(settings) as base:
         async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-            async with MemoryClient(settings) as client:
-                await say(client, "alice", "conv-a", MARK)
-                await say(client, "alice", "conv-a2", KEEP)
-            await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a2' AND seq = 11", (),
-                        "messages projected")
-            await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 11", (),
-                        "messages projected")
-            bob = await http.delete("/v1/conversations/conv-a", headers={"X-API-Key": "bob-key"})
-            assert bob.status_code == 404, bob.text  # not his: as if it did not exist
-            assert (await http.delete("/v1/conversations/nope", headers={"X-API-Key": "alice-key"})).status_code == 404
-            answer = await http.delete("/v1/conversations/conv-a", headers={"X-API-Key": "alice-key"})
-            assert answer.status_code == 202, answer.text
-            await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (answer.json()["event_id"],),
-                        "the erasure applied")
-            assert await rows(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'conv-a'") == [(0,)]
-            assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-a'") == [(0,)]
-            assert await rows(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'conv-a2'") == [(12,)]
+            yield settings, http
+
+
+@pytest.mark.asyncio
+async def test_erasing_a_conversation_is_its_owners_right(settings):
+    async with projectors_and_api(settings) as (settings, http):
+        async with MemoryClient(settings) as client:
+            await say(client, "alice", "conv-a", MARK)
+            await say(client, "alice", "conv-a2", KEEP)
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a2' AND seq = 11", (),
+                    "messages projected")
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 11", (),
+                    "messages projected")
+        bob = await http.delete("/v1/conversations/conv-a", headers={"X-API-Key": "bob-key"})
+        assert bob.status_code == 404, bob.text  # not his: as if it did not exist
+        assert (await http.delete("/v1/conversations/nope", headers={"X-API-Key": "alice-key"})).status_code == 404
+        answer = await http.delete("/v1/conversations/conv-a", headers={"X-API-Key": "alice-key"})
+        assert answer.status_code == 202, answer.text
+        await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (answer.json()["event_id"],),
+                    "the erasure applied")
+        assert await rows(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'conv-a'") == [(0,)]
+        assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-a'") == [(0,)]
+        assert await rows(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'conv-a2'") == [(12,)]
 
 
 @pytest.mark.asyncio
 async def test_a_user_erased_from_another_owners_conversation_loses_only_its_messages(settings):
-    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN])})
-    async with running_projectors(settings), running_api(settings) as base:
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-            async with MemoryClient(settings) as client:
-                for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
-                                                    ("bob", f"Welcome {KEEP}."), ("alice", f"Bye {MARK}.")]):
-                    await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
-                                                seq=seq, role="user", content=text)
-            await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (),
-                        "messages projected")
-            answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})  # herself
-            assert answer.status_code == 202, answer.text
-            [(rederive, deleted)] = await until(settings, "SELECT rederive, deleted_rows FROM erasures", (),
-                                                "the erasure applied")
-            assert rederive == {"conv-b": [1, 3]} and deleted["messages"] == 2, (rederive, deleted)
-            left = await rows(settings, "SELECT seq, user_id FROM messages WHERE conversation_id = 'conv-b' ORDER BY seq")
-            assert left == [(0, "bob"), (2, "bob")]
-            assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-b'") == [(1,)]
-            assert await residue(settings, MARK) == {}
+    async with projectors_and_api(settings) as (settings, http):
+        async with MemoryClient(settings) as client:
+            for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
+                                                ("bob", f"Welcome {KEEP}."), ("alice", f"Bye {MARK}.")]):
+                await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
+                                            seq=seq, role="user", content=text)
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (),
+                    "messages projected")
+        answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})  # herself
+        assert answer.status_code == 202, answer.text
+        [(rederive, deleted)] = await until(settings, "SELECT rederive, deleted_rows FROM erasures", (),
+                                            "the erasure applied")
+        assert rederive == {"conv-b": [1, 3]} and deleted["messages"] == 2, (rederive, deleted)
+        left = await rows(settings, "SELECT seq, user_id FROM messages WHERE conversation_id = 'conv-b' ORDER BY seq")
+        assert left == [(0, "bob"), (2, "bob")]
+        assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-b'") == [(1,)]
+        assert await residue(settings, MARK) == {}
