@@ -12,6 +12,8 @@ from api import docs_offline, errors, ui
 from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.routes import lineage as lineage_routes
+from api.routes import erasure
+from memory_agent import privacy
 from api.served import ServedRecorder
 from api.limits import TenantSlots
 from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
@@ -48,6 +50,7 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
         await app.state.pool.open(wait=False)
         # The producer connects on first ingest, so reads keep working while Kafka is down.
         app.state.client = MemoryClient(settings)
+        privacy.install(settings)  # sealed messages open when the API reads the log
         app.state.served_recorder = ServedRecorder(settings)  # context.served records (docs/lineage.md)
         if warm_up:
             await warm_up_retrieval(app.state)
@@ -79,5 +82,6 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(lineage_routes.router)  # docs/lineage.md
+    app.include_router(erasure.router)  # docs/lineage.md, erasure
     errors.install(app)
     return app

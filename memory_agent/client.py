@@ -108,6 +108,10 @@ class MemoryClient:
         (nothing sent) for an event a consumer would refuse.
         """
         value = encode_checked(envelope, self.limits)  # nothing a consumer would refuse is sent
+        if self.settings.privacy.encrypt_content and envelope.type == MESSAGE_APPENDED:
+            from memory_agent.privacy import sealed_value  # noqa: PLC0415 - only when sealing is on
+
+            value = await asyncio.to_thread(sealed_value, envelope, self.settings, self.limits)
         await self.start()
         return await self._producer.send(self.settings.kafka.conversation_topic, value=value, key=envelope.key)
 

@@ -415,6 +415,12 @@ class WorkerSettings(BaseModel):
     lag_interval_s: float = Field(default=15.0, gt=0)
 
 
+class PrivacySettings(BaseModel):
+    """Crypto-shredding (docs/lineage.md): message content sealed with its author's key."""
+
+    encrypt_content: bool = False
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMORY_", env_nested_delimiter="__", frozen=True, extra="ignore",
@@ -448,6 +454,7 @@ class Settings(BaseSettings):
     facts: FactsSettings = FactsSettings()
     client: ClientSettings = ClientSettings()
     worker: WorkerSettings = WorkerSettings()
+    privacy: PrivacySettings = PrivacySettings()
 
     @field_validator("generation")
     @classmethod

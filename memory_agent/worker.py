@@ -6,10 +6,12 @@ import asyncio
 import logging
 import signal
 
+from memory_agent import privacy
 from memory_agent.settings import Settings
 from memory_agent.worker_metrics import report_lag, serve_metrics
 from projections import facts, message_index, topics
 from projections.lineage import projectors as lineage_projectors
+from projections.erasure import ErasureProjector
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
 from projections.runner import ProjectorRunner
@@ -27,13 +29,14 @@ def projectors(settings: Settings) -> list:
         "topics": lambda: topics.projectors(settings),
     }
     return [MessagesProjector(settings), *message_index.projectors(settings), *lineage_projectors(settings),
-            *(p for system in settings.systems for p in by_system[system]())]
+            ErasureProjector(settings), *(p for system in settings.systems for p in by_system[system]())]
 
 
 async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, *, lag: bool = False) -> None:
     """Run every projector until `stop` is set, a signal arrives, or the task is cancelled;
     `lag`: also refresh the consumer-lag gauge (the worker process, which serves /metrics)."""
     await ensure_topics(settings)
+    privacy.install(settings)  # sealed messages open in every decode (docs/lineage.md)
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -61,6 +64,7 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     except OSError as exc:  # e.g. a replay worker beside the live one on the same port
         log.warning("worker metrics not served on port %s: %s (set MEMORY_WORKER__METRICS_PORT)",
                     settings.worker.metrics_port, exc)
+    privacy.install(settings)
     if projectors_only:
         asyncio.run(run_projectors(settings, lag=True))
         return

@@ -25,6 +25,7 @@ from schemas.limits import (
     raw_needs_walk,
 )
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
+from schemas.sealed import open_payload
 
 __all__ = ["DEFAULT_MAX_CONTENT_CHARS", "DEFAULT_MAX_EVENT_BYTES", "UNCHECKED", "Event", "Limits", "decode",
            "encode", "encode_checked", "new_event", "validate"]
@@ -170,6 +171,7 @@ def validate(
     if spec.requires_seq and envelope.seq is None:
         raise InvalidEvent("invalid_field", "seq: required for " + spec.type)
     if isinstance(payload, MessageAppended):
+        payload = open_payload(envelope, payload)  # sealed content (schemas/sealed.py)
         if len(payload.content) > limits.max_content_chars:
             raise InvalidEvent(
                 "content_too_long", f"content has {len(payload.content)} chars > limit {limits.max_content_chars}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas import events, facts_events, lineage_events, topic_events, upcasters
+from schemas import erasure_events, events, facts_events, lineage_events, topic_events, upcasters
 from schemas.spec import EventSpec
 
 
@@ -26,5 +26,6 @@ REGISTRY: dict[str, EventSpec] = {
         *facts_events.SPECS,
         *topic_events.SPECS,
         *lineage_events.SPECS,
+        *erasure_events.SPECS,
     )
 }

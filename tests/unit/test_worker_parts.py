@@ -8,11 +8,11 @@ from memory_agent.worker import projectors
 
 
 def test_the_worker_runs_the_messages_projector_and_those_of_the_enabled_systems_only():
-    lineage = ["lineage-topics", "lineage-served"]  # always: what was served does not depend on a system
+    lineage = ["lineage-topics", "lineage-served", "erasure"]  # always: neither depends on a system
     assert [p.name for p in projectors(Settings(systems=["window"]))] == ["messages", "message_index", *lineage,
                                                                           "memory"]
     names = {p.name for p in projectors(Settings(systems=["facts", "topics"]))}
-    assert {"messages", "message_index", *lineage} <= names and "memory" not in names and len(names) == 6
+    assert {"messages", "message_index", *lineage} <= names and "memory" not in names and len(names) == 7
     no_index = Settings(systems=["window"], retrieval={"index_messages": False})
     assert [p.name for p in projectors(no_index)] == ["messages", *lineage, "memory"]
 

@@ -1,0 +1,90 @@
+"""Erasure (docs/lineage.md): forget a user or a conversation. The request appends a
+`user.erased` / `conversation.erased` event to the conversation log and answers 202 with its
+id; the `erasure` projector deletes what was derived from it (projections/erasure.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Security, status
+from pydantic import BaseModel, Field
+
+from api.auth import conversation_user, forbidden
+from api.deps import ConnDep, PrincipalDep, admin_key_header, api_key_header, append_or_503
+from api.routes.context import ConversationId
+from memory_agent import privacy
+from schemas import erasure_events as ee
+from schemas.codec import new_event
+from schemas.envelope import IDENTIFIER
+
+router = APIRouter(tags=["erasure"])
+
+
+class ErasureAccepted(BaseModel):
+    event_id: str = Field(description="The erasure event on the log; `erasures` holds it once applied")
+    tenant_id: str
+    erased: str = Field(description="'user' or 'conversation'")
+    id: str
+
+
+@router.delete("/v1/users/{user_id}", status_code=status.HTTP_202_ACCEPTED, response_model=ErasureAccepted)
+async def erase_user(
+    request: Request,
+    user_id: str = Path(pattern=IDENTIFIER, max_length=200, description="The user"),
+    tenant_id: Annotated[str | None, Query(max_length=200, pattern=IDENTIFIER,
+                                           description="The tenant (with X-Admin-Key)")] = None,
+    x_admin_key: Annotated[str | None, Security(admin_key_header)] = None,
+    x_api_key: Annotated[str | None, Security(api_key_header)] = None,
+) -> ErasureAccepted:
+    """Forget a user: its conversations, its words in others' and all memory derived from them.
+    An operator (X-Admin-Key, naming `tenant_id`) or a key bound to that very user."""
+    admin = request.app.state.admin_keys.lookup(x_admin_key) if x_admin_key else None
+    if admin is not None:
+        if not tenant_id:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="an operator names the tenant: ?tenant_id=")
+        tenant, actor = tenant_id, f"admin:{admin.key_name}"
+    else:
+        principal = request.app.state.keys.lookup(x_api_key)
+        if principal is None:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail="missing or unknown X-Admin-Key / X-API-Key header")
+        if principal.user != user_id:
+            raise forbidden("only an operator key or a key bound to this user may erase it")
+        if tenant_id not in (None, principal.tenant):
+            raise forbidden(f"this key belongs to tenant {principal.tenant!r}")
+        tenant, actor = principal.tenant, user_id
+    # Crypto-shredding first: every sealed copy of the user's messages becomes unreadable.
+    await asyncio.to_thread(privacy.key_store(request.app.state.settings).destroy, tenant, user_id)
+    envelope = new_event(ee.USER_ERASED, ee.UserErased(erased_user_id=user_id), tenant_id=tenant,
+                         conversation_id=ee.erasure_stream(user_id), user_id=_actor(actor))
+    await append_or_503(request, envelope)
+    return ErasureAccepted(event_id=envelope.event_id, tenant_id=tenant, erased="user", id=user_id)
+
+
+@router.delete("/v1/conversations/{conversation_id}", status_code=status.HTTP_202_ACCEPTED,
+               response_model=ErasureAccepted)
+async def erase_conversation(request: Request, principal: PrincipalDep, conn: ConnDep,
+                             conversation_id: str = ConversationId) -> ErasureAccepted:
+    """Forget one conversation and all memory derived from it (its owner, or a key acting as it)."""
+    row = await (await conn.execute("SELECT user_id FROM conversations WHERE tenant_id = %s AND conversation_id = %s",
+                                    (principal.tenant, conversation_id))).fetchone()
+    user = conversation_user(principal, row[0], None, "erase conversation") if row else None
+    if user is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"conversation {conversation_id!r} not found")
+    await conn.rollback()
+    envelope = new_event(ee.CONVERSATION_ERASED, ee.ConversationErased(erased_conversation_id=conversation_id),
+                         tenant_id=principal.tenant, conversation_id=conversation_id, user_id=user)
+    await append_or_503(request, envelope)
+    return ErasureAccepted(event_id=envelope.event_id, tenant_id=principal.tenant, erased="conversation",
+                           id=conversation_id)
+
+
+def _identifier(value: str) -> bool:
+    return len(value) <= 200 and re.fullmatch(IDENTIFIER, value) is not None
+
+
+def _actor(actor: str) -> str:
+    """The envelope user id of the acting operator ("admin:<key name>") or user."""
+    actor = actor.replace(" ", "-")[:200]
+    return actor if _identifier(actor) else "admin"

@@ -1,0 +1,148 @@
+"""Crypto-shredding (docs/lineage.md): per-user data keys behind one small port, sealing of
+`message.appended` content by the producer, and the opener every consumer's decode calls.
+
+`KeyStore` is the port a KMS (AWS KMS, Vault transit) can replace; `PostgresKeyStore` keeps
+the keys in `public.user_keys` (raw 256-bit keys: no master-key wrapping yet). Destroying a
+user's key overwrites it with NULL: every sealed copy of that user's messages, on the log and
+in its backups, then opens as ERASED_CONTENT."""
+
+from __future__ import annotations
+
+import base64
+import os
+import threading
+import time
+import uuid
+from typing import Protocol
+
+import orjson
+import psycopg
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from memory_agent.settings import Settings
+from schemas.codec import encode
+from schemas.envelope import Envelope
+from schemas.limits import Limits, check_size
+from schemas.events import MessageAppended
+from schemas.registry import MESSAGE_APPENDED
+from schemas.sealed import ERASED_CONTENT, SEALED, set_opener
+
+_TABLE = """CREATE TABLE IF NOT EXISTS public.user_keys (
+    tenant_id text NOT NULL, user_id text NOT NULL, key_id text NOT NULL, data_key bytea,
+    created_at timestamptz NOT NULL DEFAULT now(), destroyed_at timestamptz,
+    PRIMARY KEY (tenant_id, user_id))"""
+CACHE_S = 60.0  # a key destroyed elsewhere may still open events here for this long
+
+
+class KeyStore(Protocol):
+    def get_or_create(self, tenant: str, user: str) -> tuple[str, bytes]: ...
+    def get(self, tenant: str, user: str, key_id: str) -> bytes | None: ...
+    def destroy(self, tenant: str, user: str) -> bool: ...
+
+
+class PostgresKeyStore:
+    """Keys in PostgreSQL (public schema), cached per process for CACHE_S."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._cache: dict[tuple[str, str, str | None], tuple[float, tuple[str, bytes] | None]] = {}
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection | None = None
+
+    def _execute(self, sql: str, params=()) -> list[tuple]:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self.dsn, autocommit=True)
+                self._conn.execute(_TABLE)
+            cur = self._conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+    def _cached(self, key, load):
+        hit = self._cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < CACHE_S:
+            return hit[1]
+        value = load()
+        self._cache[key] = (time.monotonic(), value)
+        return value
+
+    def get_or_create(self, tenant: str, user: str) -> tuple[str, bytes]:
+        def load():
+            rows = self._execute(
+                "INSERT INTO public.user_keys (tenant_id, user_id, key_id, data_key) VALUES (%s, %s, %s, %s)"
+                " ON CONFLICT (tenant_id, user_id) DO UPDATE SET key_id = public.user_keys.key_id"
+                " RETURNING key_id, data_key", (tenant, user, uuid.uuid4().hex, AESGCM.generate_key(256)))
+            key_id, data_key = rows[0]
+            if data_key is None:  # erased: a new key for what the user writes from now on
+                key_id, data_key = uuid.uuid4().hex, AESGCM.generate_key(256)
+                self._execute("UPDATE public.user_keys SET key_id = %s, data_key = %s, destroyed_at = NULL,"
+                              " created_at = now() WHERE tenant_id = %s AND user_id = %s",
+                              (key_id, data_key, tenant, user))
+            return key_id, bytes(data_key)
+        return self._cached((tenant, user, None), load)
+
+    def get(self, tenant: str, user: str, key_id: str) -> bytes | None:
+        def load():
+            rows = self._execute("SELECT key_id, data_key FROM public.user_keys WHERE tenant_id = %s AND user_id = %s"
+                                 " AND key_id = %s", (tenant, user, key_id))
+            return (rows[0][0], bytes(rows[0][1])) if rows and rows[0][1] is not None else None
+        found = self._cached((tenant, user, key_id), load)
+        return found[1] if found else None
+
+    def destroy(self, tenant: str, user: str) -> bool:
+        rows = self._execute("UPDATE public.user_keys SET data_key = NULL, destroyed_at = now() WHERE tenant_id = %s"
+                             " AND user_id = %s AND data_key IS NOT NULL RETURNING key_id", (tenant, user))
+        self._cache = {k: v for k, v in self._cache.items() if k[:2] != (tenant, user)}
+        return bool(rows)
+
+
+def seal(envelope: Envelope, store: KeyStore) -> Envelope:
+    """The envelope with its message content and metadata encrypted by the author's key."""
+    if envelope.type != MESSAGE_APPENDED:
+        return envelope
+    key_id, key = store.get_or_create(envelope.tenant_id, envelope.user_id)
+    nonce = os.urandom(12)
+    plain = orjson.dumps({"content": envelope.payload["content"], "metadata": envelope.payload.get("metadata") or {}})
+    sealed = nonce + AESGCM(key).encrypt(nonce, plain, envelope.event_id.encode())
+    payload = {"role": envelope.payload["role"], "content": base64.b64encode(sealed).decode(),
+               "metadata": {SEALED: f"v1:{key_id}"}}
+    return envelope.model_copy(update={"payload": payload})
+
+
+def sealed_value(envelope: Envelope, settings: Settings, limits: Limits) -> bytes:
+    """The Kafka value of a message sealed with its author's key (the producer checked the
+    plaintext against every rule; the sealed event must still fit a record)."""
+    raw = encode(seal(envelope, key_store(settings)))
+    check_size(raw, limits)
+    return raw
+
+
+def opener(store: KeyStore):
+    """The decode hook: a sealed MessageAppended -> its plaintext, or ERASED_CONTENT when the key
+    is gone or the ciphertext does not open (never an exception: no consumer stops on it)."""
+    def open_(envelope, payload: MessageAppended) -> MessageAppended:
+        marker = str(payload.metadata.get(SEALED, ""))
+        try:
+            version, key_id = marker.split(":", 1)
+            key = store.get(envelope.tenant_id, envelope.user_id, key_id) if version == "v1" else None
+            if key is not None:
+                raw = base64.b64decode(payload.content)
+                plain = orjson.loads(AESGCM(key).decrypt(raw[:12], raw[12:], envelope.event_id.encode()))
+                return MessageAppended(role=payload.role, content=plain["content"], metadata=plain["metadata"])
+        except (ValueError, InvalidTag, KeyError, TypeError):  # not a database error: that is retried
+            pass
+        return MessageAppended(role=payload.role, content=ERASED_CONTENT, metadata={"erased": True})
+    return open_
+
+
+_stores: dict[str, PostgresKeyStore] = {}
+
+
+def key_store(settings: Settings) -> PostgresKeyStore:
+    """The process's key store for this database."""
+    return _stores.setdefault(settings.postgres.dsn, PostgresKeyStore(settings.postgres.dsn))
+
+
+def install(settings: Settings) -> None:
+    """Make every decode in this process open sealed messages (harmless when none are sealed)."""
+    set_opener(opener(key_store(settings)))

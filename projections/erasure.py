@@ -1,0 +1,156 @@
+"""Applies user.erased / conversation.erased (docs/lineage.md, "Erasure"): every read-model row
+derived from the erased messages is deleted in the batch's one transaction.
+
+Scope of a user erasure in tenant T: the conversations the user owns are erased whole; in
+conversations of other owners only the user's messages go, and the derived rows that mixed
+them with others' words (summaries from the first erased seq on, chunks covering an erased
+seq, the conversation's topics) are deleted and their seqs recorded in `erasures.rederive`.
+Facts go when they came from an erased conversation or chunk, cite an erased message, or
+belong to the user. LLM-cache entries whose output holds one of the deleted derived texts or
+erased message texts go too (public.llm_cache is shared by every generation)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import orjson
+import psycopg
+from aiokafka.structs import ConsumerRecord
+
+from memory_agent.settings import Settings
+from projections.dead_letter import DeadLetter
+from projections.decoding import events_of
+from schemas import erasure_events as ee
+from schemas.codec import Event
+from schemas.limits import Limits
+
+log = logging.getLogger(__name__)
+
+# Rows keyed by (tenant_id, conversation_id) deleted whole for an erased conversation.
+_WHOLE = ("message_embeddings", "messages", "projection_anomalies", "topic_messages", "topic_archives",
+          "topic_unassigned", "topic_assignments", "topic_activations", "topic_compactions", "topic_conversations",
+          "surfaced_items", "served_contexts")
+# Derived from a whole conversation's mix: deleted when any of its messages is erased.
+_TOPIC_TABLES = ("topic_messages", "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations",
+                 "topic_compactions", "topic_conversations")
+
+
+class ErasureProjector:
+    name = "erasure"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def topics(self, settings: Settings) -> list[str]:
+        return [settings.kafka.conversation_topic]
+
+    async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+        for event in events_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
+            await erase(conn, event)
+        return []
+
+
+async def _ids(conn, sql: str, params) -> list:
+    return [row[0] for row in await (await conn.execute(sql, params)).fetchall()]
+
+
+async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
+    """Delete what `event` erases; idempotent (a second delivery finds nothing left)."""
+    e = event.envelope
+    tenant = e.tenant_id
+    done = await conn.execute("SELECT 1 FROM erasures WHERE event_id = %s", (e.event_id,))
+    if await done.fetchone():
+        return {}
+    if event.type == ee.USER_ERASED:
+        user = event.payload.erased_user_id
+        whole = await _ids(conn, "SELECT conversation_id FROM conversations WHERE tenant_id = %s AND user_id = %s"
+                                 " UNION SELECT source_conversation_id FROM facts WHERE tenant_id = %s"
+                                 " AND owner_user_id = %s AND source_conversation_id IS NOT NULL",
+                           (tenant, user, tenant, user))
+        partial_rows = await (await conn.execute(
+            "SELECT conversation_id, array_agg(seq ORDER BY seq) FROM messages WHERE tenant_id = %s AND user_id = %s"
+            " AND NOT (conversation_id = ANY(%s::text[])) GROUP BY conversation_id", (tenant, user, whole))).fetchall()
+        partial = {c: seqs for c, seqs in partial_rows}
+    else:
+        user = None
+        whole = [event.payload.erased_conversation_id]
+        partial = {}
+    counts: dict[str, int] = {}
+
+    async def delete(label: str, sql: str, params) -> None:
+        cur = await conn.execute(sql, params)
+        counts[label] = counts.get(label, 0) + max(cur.rowcount, 0)
+
+    # What the erased messages were and what was derived from them, for the caches and facts.
+    erased_events = await _ids(conn, "SELECT event_id FROM messages WHERE tenant_id = %s AND"
+                                     " (conversation_id = ANY(%s::text[]) OR (user_id = %s))", (tenant, whole, user))
+    texts = await _ids(conn, "SELECT content FROM messages WHERE tenant_id = %s AND event_id = ANY(%s::text[])",
+                       (tenant, erased_events))
+    chunk_ids = await _ids(conn, "SELECT chunk_id FROM conversation_chunks WHERE tenant_id = %s AND"
+                                 " (conversation_id = ANY(%s::text[]) OR source_event_ids && %s::text[] OR user_id = %s)",
+                           (tenant, whole, erased_events, user))
+    fact_ids = await _ids(conn, "SELECT fact_id FROM facts WHERE tenant_id = %s AND (source_conversation_id = ANY(%s::text[])"
+                                " OR source_chunk_id = ANY(%s::text[]) OR source_event_ids && %s::text[] OR owner_user_id = %s)",
+                          (tenant, whole, chunk_ids, erased_events, user))
+    mixed = list(partial)
+    texts += await _ids(conn, "SELECT content FROM conversation_chunks WHERE chunk_id = ANY(%s::text[])", (chunk_ids,))
+    texts += await _ids(conn, "SELECT content FROM facts WHERE fact_id = ANY(%s::text[])", (fact_ids,))
+    texts += await _ids(conn, "SELECT new_content FROM fact_history WHERE fact_id = ANY(%s::text[]) AND new_content IS NOT"
+                              " NULL UNION SELECT old_content FROM fact_history WHERE fact_id = ANY(%s::text[]) AND old_content"
+                              " IS NOT NULL", (fact_ids, fact_ids))
+    texts += await _ids(conn, "SELECT memory_text FROM memory WHERE tenant_id = %s AND memory_text IS NOT NULL AND"
+                              " (conversation_id = ANY(%s::text[]) OR conversation_id = ANY(%s::text[]))", (tenant, whole, mixed))
+    texts += await _ids(conn, "SELECT summary FROM topics WHERE tenant_id = %s AND summary IS NOT NULL AND"
+                              " (conversation_id = ANY(%s::text[]) OR conversation_id = ANY(%s::text[])) UNION SELECT summary FROM"
+                              " topic_compactions WHERE tenant_id = %s AND (conversation_id = ANY(%s::text[]) OR"
+                              " conversation_id = ANY(%s::text[]))", (tenant, whole, mixed, tenant, whole, mixed))
+
+    # Facts and everything hanging off them.
+    await delete("fact_links", "DELETE FROM fact_links WHERE from_fact_id = ANY(%s::text[]) OR to_fact_id = ANY(%s::text[])",
+                 (fact_ids, fact_ids))
+    await delete("fact_history", "DELETE FROM fact_history WHERE fact_id = ANY(%s::text[])", (fact_ids,))
+    await delete("fact_decisions", "DELETE FROM fact_decisions WHERE tenant_id = %s AND (fact_id = ANY(%s::text[])"
+                 " OR owner_user_id = %s)", (tenant, fact_ids, user))
+    await delete("surfaced_items", "DELETE FROM surfaced_items WHERE tenant_id = %s AND (item_id = ANY(%s::text[])"
+                 " OR item_id = ANY(%s::text[]))", (tenant, fact_ids, chunk_ids))
+    await delete("facts", "DELETE FROM facts WHERE fact_id = ANY(%s::text[])", (fact_ids,))
+    await delete("conversation_chunks", "DELETE FROM conversation_chunks WHERE chunk_id = ANY(%s::text[])", (chunk_ids,))
+    # Erased conversations, whole.
+    await delete("memory", "DELETE FROM memory WHERE tenant_id = %s AND conversation_id = ANY(%s::text[])", (tenant, whole))
+    for table in ("topic_messages", "topic_archives"):  # before topics (foreign keys)
+        await delete(table, f"DELETE FROM {table} WHERE tenant_id = %s AND conversation_id = ANY(%s::text[])", (tenant, whole))
+    await delete("topics", "DELETE FROM topics WHERE tenant_id = %s AND conversation_id = ANY(%s::text[])", (tenant, whole))
+    for table in _WHOLE:
+        await delete(table, f"DELETE FROM {table} WHERE tenant_id = %s AND conversation_id = ANY(%s::text[])", (tenant, whole))
+    await delete("conversations", "DELETE FROM conversations WHERE tenant_id = %s AND conversation_id = ANY(%s::text[])",
+                 (tenant, whole))
+    # Other owners' conversations the user wrote in: the user's messages and what mixed them.
+    for conversation, seqs in partial.items():
+        params = (tenant, conversation, seqs)
+        for table in ("message_embeddings", "messages"):
+            await delete(table, f"DELETE FROM {table} WHERE tenant_id = %s AND conversation_id = %s"
+                                " AND seq = ANY(%s::int[])", params)
+        await delete("memory", "DELETE FROM memory WHERE tenant_id = %s AND conversation_id = %s"
+                               " AND end_sequence >= %s", (tenant, conversation, min(seqs)))
+        for table in _TOPIC_TABLES:
+            await delete(table, f"DELETE FROM {table} WHERE tenant_id = %s AND conversation_id = %s",
+                         (tenant, conversation))
+        await delete("topics", "DELETE FROM topics WHERE tenant_id = %s AND conversation_id = %s", (tenant, conversation))
+    if user is not None:
+        await delete("served_contexts", "DELETE FROM served_contexts WHERE tenant_id = %s AND user_id = %s",
+                     (tenant, user))
+    texts = sorted({t for t in texts if t})
+    if texts:
+        # public.llm_cache: entries whose output holds one of the texts as a string value.
+        await delete("llm_cache", "DELETE FROM public.llm_cache c WHERE EXISTS (SELECT 1 FROM"
+                     " jsonb_path_query(c.output, 'strict $.**') v WHERE jsonb_typeof(v) = 'string'"
+                     " AND (v #>> '{}') = ANY(%s::text[]))", (texts,))
+    await conn.execute(
+        "INSERT INTO erasures (event_id, tenant_id, kind, erased_user_id, conversation_ids, deleted_rows, rederive,"
+        " requested_by, requested_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (e.event_id, tenant, "user" if user is not None else "conversation", user, sorted(set(whole) | set(partial)),
+         orjson.dumps({k: v for k, v in counts.items() if v}).decode(), orjson.dumps(partial).decode(),
+         e.user_id, e.occurred_at))
+    log.info("erasure %s (%s) in %s: %s", e.event_id, event.type, tenant, {k: v for k, v in counts.items() if v})
+    return counts

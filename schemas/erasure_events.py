@@ -1,0 +1,41 @@
+"""Erasure requests (issue 15, docs/lineage.md): management events on the conversation topic.
+
+Like the fact management events (schemas/facts_events.py): seq is None and the envelope's
+user_id is the acting user. The payload names what to erase; the `erasure` projector
+(projections/erasure.py) deletes every read-model row derived from it."""
+
+from __future__ import annotations
+
+from pydantic import StrictStr
+
+from schemas.events import Payload
+from schemas.spec import EventSpec
+
+USER_ERASED = "user.erased"
+CONVERSATION_ERASED = "conversation.erased"
+ERASURE_TYPES = (USER_ERASED, CONVERSATION_ERASED)
+
+
+class UserErased(Payload):
+    """Forget this user: every conversation it owns or wrote in, and everything derived from it."""
+
+    erased_user_id: StrictStr
+    reason: StrictStr = ""
+
+
+class ConversationErased(Payload):
+    """Forget one conversation and everything derived from it."""
+
+    erased_conversation_id: StrictStr
+    reason: StrictStr = ""
+
+
+def erasure_stream(user_id: str) -> str:
+    """The conversation id (Kafka key) a user's erasure is appended under."""
+    return f"erasure-{user_id}"
+
+
+SPECS: tuple[EventSpec, ...] = (
+    EventSpec(USER_ERASED, 1, UserErased),
+    EventSpec(CONVERSATION_ERASED, 1, ConversationErased),
+)

@@ -1,0 +1,248 @@
+"""Erasure on the real stack (docs/lineage.md): a worker process (Kafka, faust, projectors) with
+an LLM and embedding server over HTTP, PostgreSQL and the API over HTTP. Marker strings planted
+in one user's messages are derived into summaries, chunks, facts, topics with archives, served
+contexts and the LLM cache; after DELETE /v1/users/{id} no table of the generation (nor the
+public LLM cache) holds a marker, and the other user's memory is as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import uuid
+
+import httpx
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from memory_agent.client import MemoryClient
+from memory_agent.settings import ApiSettings, PrivacySettings
+from projections.migrate import migrate
+from schemas.codec import decode
+from streams.kafka_topics import ensure_topics
+from schemas.sealed import ERASED_CONTENT
+from tests.integration.conftest import API_KEYS, running_api, running_projectors, wait_until, worker_process
+from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
+from tests.integration.test_lineage import until
+from tests.support.fake_openai import FakeOpenAI, RecordedRequest
+
+ADMIN = "erasure-admin-key"
+KEYS = API_KEYS | {"alice-key": {"tenant": "tenant-a", "user": "alice"}, "bob-key": {"tenant": "tenant-a", "user": "bob"}}
+MARK = f"zqxmark{uuid.uuid4().hex[:8]}"  # alice's words; one token for every tokenizer
+KEEP = f"bobkeep{uuid.uuid4().hex[:8]}"  # bob's
+ENV = SMALL_CHUNKS | {
+    "MEMORY_LLM__CACHE_ENABLED": "true",  # entries keyed by this run's unique texts
+    "MEMORY_TOPICS__MAX_MESSAGES_PER_TOPIC": "6",  # topics compact and archive early
+    "MEMORY_TOPICS__RECENT_MESSAGE_KEEP": "2",
+    "MEMORY_TOPICS__SIMILARITY_THRESHOLD": "-1.0",  # the fake vectors are unrelated: one topic per conversation
+}
+
+
+def lines(word: str) -> list[str]:
+    return [f"My secret code word is {word} and I keep it at home.", "Noted.",
+            f"I told my sister about {word} yesterday.", "Understood.", f"Remember {word} for later.", "Sure.",
+            f"The garden shed hides {word} too.", "Fine.", f"Last time: {word}.", "Okay.", "Bye.", "Bye."]
+
+
+def model(request: RecordedRequest) -> dict:
+    if "worth_remembering" in request.user_content:
+        return {"worth_remembering": True, "reason": "scripted"}
+    for word in (MARK, KEEP):
+        if word in request.user_content:
+            return {"summary": f"The user talks about {word}.",
+                    "facts": [{"category": "other", "content": f"The user's code word is {word}.", "importance": 5}]}
+    return {"summary": "Nothing.", "facts": []}
+
+
+async def say(client: MemoryClient, user: str, conversation: str, word: str) -> None:
+    for seq, text in enumerate(lines(word)):
+        await client.append_message(tenant_id="tenant-a", conversation_id=conversation, user_id=user, subject_id="home",
+                                    seq=seq, role="user" if seq % 2 == 0 else "assistant", content=text)
+
+
+async def residue(settings, marker: str) -> dict[str, int]:
+    """Rows holding `marker` per table of the generation, in public.llm_cache, and in the
+    gzip'd topic archives."""
+    tables = [t for (t,) in await rows(settings, "SELECT table_name FROM information_schema.tables WHERE"
+                                                 " table_schema = %s AND table_type = 'BASE TABLE'", (settings.pg_schema,))]
+    assert {"messages", "memory", "facts", "fact_history", "topics", "topic_archives", "served_contexts"} <= set(tables)
+    found = {}
+    for table in tables:
+        [(count,)] = await rows(settings, f'SELECT count(*) FROM "{settings.pg_schema}"."{table}" t'
+                                          " WHERE t::text LIKE %s", (f"%{marker}%",))
+        found[table] = count
+    [(found["public.llm_cache"],)] = await rows(settings, "SELECT count(*) FROM public.llm_cache WHERE output::text"
+                                                          " LIKE %s", (f"%{marker}%",))
+    archives = await rows(settings, "SELECT archive FROM topic_archives")
+    found["topic_archives (gunzipped)"] = sum(marker in gzip.decompress(bytes(a)).decode() for (a,) in archives)
+    return {k: v for k, v in found.items() if v}
+
+
+async def counts(settings, conversation: str) -> dict[str, int]:
+    out = {}
+    for table, where in (("messages", "conversation_id"), ("memory", "conversation_id"),
+                         ("conversation_chunks", "conversation_id"), ("facts", "source_conversation_id"),
+                         ("topics", "conversation_id"), ("topic_assignments", "conversation_id"),
+                         ("message_embeddings", "conversation_id"), ("topic_archives", "conversation_id")):
+        [(out[table],)] = await rows(settings, f"SELECT count(*) FROM {table} WHERE {where} = %s", (conversation,))
+    return out
+
+
+async def log_texts(settings) -> tuple[bytes, str]:
+    """Every record of the conversation topic: the raw bytes, and the texts as the service
+    decodes them (schemas.codec.decode, which opens sealed messages)."""
+    consumer = AIOKafkaConsumer(settings.kafka.conversation_topic, bootstrap_servers=settings.kafka.bootstrap_servers,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    raw, texts = b"", []
+    try:
+        batches = await consumer.getmany(timeout_ms=5000)
+        while batches:
+            for records in batches.values():
+                for record in records:
+                    raw += record.value
+                    event = decode(record.value, key=record.key)
+                    texts.append(orjson.dumps(event.payload.model_dump(mode="json")).decode())
+            batches = await consumer.getmany(timeout_ms=2000)
+    finally:
+        await consumer.stop()
+    return raw, "\n".join(texts)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_intact(settings, sealed):
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN]),
+                                           "privacy": PrivacySettings(encrypt_content=sealed)})
+    with FakeOpenAI(json_responder=model) as fake:
+        env = fake.env(llm=True, embeddings=True) | ENV | {"MEMORY_API__ADMIN_KEYS": f'["{ADMIN}"]'}
+        api_settings = settings.model_copy(update={"embedding": fake.embedding_settings()})
+        async with worker_process(settings, extra_env=env) as worker, running_api(api_settings) as base:
+            async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=60) as http:
+                async with MemoryClient(settings) as client:
+                    await say(client, "alice", "conv-a", MARK)
+                    await say(client, "bob", "conv-b", KEEP)
+                log = worker.log_path
+                for conversation in ("conv-a", "conv-b"):
+                    await until(settings, "SELECT 1 FROM facts WHERE source_conversation_id = %s", (conversation,),
+                                f"a fact of {conversation}", log, timeout=180)
+                    await until(settings, "SELECT 1 FROM memory WHERE conversation_id = %s AND status = 'completed'",
+                                (conversation,), f"a summary of {conversation}", log, timeout=180)
+                    await until(settings, "SELECT 1 FROM topic_archives WHERE conversation_id = %s", (conversation,),
+                                f"a topic archive of {conversation}", log, timeout=180)
+                served = await http.get("/v1/conversations/conv-a/context", params={"query": f"What is {MARK}?"})
+                assert served.status_code == 200, served.text
+                await until(settings, "SELECT 1 FROM served_contexts WHERE conversation_id = 'conv-a'", (),
+                            "the served context projected", log)
+                planted = await residue(settings, MARK)
+                for table in ("messages", "memory", "conversation_chunks", "facts", "fact_history", "topics",
+                              "topic_compactions", "topic_archives (gunzipped)", "served_contexts", "public.llm_cache"):
+                    assert planted.get(table), (table, planted)  # the test sees residue where there is some
+                bob_before = await counts(settings, "conv-b")
+                assert all(bob_before.values()), bob_before
+                bob_residue = await residue(settings, KEEP)
+                if sealed:  # the log holds ciphertext only; the service's decode opens it
+                    raw, texts = await log_texts(settings)
+                    assert MARK not in raw.decode() and KEEP not in raw.decode()
+                    assert MARK in texts and KEEP in texts
+
+                # Only an operator or alice herself may erase alice.
+                assert (await http.delete("/v1/users/alice")).status_code == 403
+                assert (await http.delete("/v1/users/alice", headers={"X-API-Key": "bob-key"})).status_code == 403
+                assert (await http.delete("/v1/users/alice", headers={"X-Admin-Key": ADMIN,
+                                                                      "X-API-Key": ""})).status_code == 400
+                answer = await http.delete("/v1/users/alice", params={"tenant_id": "tenant-a"},
+                                           headers={"X-Admin-Key": ADMIN, "X-API-Key": ""})
+                assert answer.status_code == 202, answer.text
+                event_id = answer.json()["event_id"]
+                [(deleted,)] = await until(settings, "SELECT deleted_rows FROM erasures WHERE event_id = %s",
+                                           (event_id,), "the erasure applied", log)
+                assert deleted["messages"] == 12 and deleted["facts"] >= 1, deleted
+
+                async def clean() -> bool:  # derived events already in flight are erased too
+                    return not await residue(settings, MARK)
+                try:
+                    await wait_until(clean, 30, "no residue")
+                except AssertionError:
+                    raise AssertionError(f"residue: {await residue(settings, MARK)}") from None
+                assert await counts(settings, "conv-b") == bob_before
+                assert not any((await counts(settings, "conv-a")).values())
+                assert await residue(settings, KEEP) == bob_residue
+                # Alice's conversation is gone from the API too.
+                gone = await http.get("/v1/conversations/conv-a/context", headers={"X-API-Key": "alice-key"})
+                assert gone.status_code == 404, gone.text
+                if sealed:  # alice's key is destroyed: her events decode as erased, bob's as before
+                    raw, texts = await log_texts(settings)
+                    assert MARK not in texts and KEEP in texts and ERASED_CONTENT in texts
+                    await replay_has_no_residue(settings, env)
+
+
+async def replay_has_no_residue(settings, env: dict) -> None:
+    """A replay after the erasure (a new generation built from the whole log by a worker
+    process): alice's sealed messages open as erased, bob's memory is rebuilt, no marker."""
+    replay = settings.model_copy(update={"generation": settings.generation + "_r"})
+    await asyncio.to_thread(migrate, replay)
+    await ensure_topics(replay)
+    async with worker_process(replay, extra_env=env, log_name="replay") as worker:
+        log = worker.log_path
+        await until(replay, "SELECT 1 FROM facts WHERE source_conversation_id = 'conv-b'", (), "bob's fact replayed",
+                    log, timeout=180)
+        await until(replay, "SELECT 1 FROM memory WHERE conversation_id = 'conv-b' AND status = 'completed'", (),
+                    "bob's summary replayed", log, timeout=180)
+        await until(replay, "SELECT 1 FROM erasures", (), "the erasure replayed", log)
+        assert await residue(replay, MARK) == {}
+        assert (await residue(replay, KEEP)).get("facts")
+        assert await rows(replay, "SELECT count(*) FROM projection_anomalies WHERE kind = 'invalid'") == [(0,)]
+
+
+@contextlib.asynccontextmanager
+async def projectors_and_api(settings):
+    """The projectors in-process and the API over HTTP, with this file's keys: (settings, http)."""
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN])})
+    async with running_projectors(settings), running_api(settings) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            yield settings, http
+
+
+@pytest.mark.asyncio
+async def test_erasing_a_conversation_is_its_owners_right(settings):
+    async with projectors_and_api(settings) as (settings, http):
+        async with MemoryClient(settings) as client:
+            await say(client, "alice", "conv-a", MARK)
+            await say(client, "alice", "conv-a2", KEEP)
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a2' AND seq = 11", (),
+                    "messages projected")
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 11", (),
+                    "messages projected")
+        bob = await http.delete("/v1/conversations/conv-a", headers={"X-API-Key": "bob-key"})
+        assert bob.status_code == 404, bob.text  # not his: as if it did not exist
+        assert (await http.delete("/v1/conversations/nope", headers={"X-API-Key": "alice-key"})).status_code == 404
+        answer = await http.delete("/v1/conversations/conv-a", headers={"X-API-Key": "alice-key"})
+        assert answer.status_code == 202, answer.text
+        await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (answer.json()["event_id"],),
+                    "the erasure applied")
+        assert await rows(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'conv-a'") == [(0,)]
+        assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-a'") == [(0,)]
+        assert await rows(settings, "SELECT count(*) FROM messages WHERE conversation_id = 'conv-a2'") == [(12,)]
+
+
+@pytest.mark.asyncio
+async def test_a_user_erased_from_another_owners_conversation_loses_only_its_messages(settings):
+    async with projectors_and_api(settings) as (settings, http):
+        async with MemoryClient(settings) as client:
+            for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
+                                                ("bob", f"Welcome {KEEP}."), ("alice", f"Bye {MARK}.")]):
+                await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
+                                            seq=seq, role="user", content=text)
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (),
+                    "messages projected")
+        answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})  # herself
+        assert answer.status_code == 202, answer.text
+        [(rederive, deleted)] = await until(settings, "SELECT rederive, deleted_rows FROM erasures", (),
+                                            "the erasure applied")
+        assert rederive == {"conv-b": [1, 3]} and deleted["messages"] == 2, (rederive, deleted)
+        left = await rows(settings, "SELECT seq, user_id FROM messages WHERE conversation_id = 'conv-b' ORDER BY seq")
+        assert left == [(0, "bob"), (2, "bob")]
+        assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-b'") == [(1,)]
+        assert await residue(settings, MARK) == {}
