@@ -24,3 +24,15 @@ CONSUMER_LAG = Gauge("memory_consumer_lag_records", "Records behind the log end"
 STAGE_ERRORS = Counter("memory_stage_errors_total", "Unexpected stage exceptions (retried, then dropped)", ["stage"])
 STAGE_IN_FLIGHT = Gauge("memory_stage_in_flight", "Requests a stage is working on", ["stage"])
 WINDOWS_AWAITING_SUMMARY = Gauge("memory_windows_awaiting_summary", "Conversations with a summary request in flight")
+EMBEDDING_CACHE = Counter(
+    "memory_embedding_cache_texts_total", "Document texts looked up in the embedding cache", ["outcome"],
+)  # outcome: hit, miss (embedded by the model), error (cache unreachable: embedded uncached)
+EMBEDDING_MODEL_CALLS = Counter(
+    "memory_embedding_model_calls_total", "Calls to the embedding model", ["kind"],
+)  # kind: documents, query
+EMBEDDING_MODEL_TEXTS = Counter("memory_embedding_model_texts_total", "Texts the embedding model embedded")
+MODEL_CPU = Counter(
+    "memory_model_cpu_seconds_total",
+    "Process CPU seconds while at least one model call was in flight (an upper bound: the event loop keeps"
+    " working meanwhile)", ["model"],
+)
