@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import json
 import logging
 import signal
 
@@ -49,8 +51,15 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None) 
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
 
 
+def _log_cpu_split() -> None:
+    from memory_agent.metrics import cpu_split
+
+    log.warning("worker cpu split at exit: %s", json.dumps(cpu_split()))  # read by bench/system_bench.py
+
+
 def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     """Entry point of `memory-agent worker`."""
+    atexit.register(_log_cpu_split)
     if projectors_only:
         asyncio.run(run_projectors(settings))
         return

@@ -19,7 +19,7 @@ import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from memory_agent.embeddings.port import Embedder
-from memory_agent.metrics import EMBEDDING_CACHE, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_TEXTS, MODEL_CPU
+from memory_agent.metrics import EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_TEXTS
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +38,6 @@ def text_key(seen_text: str) -> bytes:
     return hashlib.sha256(seen_text.encode()).digest()
 
 
-class ModelClock:
-    """Process CPU time while at least one model call is in flight (overlapping calls count once)."""
-
-    def __init__(self, label: str) -> None:
-        self.label, self._in_flight, self._started = label, 0, 0.0
-
-    def __enter__(self) -> "ModelClock":
-        if self._in_flight == 0:
-            self._started = time.process_time()
-        self._in_flight += 1
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            MODEL_CPU.labels(self.label).inc(time.process_time() - self._started)
-
-
-EMBEDDING_CLOCK = ModelClock("embedding")  # shared by every embedder of the process
 # Texts being embedded right now by any CachedEmbedder of the process, by (model, dimensions, key):
 # consumers reading the same message at once (message index, topic stage) share one model call.
 _IN_FLIGHT: dict[tuple[str, int, bytes], asyncio.Future] = {}
