@@ -1,0 +1,124 @@
+"""Two `memory-agent worker` processes of one generation share the partitions; one is SIGKILLed
+mid-stream and the other takes over: nothing lost, nothing duplicated, no window summarized twice.
+
+Every system runs (window, facts, topics, the message index), with the stub embedder and the fake
+OpenAI server as the LLM so the test exercises the plumbing and the rebalances, not the models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import pytest
+
+from memory_agent.client import MemoryClient
+from tests.integration.conftest import scalar, wait_until, worker_process
+from tests.support.fake_openai import FakeOpenAI
+
+CONVERSATIONS = 12
+PER_CONVERSATION = 40  # seqs 0-39
+TOTAL = CONVERSATIONS * PER_CONVERSATION
+SETTLED = {
+    "messages": "SELECT count(*) FROM messages",
+    "indexed": "SELECT count(*) FROM message_embeddings",
+    "placed in topics": "SELECT count(*) FROM topic_messages",
+    "topic fold at seq": "SELECT min(last_seq) FROM topic_conversations",
+    "summaries in flight": "SELECT count(*) FROM memory WHERE status = 'processing'",
+    "conversations summarized near their end": "SELECT count(DISTINCT conversation_id) FROM memory"
+    f" WHERE status = 'completed' AND end_sequence >= {PER_CONVERSATION - 8}",
+}
+EXPECTED = {"messages": TOTAL, "indexed": TOTAL, "placed in topics": TOTAL, "topic fold at seq": PER_CONVERSATION - 1,
+            "summaries in flight": 0, "conversations summarized near their end": CONVERSATIONS}
+ASSIGNED = "Setting newly assigned partitions"  # faust (aiokafka) logs it at every rebalance
+
+
+def text(conversation: int, seq: int) -> str:
+    return f"conversation {conversation} message {seq}: {'we plan the garden beds' if seq % 2 == 0 else 'noted'}"
+
+
+async def say(client: MemoryClient, seqs: range) -> None:
+    for seq in seqs:
+        for c in range(CONVERSATIONS):
+            await client.append_message(tenant_id="tenant-a", conversation_id=f"c{c}", user_id="alice", seq=seq,
+                                        role="user" if seq % 2 == 0 else "assistant", content=text(c, seq))
+
+
+def worked(process) -> bool:
+    """The worker owns partitions of a stage: it has asked the LLM (summaries, chunks) itself."""
+    return "POST http://127.0.0.1" in Path(process.log_path).read_text(errors="replace")
+
+
+def assignments(process) -> int:
+    return Path(process.log_path).read_text(errors="replace").count(ASSIGNED)
+
+
+async def rows(settings, sql: str) -> list:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public"
+    ) as conn:
+        return await (await conn.execute(sql)).fetchall()
+
+
+@pytest.mark.asyncio
+async def test_second_worker_takes_over_after_sigkill_nothing_lost_or_doubled(settings):
+    with FakeOpenAI() as fake:
+        env = fake.env(llm=True) | {"MEMORY_EMBEDDING__PROVIDER": "stub", "MEMORY_WINDOW__WINDOW_SIZE": "6",
+                                    "MEMORY_WINDOW__SUMMARIZE_AFTER_SEQ": "3"}
+        async with worker_process(settings, log_name="two-a", extra_env=env | {
+                    "MEMORY_STATE_DIR": f"/tmp/memory-agent-test/{settings.generation}-a"}) as a, \
+                worker_process(settings, log_name="two-b", extra_env=env | {
+                    "MEMORY_STATE_DIR": f"/tmp/memory-agent-test/{settings.generation}-b"}) as b, \
+                MemoryClient(settings) as client:
+            await say(client, range(0, PER_CONVERSATION // 2))
+            first_half = CONVERSATIONS * PER_CONVERSATION // 2
+
+            async def both_working() -> bool:
+                return (worked(a) and worked(b)
+                        and await scalar(settings, "SELECT count(*) FROM messages") == first_half
+                        and await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'") > 0)
+
+            await wait_until(both_working, 240, f"both workers assigned and working (logs {a.log_path}, {b.log_path})")
+            # Mid-stream: the second half starts arriving, then worker A dies without a goodbye.
+            sender = asyncio.create_task(say(client, range(PER_CONVERSATION // 2, PER_CONVERSATION)))
+            await wait_until(lambda: _more_than(settings, first_half + 24), 120, "the second half arriving")
+            assigned_before = assignments(b)
+            a.send_signal(signal.SIGKILL)
+            await a.wait()
+            await sender
+
+            state: dict = {}
+
+            async def settled() -> bool:
+                for name, sql in SETTLED.items():
+                    state[name] = await scalar(settings, sql)
+                return state == EXPECTED
+
+            try:
+                await wait_until(settled, 300, "worker B to finish everything")
+            except AssertionError:
+                raise AssertionError(f"{state} != {EXPECTED} (log {b.log_path})") from None
+            assert b.returncode is None, "the surviving worker must still run"
+            assert assignments(b) > assigned_before, "worker B was reassigned A's partitions"
+
+    # Nothing lost: every (conversation, seq) projected, indexed and placed in a topic once.
+    assert await scalar(settings, "SELECT count(DISTINCT (conversation_id, seq)) FROM messages") == TOTAL
+    # Topic folds counted each message once (a refolded message would count twice).
+    assert await scalar(settings, "SELECT sum(message_count) FROM topics") == TOTAL
+    # No window summarized twice: one row per window, each completed, chained without overlap.
+    windows = await rows(settings, "SELECT conversation_id, start_sequence, end_sequence, count(*),"
+                                   " count(*) FILTER (WHERE status = 'completed') FROM memory"
+                                   " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3")
+    assert windows and all(count == 1 and completed == 1 for *_, count, completed in windows), windows
+    # Chunks of a conversation follow each other without overlap (no range extracted twice).
+    chunks = await rows(settings, "SELECT conversation_id, message_range_start, message_range_end"
+                                  " FROM conversation_chunks ORDER BY 1, 2")
+    for (c1, _, end), (c2, start, _) in zip(chunks, chunks[1:]):
+        assert c1 != c2 or start >= end, chunks
+
+
+async def _more_than(settings, count: int) -> bool:
+    return await scalar(settings, "SELECT count(*) FROM messages") > count
