@@ -50,6 +50,12 @@ def worked(process) -> bool:
     return "POST http://127.0.0.1" in Path(process.log_path).read_text(errors="replace")
 
 
+def joined(process, settings) -> bool:
+    """The worker is a member of the faust group (it shares the ordered agents' partitions)."""
+    group = f"{settings.kafka.topic_prefix}.{settings.generation}.streams'"
+    return f"Joined group '{group}" in Path(process.log_path).read_text(errors="replace")
+
+
 def assignments(process) -> int:
     return Path(process.log_path).read_text(errors="replace").count(ASSIGNED)
 
@@ -77,17 +83,19 @@ async def test_second_worker_takes_over_after_sigkill_nothing_lost_or_doubled(se
             first_half = CONVERSATIONS * PER_CONVERSATION // 2
 
             async def both_working() -> bool:
-                return (worked(a) and worked(b)
+                return (joined(a, settings) and joined(b, settings) and (worked(a) or worked(b))
                         and await scalar(settings, "SELECT count(*) FROM messages") == first_half
                         and await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'") > 0)
 
             await wait_until(both_working, 240, f"both workers assigned and working (logs {a.log_path}, {b.log_path})")
-            # Mid-stream: the second half starts arriving, then worker A dies without a goodbye.
+            # The victim is a worker that owns stage work (it has called the LLM); the other survives.
+            victim, survivor = (a, b) if worked(a) else (b, a)
+            # Mid-stream: the second half starts arriving, then the victim dies without a goodbye.
             sender = asyncio.create_task(say(client, range(PER_CONVERSATION // 2, PER_CONVERSATION)))
             await wait_until(lambda: _more_than(settings, first_half + 24), 120, "the second half arriving")
-            assigned_before = assignments(b)
-            a.send_signal(signal.SIGKILL)
-            await a.wait()
+            assigned_before = assignments(survivor)
+            victim.send_signal(signal.SIGKILL)
+            await victim.wait()
             await sender
 
             state: dict = {}
@@ -100,9 +108,9 @@ async def test_second_worker_takes_over_after_sigkill_nothing_lost_or_doubled(se
             try:
                 await wait_until(settled, 300, "worker B to finish everything")
             except AssertionError:
-                raise AssertionError(f"{state} != {EXPECTED} (log {b.log_path})") from None
-            assert b.returncode is None, "the surviving worker must still run"
-            assert assignments(b) > assigned_before, "worker B was reassigned A's partitions"
+                raise AssertionError(f"{state} != {EXPECTED} (log {survivor.log_path})") from None
+            assert survivor.returncode is None, "the surviving worker must still run"
+            assert assignments(survivor) > assigned_before, "the survivor was reassigned the victim's partitions"
 
     # Nothing lost: every (conversation, seq) projected, indexed and placed in a topic once.
     assert await scalar(settings, "SELECT count(DISTINCT (conversation_id, seq)) FROM messages") == TOTAL
