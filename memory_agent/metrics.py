@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 from prometheus_client import Counter, Gauge, Histogram
 
 PROJECTED = Counter("memory_projected_events_total", "Records applied by a projector", ["projector"])
@@ -24,3 +27,49 @@ CONSUMER_LAG = Gauge("memory_consumer_lag_records", "Records behind the log end"
 STAGE_ERRORS = Counter("memory_stage_errors_total", "Unexpected stage exceptions (retried, then dropped)", ["stage"])
 STAGE_IN_FLIGHT = Gauge("memory_stage_in_flight", "Requests a stage is working on", ["stage"])
 WINDOWS_AWAITING_SUMMARY = Gauge("memory_windows_awaiting_summary", "Conversations with a summary request in flight")
+EMBEDDING_CACHE = Counter(
+    "memory_embedding_cache_texts_total", "Document texts looked up in the embedding cache", ["outcome"],
+)  # outcome: hit, miss (embedded by the model), error (cache unreachable: embedded uncached)
+EMBEDDING_MODEL_CALLS = Counter(
+    "memory_embedding_model_calls_total", "Calls to the embedding model", ["kind"],
+)  # kind: documents, query
+EMBEDDING_MODEL_TEXTS = Counter("memory_embedding_model_texts_total", "Texts the embedding model embedded")
+MODEL_CPU = Counter(
+    "memory_model_cpu_seconds_total",
+    "Process CPU seconds while at least one model call was in flight (an upper bound: the event loop keeps"
+    " working meanwhile)", ["model"],
+)
+
+
+class ModelClock:
+    """Process CPU time while at least one model call is in flight (overlapping calls count once)."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self._in_flight, self._started = label, 0, 0.0
+
+    def __enter__(self) -> "ModelClock":
+        if self._in_flight == 0:
+            self._started = time.process_time()
+        self._in_flight += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            MODEL_CPU.labels(self.label).inc(time.process_time() - self._started)
+
+
+EMBEDDING_CLOCK = ModelClock("embedding")  # shared by every embedder of the process
+LLM_CLOCK = ModelClock("llm")  # the OpenAI-compatible client's calls (request building, HTTP, parsing)
+
+
+def cpu_split() -> dict[str, float]:
+    """Process CPU so far and the part spent while model calls were in flight (bench/system_bench.py)."""
+    times = os.times()
+    split = {"process_cpu_s": round(times.user + times.system, 3)}
+    for label in ("embedding", "llm"):
+        split[f"{label}_cpu_s"] = round(MODEL_CPU.labels(label)._value.get(), 3)
+    split["embedded_texts"] = EMBEDDING_MODEL_TEXTS._value.get()
+    for outcome in ("hit", "miss", "error"):
+        split[f"embedding_cache_{outcome}"] = EMBEDDING_CACHE.labels(outcome)._value.get()
+    return split

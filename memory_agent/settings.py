@@ -214,7 +214,11 @@ class LlmSettings(BaseModel):
 
 
 class EmbeddingSettings(BaseModel):
-    provider: Literal["local", "openai"] = "local"
+    # "stub": deterministic vectors with no model (benchmarks of the plumbing, never for recall).
+    provider: Literal["local", "openai", "stub"] = "local"
+    # Document embeddings cached in public.embedding_cache by (model, text hash): every consumer
+    # of a message shares one model call, a replay embeds nothing new (docs/llm-and-embeddings.md).
+    cache_enabled: bool = True
     base_url: str | None = None
     api_key: SecretStr = SecretStr("not-needed")
     model: str = "all-MiniLM-L6-v2"

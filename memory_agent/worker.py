@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import json
 import logging
 import signal
 
@@ -57,6 +59,12 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, 
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
 
 
+def _log_cpu_split() -> None:
+    from memory_agent.metrics import cpu_split
+
+    log.warning("worker cpu split at exit: %s", json.dumps(cpu_split()))  # read by bench/system_bench.py
+
+
 def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     """Entry point of `memory-agent worker`."""
     try:
@@ -65,6 +73,7 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
         log.warning("worker metrics not served on port %s: %s (set MEMORY_WORKER__METRICS_PORT)",
                     settings.worker.metrics_port, exc)
     privacy.install(settings)
+    atexit.register(_log_cpu_split)
     if projectors_only:
         asyncio.run(run_projectors(settings, lag=True))
         return

@@ -33,3 +33,15 @@ CREATE TABLE IF NOT EXISTS public.llm_cache_usage (
     calls        bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (topic_prefix, generation, kind)
 );
+
+-- Document embeddings by (model, dimensions, sha256 of the exact text the model saw, prefix
+-- included): a message embedded by the message index is not embedded again by the topic stages,
+-- and a replay without a model change embeds nothing (memory_agent/embeddings/cache.py).
+CREATE TABLE IF NOT EXISTS public.embedding_cache (
+    model       text        NOT NULL,
+    dimensions  integer     NOT NULL,
+    text_sha256 bytea       NOT NULL,
+    vector      bytea       NOT NULL,  -- float32 little-endian, `dimensions` values
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (model, dimensions, text_sha256)
+);

@@ -36,6 +36,12 @@ def make_app(settings: Settings) -> faust.App:
         # without). Redelivery after a crash is harmless: every effect is idempotent.
         broker_commit_every=10_000,
         broker_commit_interval=1.0,
+        # On a rebalance faust waits for every event taken to be acked; an agent's last event is
+        # acked only when it takes the next one, which the paused rebalance never gives: with two
+        # workers the survivor of a SIGKILL waited forever (tests/integration/test_two_workers.py).
+        # Not waiting is safe: only acked offsets are committed, an unacked event is redelivered
+        # to the partition's new owner and every effect is idempotent.
+        stream_wait_empty=False,
         # A SIGKILLed worker's members stay in the group until their session times out, and a
         # restarted worker waits in "(Re-)joining group" until then: faust's default is 60 s.
         # faust heartbeats from its consumer thread, so a busy event loop does not expire it.

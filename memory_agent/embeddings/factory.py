@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+from memory_agent.embeddings.cache import CachedEmbedder, EmbeddingStore
 from memory_agent.embeddings.local_onnx import ACCEPTED_NAMES, DIMENSIONS, LocalOnnxEmbedder
 from memory_agent.embeddings.openai_provider import OpenAiEmbedder
 from memory_agent.embeddings.port import Embedder
+from memory_agent.embeddings.prefixes import prefixes_for
+from memory_agent.embeddings.stub import StubEmbedder
 from memory_agent.settings import Settings
 
 
-def make_embedder(settings: Settings) -> Embedder:
-    """"openai" -> OpenAiEmbedder; "local" (the offline default) -> LocalOnnxEmbedder."""
+def make_embedder(settings: Settings) -> CachedEmbedder:
+    """The provider behind `CachedEmbedder`: document embeddings through public.embedding_cache
+    (unless `embedding.cache_enabled` is off), queries cached in process only."""
+    inner = make_provider(settings)
+    config = settings.embedding
+    store = EmbeddingStore(settings.postgres.dsn) if config.cache_enabled else None
+    prefix = prefixes_for(inner.model, config.query_prefix, config.document_prefix).document
+    return CachedEmbedder(inner, store, document_prefix=prefix)
+
+
+def make_provider(settings: Settings) -> Embedder:
+    """"openai" -> OpenAiEmbedder; "local" (the offline default) -> LocalOnnxEmbedder; "stub" -> StubEmbedder."""
     config = settings.embedding
     if config.provider == "openai":
         return OpenAiEmbedder.from_settings(config)
+    if config.provider == "stub":
+        return StubEmbedder(config.dimensions)
     if config.model.lower() not in ACCEPTED_NAMES:
         raise ValueError(
             f"the local provider ships only all-MiniLM-L6-v2, not {config.model!r}; "

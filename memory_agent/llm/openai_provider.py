@@ -16,6 +16,7 @@ from memory_agent.llm.port import (
     SummaryOutput,
 )
 from memory_agent.llm.prompts import format_messages, load_prompt
+from memory_agent.metrics import LLM_CLOCK
 from memory_agent.llm.retry import RetryPolicy, call_with_retries
 from memory_agent.settings import LlmSettings
 
@@ -137,7 +138,8 @@ class OpenAiLlm:
 
         async def attempt() -> Any:
             async with self._semaphore:
-                return await self._openai().chat.completions.create(**kwargs)
+                with LLM_CLOCK:  # the client's CPU while the call is in flight (bench/system_bench.py)
+                    return await self._openai().chat.completions.create(**kwargs)
 
         try:
             response = await call_with_retries(

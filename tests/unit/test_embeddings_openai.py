@@ -94,4 +94,4 @@ def test_known_prefix_table():
 
 def test_factory_builds_the_remote_provider(fake_openai):
     embedder = make_embedder(Settings(embedding=fake_openai.embedding_settings(dimensions=64)))
-    assert isinstance(embedder, OpenAiEmbedder) and embedder.dimensions == 64
+    assert isinstance(embedder.inner, OpenAiEmbedder) and embedder.dimensions == 64

@@ -1,0 +1,218 @@
+"""All memory systems at once: a backlog through window + facts + topics + the message index.
+
+    python -m bench.system_bench --messages 20000 --conversations 200 --models stub
+    python -m bench.system_bench --messages 20000 --conversations 200 --models offline
+    python -m bench.system_bench --messages 100000 --conversations 1000 --models stub --workers 2
+
+Writes N messages (text salted per run, so the shared LLM and embedding caches start cold) to a
+fresh deployment's log, then starts `--workers` `memory-agent worker` processes with every system
+on and polls until everything settled: every message projected and indexed, every consumer group
+of the generation at lag 0 for three polls in a row. Reported:
+
+* sustained messages/s from the first projected row to the settled state, the highest total
+  consumer lag seen (records, all groups);
+* worker CPU (utime + stime from /proc, every thread) per message over that interval;
+* its split, from the line each worker logs at exit (`memory_agent.metrics.cpu_split`): process
+  CPU while an embedding call / an OpenAI-client call was in flight (time.process_time around the
+  calls, overlaps counted once: an upper bound, the event loop keeps working during a call), the
+  rest is "everything else" (Kafka, faust, decoding, folds, PostgreSQL client). PostgreSQL's and
+  Kafka's own CPU are not counted.
+
+`--models offline`: the local ONNX embedder and the offline (extractive) summarizer, as a default
+install. `--models stub`: `MEMORY_EMBEDDING__PROVIDER=stub` (deterministic vectors, no model) and
+the fake OpenAI server of the tests (answers at once, runs in this process) as the LLM, so the
+plumbing alone shows. The machine is shared: the load average is printed beside each number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from bench.backbone_bench import produce
+from bench.common import bench_settings, child_env, drop, drop_topics, prepare, report, scalar
+from memory_agent.client import MemoryClient
+from tests.support.fake_openai import FakeOpenAI
+
+SPLIT_LINE = re.compile(r"worker cpu split at exit: (\{.*\})")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (all its threads) so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Lag:
+    """Total records behind the log end over every consumer group of the run's topic prefix."""
+
+    def __init__(self, settings) -> None:
+        self.prefix = settings.kafka.topic_prefix
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
+
+    async def __aenter__(self) -> "Lag":
+        await self.admin.start()
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.consumer.stop()
+        await self.admin.close()
+
+    async def total(self) -> tuple[int, int]:
+        """(records behind, groups seen)."""
+        groups = [g[0] for g in await self.admin.list_consumer_groups() if self.prefix in g[0]]
+        behind = 0
+        for group in groups:
+            offsets = {tp: m.offset for tp, m in (await self.admin.list_consumer_group_offsets(group)).items()
+                       if m.offset >= 0}
+            if offsets:
+                ends = await self.consumer.end_offsets(list(offsets))
+                behind += sum(max(0, ends[tp] - offset) for tp, offset in offsets.items())
+        return behind, len(groups)
+
+
+async def start_workers(settings, count: int, env: dict) -> list:
+    processes = []
+    for index in range(count):
+        log_path = Path(f"/tmp/memory-agent-bench/{settings.generation}-worker{index}.log")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        worker_env = child_env(settings, env)
+        worker_env["MEMORY_STATE_DIR"] = f"{settings.state_dir}-{index}"
+        with log_path.open("wb") as log:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "memory_agent.cli", "worker", env=worker_env, stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        process.log_path = log_path
+        processes.append(process)
+    return processes
+
+
+async def stop_workers(processes: list) -> list[dict]:
+    for process in processes:
+        if process.returncode is None:
+            process.terminate()
+    splits = []
+    for process in processes:
+        try:
+            await asyncio.wait_for(process.wait(), 60)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+        found = SPLIT_LINE.findall(process.log_path.read_text(errors="replace"))
+        splits.append(json.loads(found[-1]) if found else {})
+    return splits
+
+
+async def run(args, models: str, workers: int) -> dict:
+    settings = bench_settings("system", partitions=args.partitions)
+    await prepare(settings)
+    salt = f" [{uuid.uuid4().hex[:8]}]"
+    fake = FakeOpenAI().start() if models == "stub" else None
+    env = {"MEMORY_SYSTEMS": '["window", "facts", "topics"]'}
+    if fake is not None:
+        env |= fake.env(llm=True) | {"MEMORY_EMBEDDING__PROVIDER": "stub"}
+    started_at = time.time()
+    try:
+        async with MemoryClient(settings) as client:
+            await produce(client, args.messages, args.conversations, seq_base={}, salt=salt)
+        indexed_total = args.messages  # user and assistant messages alike are indexed
+        load_start = os.getloadavg()[0]
+        processes = await start_workers(settings, workers, env)
+        clock = time.perf_counter()
+        first = first_cpu = None
+        max_lag, quiet, samples = 0, 0, []
+        async with Lag(settings) as lag:
+            while True:
+                await asyncio.sleep(1.0)
+                if any(p.returncode is not None for p in processes):
+                    raise RuntimeError(f"a worker exited: see {[str(p.log_path) for p in processes]}")
+                rows = await scalar(settings, "SELECT count(*) FROM messages")
+                indexed = await scalar(settings, "SELECT count(*) FROM message_embeddings")
+                behind, groups = await lag.total()
+                now = time.perf_counter() - clock
+                if first is None and rows:
+                    first, first_cpu = now, sum(cpu_seconds(p.pid) for p in processes)
+                max_lag = max(max_lag, behind)
+                samples.append((round(now), rows, indexed, behind))
+                settled = rows == args.messages and indexed == indexed_total and behind == 0 and groups >= 4
+                quiet = quiet + 1 if settled else 0
+                if quiet >= 3:
+                    break
+                if now > args.timeout:
+                    raise TimeoutError(f"not settled after {now:.0f} s: last sample {samples[-1]}")
+        settled_at = now - 2.0  # the first of the three quiet polls
+        cpu = sum(cpu_seconds(p.pid) for p in processes) - first_cpu
+        load_end = os.getloadavg()[0]
+        splits = await stop_workers(processes)
+        summaries = await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'")
+        seconds = settled_at - first
+        whole = {k: round(sum(s.get(k, 0) for s in splits), 3) for k in splits[0]} if splits[0] else {}
+        model_s = whole.get("embedding_cpu_s", 0) + whole.get("llm_cpu_s", 0)
+        per_message = lambda s: round(1000 * s / args.messages, 2)  # noqa: E731
+        return {
+            "models": models, "workers": workers, "messages": args.messages, "conversations": args.conversations,
+            "partitions": args.partitions,
+            "load_average": {"start": round(load_start, 2), "end": round(load_end, 2)},
+            "seconds_first_row_to_settled": round(seconds, 1),
+            "sustained_messages_per_s": round(args.messages / seconds, 1),
+            "max_consumer_lag_records": max_lag,
+            "summaries_completed": summaries,
+            "worker_cpu_ms_per_message": per_message(cpu),
+            "split_whole_worker_life": {
+                "process_cpu_ms_per_message": per_message(whole.get("process_cpu_s", 0)),
+                "embedding_ms_per_message": per_message(whole.get("embedding_cpu_s", 0)),
+                "llm_client_ms_per_message": per_message(whole.get("llm_cpu_s", 0)),
+                "everything_else_ms_per_message": per_message(whole.get("process_cpu_s", 0) - model_s),
+                "embedded_texts": whole.get("embedded_texts"),
+                "embedding_cache": {k: whole.get(f"embedding_cache_{k}") for k in ("hit", "miss", "error")},
+            },
+            # (seconds since the workers started, messages projected, indexed, total lag): a dozen of them
+            "lag_samples": " ".join(f"{t}s:{r}/{i}/{b}" for t, r, i, b in samples[:: max(1, len(samples) // 12)]),
+        }
+    finally:
+        if fake is not None:
+            fake.stop()
+        await drop(settings)
+        await drop_topics(settings.kafka.bootstrap_servers, settings.kafka.topic_prefix)
+        with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:  # this run's salted texts only
+            conn.execute("DELETE FROM public.embedding_cache WHERE created_at >= to_timestamp(%s)"
+                         " AND model = 'stub-shake256'", (started_at,))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--models", choices=["offline", "stub", "both"], default="both")
+    parser.add_argument("--workers", default="1", help="comma-separated worker process counts, e.g. 1,2")
+    parser.add_argument("--timeout", type=float, default=3600)
+    args = parser.parse_args()
+    results = []
+    for models in (["stub", "offline"] if args.models == "both" else [args.models]):
+        for workers in (int(w) for w in args.workers.split(",")):
+            results.append(await run(args, models, workers))
+            print(json.dumps(results[-1]), flush=True)
+    report("all systems on a backlog (rough: the machine is shared)", {"runs": results})
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,58 @@
+"""Embed a message once: the message index and the topic agent of a real worker share one model call
+per text through public.embedding_cache, and a replayed generation embeds nothing new."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import Counter
+
+import pytest
+
+from memory_agent.client import MemoryClient
+from projections.migrate import migrate
+from tests.integration.conftest import scalar, wait_until, worker_process
+from tests.support.fake_openai import FakeOpenAI
+
+TOPICS_ONLY = {"MEMORY_SYSTEMS": '["topics"]'}  # message index + topic agent: both embed user messages
+TURNS = 6
+
+
+async def count_reaches(settings, sql: str, expected: int, what: str, log_path: str) -> None:
+    async def reached() -> bool:
+        return await scalar(settings, sql) == expected
+
+    await wait_until(reached, 180, f"{what} (log {log_path})")
+
+
+@pytest.mark.asyncio
+async def test_two_consumers_one_model_call_and_a_replay_embeds_nothing(settings):
+    unique = settings.kafka.topic_prefix  # the cache is shared by every deployment on the database
+    texts = {seq: f"{unique} message {seq}: {'question about gardening' if seq % 2 == 0 else 'an answer'}"
+             for seq in range(2 * TURNS)}
+    indexed = "SELECT count(*) FROM message_embeddings"
+    placed = "SELECT coalesce(max(last_seq), -1) FROM topic_conversations"
+    with FakeOpenAI() as fake:
+        env = fake.env(llm=True, embeddings=True) | TOPICS_ONLY
+        async with worker_process(settings, extra_env=env) as worker, MemoryClient(settings) as client:
+            for seq, text in texts.items():
+                await client.append_message(tenant_id="tenant-a", conversation_id="garden", user_id="alice",
+                                            seq=seq, role="user" if seq % 2 == 0 else "assistant", content=text)
+            await count_reaches(settings, indexed, len(texts), "every message indexed", worker.log_path)
+            await count_reaches(settings, placed, len(texts) - 1, "every message placed in a topic", worker.log_path)
+        embedded = Counter(text for r in fake.embedding_requests for text in r.inputs)
+        # Both consumers needed every user message; each text reached the model exactly once.
+        assert embedded == Counter(texts.values()), embedded
+        cached = await scalar(settings, "SELECT count(*) FROM public.embedding_cache WHERE model = 'fake-embedding'"
+                                        " AND text_sha256 = ANY(%s)",
+                              ([hashlib.sha256(t.encode()).digest() for t in texts.values()],))
+        assert cached == len(texts)
+
+        # A replay into a new generation (same log, same model): every vector comes from the cache.
+        replay = settings.model_copy(update={"generation": f"{settings.generation}_r"})
+        await asyncio.to_thread(migrate, replay)
+        before = len(fake.embedding_requests)
+        async with worker_process(replay, extra_env=env, log_name="replay") as worker:
+            await count_reaches(replay, indexed, len(texts), "the replay indexed every message", worker.log_path)
+            await count_reaches(replay, placed, len(texts) - 1, "the replay placed every message", worker.log_path)
+        assert len(fake.embedding_requests) == before  # no model call at all
