@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -82,10 +81,9 @@ class CachedEmbedder:
     """
 
     def __init__(self, inner: Embedder, store: EmbeddingStore | None, *, document_prefix: str = "",
-                 query_cache_size: int = 256, retry_after_s: float = 30.0) -> None:
+                 retry_after_s: float = 30.0) -> None:
         self.inner, self.store, self.document_prefix = inner, store, document_prefix
-        self.query_cache_size, self.retry_after_s = query_cache_size, retry_after_s
-        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.retry_after_s = retry_after_s
         self._store_down_until = 0.0
 
     @property
@@ -162,18 +160,11 @@ class CachedEmbedder:
                 _IN_FLIGHT.pop((*ident, k), None)
 
     async def embed_query(self, text: str) -> np.ndarray:
-        """In-process LRU only: the read path never waits on PostgreSQL for its embedding."""
-        vector = self._queries.get(text)
-        if vector is not None:
-            self._queries.move_to_end(text)
-            return vector
+        """Straight to the model: the read path never waits on PostgreSQL for its embedding (the
+        API keeps its own in-process LRU of query vectors: retrieval/query_cache.py)."""
         EMBEDDING_MODEL_CALLS.labels("query").inc()
         with EMBEDDING_CLOCK:
-            vector = await self.inner.embed_query(text)
-        self._queries[text] = vector
-        if len(self._queries) > self.query_cache_size:
-            self._queries.popitem(last=False)
-        return vector
+            return await self.inner.embed_query(text)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
