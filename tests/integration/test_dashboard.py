@@ -275,11 +275,20 @@ def admin_pages(b: Browser, generation_name: str, replay_name: str) -> None:
     nav = [a.text for a in d.find_elements(By.CSS_SELECTOR, "#nav a") if a.is_displayed()]
     assert "Generations" in nav and "Dead letters" in nav and "Facts" not in nav
 
+    # The page shows progress as of its loading (the stream agents commit their offsets every few
+    # seconds): load it again, as a person would, until the generation is caught up.
+    deadline = time.monotonic() + WAIT_S
     b.go("/generations")
-    b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-generation='{generation_name}'] progress"),
-           "the generation's progress bar")
-    progress_row = d.find_element(By.CSS_SELECTOR, f"tr[data-generation='{generation_name}']")
-    b.wait(lambda d: "caught up" in progress_row.text, "the generation caught up")
+    while True:
+        b.wait(lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-generation='{generation_name}'] progress"),
+               "the generation's progress bar")
+        progress_row = d.find_element(By.CSS_SELECTOR, f"tr[data-generation='{generation_name}']")
+        if "caught up" in progress_row.text:
+            break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the generation never showed caught up: {progress_row.text!r}")
+        time.sleep(1.0)
+        d.refresh()
     bar = progress_row.find_element(By.TAG_NAME, "progress")
     assert int(bar.get_attribute("max")) > 1 and bar.get_attribute("value") == bar.get_attribute("max")
     b.assert_labelled()
