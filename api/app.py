@@ -14,6 +14,7 @@ from api.generation import ActiveGeneration
 from api.routes import lineage as lineage_routes
 from api.routes import erasure
 from memory_agent import privacy
+from api.log_ends import LogEnds
 from api.served import ServedRecorder
 from api.limits import TenantSlots
 from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
@@ -52,6 +53,7 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
         app.state.client = MemoryClient(settings)
         privacy.install(settings)  # sealed messages open when the API reads the log
         app.state.served_recorder = ServedRecorder(settings)  # context.served records (docs/lineage.md)
+        app.state.log_ends = LogEnds(settings)  # an unknown conversation's 404 without waiting (api/log_ends.py)
         if warm_up:
             await warm_up_retrieval(app.state)
         try:
@@ -59,6 +61,7 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
         finally:
             await app.state.client.stop()
             await app.state.served_recorder.close()
+            await app.state.log_ends.close()
             await app.state.pool.close()
 
     app = FastAPI(

@@ -11,12 +11,13 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from api.as_of import context_as_of
 from api.auth import conversation_user
 from api.deps import ConnDep, PrincipalDep, SettingsDep
+from api.log_ends import LogEnds, projected_through
 from api.schemas import ContextOut
 from retrieval.request import ContextRequest
 from api.served import recorder_for
 from api.turn_context import build_turn_context
 from projections import queries
-from schemas.envelope import IDENTIFIER
+from schemas.envelope import IDENTIFIER, conversation_key
 
 router = APIRouter(prefix="/v1/conversations", tags=["context"])
 MAX_SEQ = 2**31 - 1  # the seq column's range: nothing past it can exist
@@ -54,7 +55,7 @@ async def turn_context(
     with the watermark it reflects."""
     tenant = principal.tenant
     conversation = await _wait_for(conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms),
-                                   settings.api.max_seq_ahead)
+                                   settings.api.max_seq_ahead, request.app.state.log_ends)
     user = None if conversation is None else conversation_user(principal, conversation.user_id, user_id, "context")
     if conversation is None or user is None:
         raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
@@ -74,13 +75,27 @@ async def turn_context(
     return served
 
 
-async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None, wait_ms: int, max_ahead: int):
+async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None, wait_ms: int, max_ahead: int,
+                    log_ends: LogEnds):
     """The conversation once it reaches min_seq, or as it is when waiting cannot help: no min_seq
     (an unknown conversation is a 404 at once), min_seq further ahead of the projection than
-    `max_ahead` (no wait can cover it), or the wait is over."""
+    `max_ahead` (no wait can cover it), the wait is over, or the conversation is unknown although
+    the messages projection holds everything its partition of the log had when the wait began
+    (it does not exist: a 404 without waiting out `wait_ms`)."""
     deadline = time.monotonic() + wait_ms / 1000
+    log_end: tuple | None | bool = False  # False: not asked yet; None: Kafka could not say
     while True:
         conversation = await queries.get_conversation(conn, tenant, conversation_id)
+        if conversation is None and min_seq is not None and log_end is not None:
+            if log_end is False:
+                log_end = await log_ends.end_of(conversation_key(tenant, conversation_id))
+            if log_end is not None and await projected_through(conn, *log_end):
+                # Read again after the position: the projector commits rows and position together,
+                # so the conversation is visible now if it was in the log when the wait began.
+                conversation = await queries.get_conversation(conn, tenant, conversation_id)
+                if conversation is None:
+                    await conn.rollback()
+                    return None
         await conn.rollback()  # a fresh snapshot on every poll
         if min_seq is None:
             return conversation

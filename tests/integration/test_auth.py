@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings
-from tests.integration.conftest import free_port, running_api
+from streams.kafka_topics import ensure_topics
+from tests.integration.conftest import free_port, running_api, running_projectors
 
 KEYS = {
     "svc-owner": {"tenant": "tenant-a"},  # the default scope: each conversation's owner
@@ -152,6 +153,38 @@ async def test_hostile_min_seq_is_answered_at_once_and_never_starves_another_ten
         unknown = await asyncio.wait_for(http.get("/v1/conversations/nobody/context", params={"wait_ms": 60_000},
                                                   headers={"X-API-Key": "svc-owner"}), 30)
         assert unknown.status_code == 404
+
+
+@pytest.mark.asyncio
+async def test_an_unknown_conversation_with_min_seq_is_a_404_once_the_projection_holds_the_log(settings):
+    """Read your writes without a 404 trap: a conversation whose first message is in the log but
+    not projected yet is waited for; one the log does not have is a 404 without waiting out
+    wait_ms (60 s here, the client gives up after 30)."""
+    settings = with_keys(settings, max_wait_ms=60_000)
+    await ensure_topics(settings)
+    owner = {"X-API-Key": "svc-owner"}
+    long_wait = {"min_seq": 0, "wait_ms": 60_000}
+    async with running_api(settings) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        # No projector has run yet: the log is empty, so the projection holds all of it.
+        unknown = await asyncio.wait_for(http.get("/v1/conversations/nobody/context", params=long_wait,
+                                                  headers=owner), 30)
+        assert unknown.status_code == 404, unknown.text
+        posted = await http.post("/v1/conversations/fresh-chat/messages", headers=ALICE,
+                                 json={"user_id": "alice", "seq": 0, "role": "user", "content": "first words"})
+        assert posted.status_code == 202, posted.text
+        # In the log, not projected: the request waits for it instead of answering 404 ...
+        waiting = asyncio.create_task(http.get("/v1/conversations/fresh-chat/context", params=long_wait,
+                                               headers=ALICE))
+        await asyncio.sleep(1.0)
+        assert not waiting.done(), waiting.result().text
+        async with running_projectors(settings):
+            answer = await asyncio.wait_for(waiting, 45)  # ... and gets it once it is projected
+            assert answer.status_code == 200, answer.text
+            assert [m["content"] for m in answer.json()["messages"]] == ["first words"]
+            # Now the projection holds the log past this partition's messages: unknown is 404 at once.
+            again = await asyncio.wait_for(http.get("/v1/conversations/nobody/context", params=long_wait,
+                                                    headers=owner), 30)
+            assert again.status_code == 404, again.text
 
 
 @pytest.mark.asyncio

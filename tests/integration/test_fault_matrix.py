@@ -165,11 +165,18 @@ async def projected(settings: Settings) -> int:
         return -1
 
 
-async def time_to_progress(settings: Settings, timeout: float = 180) -> float:
-    """Seconds until the messages projection grows past where it is now."""
+async def time_to_catch_up(settings: Settings, load: "Load", before: int, timeout: float = 180) -> float:
+    """Seconds until the messages projection holds everything the load had sent when the fault
+    ended, which includes messages sent while it lasted (more than `before`, the projection's
+    count when it began). Race-free: a projector that healed before the first poll passes too."""
     begin = time.monotonic()
-    start = await projected(settings)
-    await wait_until(lambda: _grew(settings, start), timeout, "projection to move again")
+    await load.reached(before + 1)
+    target = load.sent
+
+    async def caught_up() -> bool:
+        return await projected(settings) >= target
+
+    await wait_until(caught_up, timeout, f"projection to reach {target} messages again")
     return time.monotonic() - begin
 
 
@@ -177,13 +184,6 @@ async def _grew(settings: Settings, start: int) -> bool:
     return await projected(settings) > start
 
 
-# Intermittent: in 1 of 3 fresh-clone CI runs of 2026-11-26 projection did not move again within
-# 180 s after the PostgreSQL restart (passed in the other two and in seven earlier runs). A real
-# finding for issue 11 (some consumer does not heal after a PostgreSQL restart); kept out of the
-# default suite until fixed: MEMORY_TEST_KNOWN_FAILURES=1 runs it (docs/faults.md).
-@pytest.mark.skipif(not os.environ.get("MEMORY_TEST_KNOWN_FAILURES"),
-                    reason="intermittent: projection may not resume after a PostgreSQL restart (docs/faults.md);"
-                           " MEMORY_TEST_KNOWN_FAILURES=1 runs it")
 @pytest.mark.asyncio
 async def test_fault_matrix_under_steady_load():
     figures: dict[str, float] = {}
@@ -210,10 +210,11 @@ async def test_fault_matrix_under_steady_load():
                     await wait_until(lambda: _grew(settings, 0), 180, f"first projection (log {first.log_path})")
                     first.send_signal(signal.SIGKILL)
                     await first.wait()
+                before = await projected(settings)
                 killed_at = time.monotonic()
                 load.allowed = 90  # these arrive while no worker runs
                 async with worker_process(settings, log_name="fm-worker-2", extra_env=env) as worker:
-                    figures["worker SIGKILL: restart -> projecting again (s)"] = await time_to_progress(settings)
+                    figures["worker SIGKILL: restart -> projecting again (s)"] = await time_to_catch_up(settings, load, before)
                     await wait_until(lambda: _summary_after(settings, killed_at), 180,
                                      f"a summary after the restart (log {worker.log_path})")
                     figures["worker SIGKILL: restart -> summaries again (s)"] = time.monotonic() - killed_at
@@ -221,23 +222,25 @@ async def test_fault_matrix_under_steady_load():
                     fake.malformed_next(2, "non_json")
                     load.allowed = 160
                     await load.reached(120)
+                    before = await projected(settings)
                     await asyncio.to_thread(kill_broker, base)
                     down_at = time.monotonic()
                     await asyncio.sleep(3)
                     await asyncio.to_thread(start_broker, base)
                     figures["broker SIGKILL: down (s)"] = time.monotonic() - down_at
-                    figures["broker SIGKILL: back -> projecting again (s)"] = await time_to_progress(settings)
+                    figures["broker SIGKILL: back -> projecting again (s)"] = await time_to_catch_up(settings, load, before)
 
                     fake.fail_next(2, status=503)
                     load.allowed = 240
                     await load.reached(200)
+                    before = await projected(settings)
                     await asyncio.to_thread(stop_postgres, base)
                     down_at = time.monotonic()
                     await asyncio.sleep(3)
                     assert worker.returncode is None, f"worker exited while PostgreSQL was down ({worker.log_path})"
                     await asyncio.to_thread(start_postgres, base)
                     figures["PostgreSQL stop: down (s)"] = time.monotonic() - down_at
-                    figures["PostgreSQL stop: back -> projecting again (s)"] = await time_to_progress(settings)
+                    figures["PostgreSQL stop: back -> projecting again (s)"] = await time_to_catch_up(settings, load, before)
                     fake.malformed_next(1, "non_json")
 
                     load.allowed = len(CONVERSATIONS) * PER_CONVERSATION
