@@ -4,7 +4,8 @@ derived from the erased messages is deleted in the batch's one transaction.
 Scope of a user erasure in tenant T: the conversations the user owns are erased whole; in
 conversations of other owners only the user's messages go, and the derived rows that mixed
 them with others' words (summaries from the first erased seq on, chunks covering an erased
-seq, the conversation's topics) are deleted and their seqs recorded in `erasures.rederive`.
+seq, the conversation's topics) are deleted, their seqs recorded in `erasures.rederive`, and
+what to derive again in `erasure_rederive` (sent by streams/rederive.py).
 Facts go when they came from an erased conversation or chunk, cite an erased message, or
 belong to the user. LLM-cache entries whose output holds one of the deleted derived texts or
 erased message texts go too (public.llm_cache is shared by every generation)."""
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 # Rows keyed by (tenant_id, conversation_id) deleted whole for an erased conversation.
 _WHOLE = ("message_embeddings", "messages", "projection_anomalies", "topic_messages", "topic_archives",
           "topic_unassigned", "topic_assignments", "topic_activations", "topic_compactions", "topic_conversations",
-          "surfaced_items", "served_contexts")
+          "surfaced_items", "served_contexts", "erasure_rederive")
 # Derived from a whole conversation's mix: deleted when any of its messages is erased.
 _TOPIC_TABLES = ("topic_messages", "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations",
                  "topic_compactions", "topic_conversations")
@@ -53,6 +54,25 @@ class ErasureProjector:
 
 async def _ids(conn, sql: str, params) -> list:
     return [row[0] for row in await (await conn.execute(sql, params)).fetchall()]
+
+
+async def _plan_rederive(conn, erasure_id: str, tenant: str, conversation: str, seqs: list[int],
+                         chunk_ids: list[str]) -> None:
+    """What the mixed conversation's owner gets again: the summaries from the newest one kept
+    (it ends before the first erased seq), and the chunk ranges about to be deleted."""
+    base = await (await conn.execute(
+        "SELECT memory_id, end_sequence FROM memory WHERE tenant_id = %s AND conversation_id = %s"
+        " AND status = 'completed' AND end_sequence < %s ORDER BY memory_id DESC LIMIT 1",
+        (tenant, conversation, min(seqs)))).fetchone()
+    ranges = await (await conn.execute(
+        "SELECT message_range_start, message_range_end FROM conversation_chunks WHERE tenant_id = %s"
+        " AND conversation_id = %s AND chunk_id = ANY(%s::text[]) ORDER BY message_range_start",
+        (tenant, conversation, chunk_ids))).fetchall()
+    await conn.execute(
+        "INSERT INTO erasure_rederive (erasure_event_id, tenant_id, conversation_id, erased_seqs, base_memory_id,"
+        " base_end_seq, chunk_ranges) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (erasure_id, tenant, conversation, seqs, base[0] if base else None, base[1] if base else None,
+         orjson.dumps([list(r) for r in ranges]).decode()))
 
 
 async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
@@ -106,6 +126,9 @@ async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
                               " topic_compactions WHERE tenant_id = %s AND (conversation_id = ANY(%s::text[]) OR"
                               " conversation_id = ANY(%s::text[]))", (tenant, whole, mixed, tenant, whole, mixed))
 
+    # What mixed conversations get again (streams/rederive.py), before their rows go.
+    for conversation, seqs in partial.items():
+        await _plan_rederive(conn, e.event_id, tenant, conversation, seqs, chunk_ids)
     # Facts and everything hanging off them.
     await delete("fact_links", "DELETE FROM fact_links WHERE from_fact_id = ANY(%s::text[]) OR to_fact_id = ANY(%s::text[])",
                  (fact_ids, fact_ids))

@@ -246,3 +246,83 @@ async def test_a_user_erased_from_another_owners_conversation_loses_only_its_mes
         assert left == [(0, "bob"), (2, "bob")]
         assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-b'") == [(1,)]
         assert await residue(settings, MARK) == {}
+
+
+def mixed_lines() -> list[tuple[str, str, str]]:
+    """(user, role, text) of bob's conversation: alice writes its seqs 10 and 14."""
+    out = []
+    for seq in range(20):
+        if seq % 2:
+            out.append(("bob", "assistant", f"Reply number {seq}."))
+        elif seq in (10, 14):
+            out.append(("alice", "user", f"Alice here: my word is {MARK}, number {seq}."))
+        else:
+            out.append(("bob", "user", f"Bob says {KEEP} number {seq}."))
+    return out
+
+
+@pytest.mark.asyncio
+async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_user(settings):
+    """Alice wrote in bob's conversation: after her erasure bob gets summaries and chunks for
+    the erased range again, made from his messages only, through the worker's normal paths."""
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN])})
+    with FakeOpenAI(json_responder=model) as fake:
+        env = fake.env(llm=True, embeddings=True) | SMALL_CHUNKS | {"MEMORY_WINDOW__CATCH_UP_BACKLOG": "1"}
+        api_settings = settings.model_copy(update={"embedding": fake.embedding_settings()})
+        async with worker_process(settings, extra_env=env) as worker, running_api(api_settings) as base, \
+                MemoryClient(settings) as client:
+            log = worker.log_path
+
+            async def write(seqs: range) -> None:
+                for seq in seqs:
+                    user, role, text = mixed_lines()[seq]
+                    await client.append_message(tenant_id="tenant-a", conversation_id="conv-m", user_id=user,
+                                                subject_id="home", seq=seq, role=role, content=text)
+            await write(range(0, 8))  # a summary that ends before alice's first message: kept
+            await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'conv-m' AND status = 'completed'"
+                        " AND end_sequence = 7", (), "a summary up to seq 7", log, timeout=180)
+            await write(range(8, 20))
+            await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'conv-m' AND status = 'completed'"
+                        " AND end_sequence = 19", (), "a summary up to seq 19", log, timeout=180)
+            await until(settings, "SELECT 1 FROM conversation_chunks WHERE conversation_id = 'conv-m'"
+                        " AND message_range_start = 12", (), "the chunk of seqs 12..15", log, timeout=180)
+            planted = await residue(settings, MARK)
+            assert planted.get("memory") and planted.get("conversation_chunks"), planted
+            [(newest_before,)] = await rows(settings, "SELECT max(memory_id) FROM memory WHERE conversation_id = 'conv-m'")
+            [(kept_id, kept_end, kept_text)] = await rows(  # the newest summary that ends before alice's words
+                settings, "SELECT memory_id, end_sequence, memory_text FROM memory WHERE conversation_id = 'conv-m'"
+                " AND status = 'completed' AND end_sequence < 10 ORDER BY memory_id DESC LIMIT 1")
+            chunks_before = await rows(settings, "SELECT message_range_start, chunk_id, content FROM conversation_chunks"
+                                                 " WHERE conversation_id = 'conv-m' ORDER BY 1")
+            assert [c[0] for c in chunks_before] == [0, 4, 8, 12], chunks_before
+
+            async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+                answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})
+                assert answer.status_code == 202, answer.text
+                [(rederive,)] = await until(settings, "SELECT rederive FROM erasures WHERE event_id = %s",
+                                            (answer.json()["event_id"],), "the erasure applied", log)
+                assert rederive == {"conv-m": [10, 14]}, rederive
+                [(outcome, ranges, base_id)] = await until(
+                    settings, "SELECT outcome, chunk_ranges, base_memory_id FROM erasure_rederive"
+                    " WHERE conversation_id = 'conv-m' AND done_at IS NOT NULL", (), "the re-derivation done",
+                    log, timeout=180)
+                assert (outcome, ranges, base_id) == ("done", [[8, 12], [12, 16]], kept_id)
+                [(new_id, start, text, sources)] = await until(
+                    settings, "SELECT memory_id, start_sequence, memory_text, source_event_ids FROM memory"
+                    " WHERE conversation_id = 'conv-m' AND status = 'completed' AND end_sequence = 19"
+                    " AND memory_id > %s", (newest_before,), "the summary derived again", log, timeout=180)
+                assert start <= kept_end + 1 and KEEP in text and MARK not in text, (start, text)
+                assert len(sources) == len([s for s in range(kept_end + 1, 20) if s not in (10, 14)])  # but alice's
+                after = await rows(settings, "SELECT message_range_start, chunk_id, content FROM conversation_chunks"
+                                             " WHERE conversation_id = 'conv-m' ORDER BY 1")
+                assert [c[0] for c in after] == [0, 4, 8, 12], after
+                assert after[:2] == chunks_before[:2]  # the chunks without alice are untouched
+                assert all(KEEP in c[2] and MARK not in c[2] for c in after[2:]), after
+                # Bob's kept summary is as it was, and nothing of alice is left anywhere.
+                assert await rows(settings, "SELECT memory_text FROM memory WHERE conversation_id = 'conv-m'"
+                                            " AND memory_id = %s", (kept_id,)) == [(kept_text,)]
+                assert await residue(settings, MARK) == {}
+                context = await http.get("/v1/conversations/conv-m/context", headers={"X-API-Key": "bob-key"})
+                assert context.status_code == 200, context.text
+                served = context.json()
+                assert served["summary"]["memory_id"] == new_id and MARK not in context.text, served
