@@ -75,6 +75,22 @@ async def _plan_rederive(conn, erasure_id: str, tenant: str, conversation: str, 
          orjson.dumps([list(r) for r in ranges]).decode()))
 
 
+async def _tombstones(conn, erasure_id: str, tenant: str, whole: list[str], partial: dict[str, list[int]]) -> None:
+    """A whole conversation up to its last seq known now; in a mixed one, the erased messages."""
+    await conn.execute(
+        "INSERT INTO erasure_tombstones (tenant_id, conversation_id, erasure_event_id, whole, through_seq)"
+        " SELECT %(t)s, w, %(e)s, true, COALESCE((SELECT last_seq FROM conversations c WHERE c.tenant_id = %(t)s"
+        " AND c.conversation_id = w), (SELECT max(seq) FROM messages m WHERE m.tenant_id = %(t)s"
+        " AND m.conversation_id = w), -1) FROM unnest(%(w)s::text[]) w ON CONFLICT DO NOTHING",
+        {"t": tenant, "e": erasure_id, "w": whole})
+    for conversation, seqs in partial.items():
+        await conn.execute(
+            "INSERT INTO erasure_tombstones (tenant_id, conversation_id, erasure_event_id, whole, through_seq, event_ids)"
+            " SELECT %s, %s, %s, false, -1, coalesce(array_agg(event_id), '{}') FROM messages WHERE tenant_id = %s"
+            " AND conversation_id = %s AND seq = ANY(%s::int[]) ON CONFLICT DO NOTHING",
+            (tenant, conversation, erasure_id, tenant, conversation, seqs))
+
+
 async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
     """Delete what `event` erases; idempotent (a second delivery finds nothing left)."""
     e = event.envelope
@@ -126,9 +142,11 @@ async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
                               " topic_compactions WHERE tenant_id = %s AND (conversation_id = ANY(%s::text[]) OR"
                               " conversation_id = ANY(%s::text[]))", (tenant, whole, mixed, tenant, whole, mixed))
 
-    # What mixed conversations get again (streams/rederive.py), before their rows go.
+    # What mixed conversations get again (streams/rederive.py), before their rows go, and the
+    # tombstones that keep derived events still in flight from bringing rows back (0016).
     for conversation, seqs in partial.items():
         await _plan_rederive(conn, e.event_id, tenant, conversation, seqs, chunk_ids)
+    await _tombstones(conn, e.event_id, tenant, whole, partial)
     # Facts and everything hanging off them.
     await delete("fact_links", "DELETE FROM fact_links WHERE from_fact_id = ANY(%s::text[]) OR to_fact_id = ANY(%s::text[])",
                  (fact_ids, fact_ids))

@@ -10,16 +10,21 @@ import asyncio
 import contextlib
 import gzip
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from memory_agent.client import MemoryClient
 from memory_agent.settings import ApiSettings, PrivacySettings
 from projections.migrate import migrate
-from schemas.codec import decode
+from domain.facts import ids
+from schemas import facts_events as fe
+from schemas.codec import decode, encode, new_event
+from schemas.events import SummaryCompleted, SummaryRequested
+from schemas.registry import SUMMARY_COMPLETED, SUMMARY_REQUESTED
 from streams.kafka_topics import ensure_topics
 from schemas.sealed import ERASED_CONTENT
 from tests.integration.conftest import API_KEYS, running_api, running_projectors, wait_until, worker_process
@@ -326,3 +331,72 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
                 assert context.status_code == 200, context.text
                 served = context.json()
                 assert served["summary"]["memory_id"] == new_id and MARK not in context.text, served
+
+
+def summary_events(conversation: str, memory_id: int, end: int, text: str, sources: list[str]):
+    common = dict(tenant_id="tenant-a", conversation_id=conversation, user_id="system")
+    return [new_event(SUMMARY_REQUESTED, SummaryRequested(memory_id=memory_id, start_seq=0, end_seq=end,
+                                                          prompt_version="p", model="m"), **common),
+            new_event(SUMMARY_COMPLETED, SummaryCompleted(memory_id=memory_id, start_seq=0, end_seq=end, text=text,
+                                                          generation_time_ms=1, prompt_version="p", model="m",
+                                                          source_event_ids=sources), **common)]
+
+
+def chunk_event(settings, conversation: str, owner: str, text: str, sources: list[str]):
+    vector = ids.to_vector([1.0] + [0.0] * (settings.embedding.dimensions - 1), "fake")
+    fact = fe.RecordedFact(fact_id=ids.fact_id("tenant-a", conversation, 0, 4, text), category="other",
+                           content=text, embedding=vector)
+    payload = fe.ChunkRecorded(chunk_id=ids.chunk_id("tenant-a", conversation, 0, 4), start_seq=0, end_seq_exclusive=4,
+                               owner_user_id=owner, summary=text, embedding=vector, facts=[fact],
+                               gate=fe.GateVerdict(worth_remembering=True, method="off"), extractor="test", model="m",
+                               prompt_version="p", source_event_ids=sources, observed_at=datetime.now(UTC),
+                               generation_time_ms=1)
+    return new_event(fe.CHUNK_RECORDED, payload, tenant_id="tenant-a", conversation_id=conversation, user_id=owner,
+                     seq=3)
+
+
+@pytest.mark.asyncio
+async def test_derived_events_in_flight_do_not_bring_erased_rows_back(settings):
+    """Summaries and chunks requested before an erasure and projected after it (the race of
+    docs/lineage.md): the tombstones of the applied erasure drop them; bob's clean ones pass."""
+    async with projectors_and_api(settings) as (settings, http):
+        async with MemoryClient(settings) as client:
+            await say(client, "alice", "conv-a", MARK)
+            for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
+                                                ("bob", f"Welcome {KEEP}."), ("bob", "Bye.")]):
+                await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
+                                            seq=seq, role="user", content=text)
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 11", (), "projected")
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (), "projected")
+        events = dict(await rows(settings, "SELECT conversation_id || ':' || seq, event_id FROM messages"))
+        alice_a = [events[f"conv-a:{s}"] for s in range(4)]
+        answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})
+        assert answer.status_code == 202, answer.text
+        await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (answer.json()["event_id"],),
+                    "the erasure applied")
+        assert await residue(settings, MARK) == {}
+
+        # Results of requests made before the erasure arrive now, and then bob's clean ones.
+        late = [*summary_events("conv-a", 1, 3, f"About {MARK}.", alice_a),
+                chunk_event(settings, "conv-a", "alice", f"Alice said {MARK}.", alice_a),
+                *summary_events("conv-b", 1, 3, f"Mixed {MARK} and {KEEP}.",
+                                [events["conv-b:0"], events["conv-b:1"], events["conv-b:2"]]),
+                *summary_events("conv-b", 2, 2, f"Only {KEEP}.", [events["conv-b:0"], events["conv-b:2"]])]
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_idempotence=True)
+        await producer.start()
+        try:
+            for event in late:
+                await producer.send_and_wait(settings.kafka.memory_topic(settings.generation), key=event.key,
+                                             value=encode(event))
+        finally:
+            await producer.stop()
+        await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'conv-b' AND memory_id = 2"
+                    " AND status = 'completed'", (), "bob's clean summary projected")
+        assert await residue(settings, MARK) == {}
+        assert await rows(settings, "SELECT count(*) FROM memory WHERE conversation_id = 'conv-a'") == [(0,)]
+        assert await rows(settings, "SELECT count(*) FROM conversation_chunks WHERE conversation_id = 'conv-a'"
+                                    " UNION ALL SELECT count(*) FROM facts WHERE source_conversation_id = 'conv-a'") \
+            == [(0,), (0,)]
+        assert await rows(settings, "SELECT memory_id, status, memory_text, error FROM memory"
+                                    " WHERE conversation_id = 'conv-b' ORDER BY memory_id") == [
+            (1, "failed", None, "its inputs were erased"), (2, "completed", f"Only {KEEP}.", None)]
