@@ -12,6 +12,7 @@ erased message texts go too (public.llm_cache is shared by every generation)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -48,8 +49,39 @@ class ErasureProjector:
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         for event in events_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
+            await _lock_derived_tables(conn)
             await erase(conn, event)
         return []
+
+
+# Every table the erasure deletes from that other projectors (and the API) write. Locked for
+# writes before anything is deleted: a DELETE on `topics` checks the rows of `topic_messages`
+# referencing it and waits for a projector's uncommitted insert, which may itself wait for the
+# erasure (a deadlock, seen in a replay). With the tables locked, no uncommitted row of another
+# writer exists while the erasure deletes; readers are not blocked.
+_LOCKED = ("messages", "message_embeddings", "conversations", "projection_anomalies", "memory", "conversation_chunks",
+           "facts", "fact_links", "fact_history", "fact_decisions", "surfaced_items", "served_contexts", "topics",
+           "topic_messages", "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations",
+           "topic_compactions", "topic_conversations")
+LOCK_TIMEOUT_MS = 500  # below PostgreSQL's deadlock_timeout (1 s): a writer waiting on us never sees a cycle
+
+
+async def _lock_derived_tables(conn: psycopg.AsyncConnection, attempts: int = 240) -> None:
+    """SHARE ROW EXCLUSIVE on `_LOCKED` (writers wait, readers do not), taken in a savepoint that
+    gives up after LOCK_TIMEOUT_MS and tries again: the erasure never holds a lock while it
+    waits long enough for another writer's deadlock check to find it."""
+    for attempt in range(1, attempts + 1):
+        try:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+                await conn.execute(f"LOCK TABLE {', '.join(_LOCKED)} IN SHARE ROW EXCLUSIVE MODE")
+                await conn.execute("SET LOCAL lock_timeout = 0")
+            return
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            if attempt == attempts:
+                raise
+            log.info("erasure: derived tables busy (attempt %d); trying again", attempt)
+            await asyncio.sleep(min(0.05 * attempt, 1.0))
 
 
 async def _ids(conn, sql: str, params) -> list:
