@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import orjson
 import psycopg
+from psycopg import sql
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent.settings import Settings
@@ -51,6 +52,7 @@ class ErasureProjector:
         for event in events_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
             await _lock_derived_tables(conn)
             await erase(conn, event)
+            await _install_tombstone_triggers(conn)
         return []
 
 
@@ -63,7 +65,32 @@ _LOCKED = ("messages", "message_embeddings", "conversations", "projection_anomal
            "facts", "fact_links", "fact_history", "fact_decisions", "surfaced_items", "served_contexts", "topics",
            "topic_messages", "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations",
            "topic_compactions", "topic_conversations")
+# The derived tables whose inserts the tombstones filter (migration 0016's drop_erased).
+_TOMBSTONED = ("memory", "conversation_chunks", "message_embeddings", "served_contexts", "topics", "topic_messages",
+               "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations", "topic_compactions",
+               "topic_conversations")
+_WHEN_MAX = 200
 LOCK_TIMEOUT_MS = 500  # below PostgreSQL's deadlock_timeout (1 s): a writer waiting on us never sees a cycle
+
+
+async def _install_tombstone_triggers(conn: psycopg.AsyncConnection) -> None:
+    """The triggers that check the tombstones (migration 0016's drop_erased), (re)created after
+    each erasure with the tombstoned conversations as a constant: a row of any other
+    conversation is let through by the trigger's WHEN (a hashed lookup in C), and a generation
+    that never erased has no trigger at all. The tables are locked by this transaction."""
+    keys = [f"{t}/{c}" for t, c in await (await conn.execute(
+        "SELECT DISTINCT tenant_id, conversation_id FROM erasure_tombstones ORDER BY 1, 2")).fetchall()]
+    if not keys:
+        return
+    # A trigger's WHEN scans its list (it is not planned, so not hashed): past a few hundred
+    # conversations the function's own index probe is cheaper.
+    when = sql.SQL(" WHEN ((NEW.tenant_id || '/' || NEW.conversation_id) = ANY({}::text[]))").format(
+        sql.Literal(keys)) if len(keys) <= _WHEN_MAX else sql.SQL("")
+    for table in _TOMBSTONED:
+        events = "INSERT OR UPDATE OF status" if table == "memory" else "INSERT"
+        await conn.execute(sql.SQL("CREATE OR REPLACE TRIGGER {} BEFORE {} ON {} FOR EACH ROW{}"
+                                   " EXECUTE FUNCTION drop_erased()").format(
+            sql.Identifier(f"{table}_drop_erased"), sql.SQL(events), sql.Identifier(table), when))
 
 
 async def _lock_derived_tables(conn: psycopg.AsyncConnection, attempts: int = 240) -> None:

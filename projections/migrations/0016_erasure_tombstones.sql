@@ -2,8 +2,9 @@
 -- of an erased conversation (a summary, chunk, topic event or served record requested before
 -- the erasure and projected after it) must not bring a row back. The erasure projector writes
 -- one row per erased or mixed conversation in the erasure's transaction (ids and seqs only);
--- the triggers below drop, on insert, every derived row that a tombstone covers, whichever
--- projector (or batch replay) writes it.
+-- `drop_erased` drops, on insert, every derived row that a tombstone covers, whichever
+-- projector (or batch replay) writes it. Its triggers are created by the erasure projector
+-- with the generation's first erasure (projections/erasure.py): until then they cost nothing.
 CREATE TABLE erasure_tombstones (
     tenant_id        text        NOT NULL,
     conversation_id  text        NOT NULL,
@@ -33,7 +34,7 @@ $$;
 
 CREATE FUNCTION drop_erased() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
-    row_json jsonb := to_jsonb(NEW);
+    row_json jsonb;
     seq integer;
     sources text[];
 BEGIN
@@ -41,6 +42,7 @@ BEGIN
                                                        AND t.conversation_id = NEW.conversation_id) THEN
         RETURN NEW;  -- the usual case: one index probe
     END IF;
+    row_json := to_jsonb(NEW);
     seq := COALESCE((row_json ->> 'seq')::integer, (row_json ->> 'message_range_start')::integer,
                     (row_json ->> 'end_sequence')::integer, (row_json ->> 'turn_seq')::integer - 1);
     IF row_json ? 'source_event_ids' THEN
@@ -62,25 +64,3 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-
-CREATE TRIGGER memory_drop_erased BEFORE INSERT OR UPDATE OF status ON memory
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER conversation_chunks_drop_erased BEFORE INSERT ON conversation_chunks
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER message_embeddings_drop_erased BEFORE INSERT ON message_embeddings
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER served_contexts_drop_erased BEFORE INSERT ON served_contexts
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER topics_drop_erased BEFORE INSERT ON topics FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER topic_messages_drop_erased BEFORE INSERT ON topic_messages FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER topic_archives_drop_erased BEFORE INSERT ON topic_archives FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER topic_unassigned_drop_erased BEFORE INSERT ON topic_unassigned
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER topic_assignments_drop_erased BEFORE INSERT ON topic_assignments
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER topic_activations_drop_erased BEFORE INSERT ON topic_activations
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER topic_compactions_drop_erased BEFORE INSERT ON topic_compactions
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
-CREATE TRIGGER topic_conversations_drop_erased BEFORE INSERT ON topic_conversations
-    FOR EACH ROW EXECUTE FUNCTION drop_erased();
