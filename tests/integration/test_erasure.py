@@ -15,14 +15,14 @@ from datetime import UTC, datetime
 import httpx
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 
 from memory_agent.client import MemoryClient
 from memory_agent.settings import ApiSettings, PrivacySettings
 from projections.migrate import migrate
 from domain.facts import ids
 from schemas import facts_events as fe
-from schemas.codec import decode, encode, new_event
+from schemas.codec import decode, new_event
 from schemas.events import SummaryCompleted, SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_REQUESTED
 from streams.kafka_topics import ensure_topics
@@ -30,6 +30,7 @@ from schemas.sealed import ERASED_CONTENT
 from tests.integration.conftest import API_KEYS, running_api, running_projectors, wait_until, worker_process
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
 from tests.integration.test_lineage import until
+from tests.integration.test_memory_projector import send_memory_events
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest
 
 ADMIN = "erasure-admin-key"
@@ -382,14 +383,7 @@ async def test_derived_events_in_flight_do_not_bring_erased_rows_back(settings):
                 *summary_events("conv-b", 1, 3, f"Mixed {MARK} and {KEEP}.",
                                 [events["conv-b:0"], events["conv-b:1"], events["conv-b:2"]]),
                 *summary_events("conv-b", 2, 2, f"Only {KEEP}.", [events["conv-b:0"], events["conv-b:2"]])]
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_idempotence=True)
-        await producer.start()
-        try:
-            for event in late:
-                await producer.send_and_wait(settings.kafka.memory_topic(settings.generation), key=event.key,
-                                             value=encode(event))
-        finally:
-            await producer.stop()
+        await send_memory_events(settings, late)
         await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'conv-b' AND memory_id = 2"
                     " AND status = 'completed'", (), "bob's clean summary projected")
         assert await residue(settings, MARK) == {}
