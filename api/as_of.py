@@ -41,7 +41,7 @@ async def context_as_of(conn: psycopg.AsyncConnection, request: ContextRequest, 
     recorded = next((r for r in await lq.served_at_turn(conn, tenant, conversation, turn)
                      if r["user_id"] == request.user_id), None)
     generation, now_position = await projection_clock(conn)
-    at = await _moment(conn, tenant, conversation, turn, recorded, generation) \
+    at = await _moment(conn, tenant, conversation, turn, recorded, generation, now_position is not None) \
         or aq.Moment(request.now, now_position)
     limits = app_state.settings.window
     memory = await aq.memory_rows(conn, tenant, conversation, at)
@@ -91,20 +91,20 @@ async def context_as_of(conn: psycopg.AsyncConnection, request: ContextRequest, 
     )
 
 
-async def projection_clock(conn: psycopg.AsyncConnection) -> tuple[str, int]:
+async def projection_clock(conn: psycopg.AsyncConnection) -> tuple[str, int | None]:
     """(generation, position) of the projection clock: read as a context is served, recorded with it."""
     return await aq.clock(conn)
 
 
 async def _moment(conn, tenant: str, conversation: str, turn: int, recorded: dict | None,
-                  generation: str) -> aq.Moment | None:
+                  generation: str, clocked: bool) -> aq.Moment | None:
     """The recorded read's clock position when this generation recorded one; a record without
     one (made before the clock, or read from another generation) compares by time; no record:
     when message N was projected."""
     if recorded is None:
-        return await aq.message_moment(conn, tenant, conversation, turn)
+        return await aq.message_moment(conn, tenant, conversation, turn, positions=clocked)
     clock = (recorded["payload"] or {}).get("clock") or {}
-    same = clock.get("generation") == generation
+    same = clocked and clock.get("generation") == generation
     return aq.Moment(recorded["served_at"], clock.get("position") if same else None)
 
 

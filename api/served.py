@@ -25,7 +25,8 @@ RECORDED = Counter("memory_context_served_records_total", "context.served events
 MAX_PENDING = 1000  # past this many unacknowledged records, new ones are dropped (and counted)
 
 
-def served_payload(request: ContextRequest, out: ContextOut, clock: tuple[str, int] | None = None) -> ContextServed:
+def served_payload(request: ContextRequest, out: ContextOut, clock: tuple[str, int | None] | None = None
+                   ) -> ContextServed:
     """What was included, with ids, versions and scores (pure: from the response), and the
     projection clock (generation, position) read when the read began."""
     turn = request.before_seq if request.before_seq is not None else out.watermark.last_seq + 1
@@ -42,7 +43,8 @@ def served_payload(request: ContextRequest, out: ContextOut, clock: tuple[str, i
         turn_seq=max(turn, 0), before_seq=request.before_seq, query=request.query, budget_tokens=request.budget_tokens,
         mode=out.mode, summary=summary, gap_seqs=[m.seq for m in out.messages], retrieved=retrieved,
         retrieval_error=error, active_topic=active, watermark=out.watermark.model_dump(mode="json"),
-        served_at=request.now, clock=None if clock is None else ServedClock(generation=clock[0], position=clock[1]))
+        served_at=request.now,
+        clock=None if clock is None or clock[1] is None else ServedClock(generation=clock[0], position=clock[1]))
 
 
 def _retrieved(section: Any) -> tuple[list[ServedItem] | None, str | None]:
@@ -62,7 +64,7 @@ class ServedRecorder:
         self._starting: asyncio.Lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
 
-    def record(self, request: ContextRequest, out: ContextOut, clock: tuple[str, int] | None = None) -> None:
+    def record(self, request: ContextRequest, out: ContextOut, clock: tuple[str, int | None] | None = None) -> None:
         try:
             envelope = new_event(
                 CONTEXT_SERVED, served_payload(request, out, clock), tenant_id=request.tenant_id,

@@ -1,7 +1,8 @@
 """What the erasure tombstones and the projection clock cost the projectors (docs/lineage.md):
 inserting summary rows (`memory`: the clock default and status-position trigger; the
 tombstone trigger, present once the generation applied an erasure) with and without a
-tombstone for the conversation, and message rows with and without the clock default.
+tombstone for the conversation, and message rows with and without the clock default; and the clock read the context endpoint
+makes per served context (one round trip, 200 reads).
 
     python -m bench.erasure_trigger_bench [--rows 5000] [--erased 10]
 
@@ -68,6 +69,15 @@ def main() -> None:
                                                       lambda r: (f"c{r}", f"e{r}-", n))
             results["messages, constant position"] = best(conn, _MESSAGES.format(pos=", projected_pos", val=", 0"),
                                                           lambda r: (f"c{r}", f"e{r}-", n))
+            # What the context endpoint adds per served context: reading the clock (one round trip).
+            reads = []
+            for _ in range(200):
+                started = time.perf_counter()
+                conn.execute("SELECT current_schema(), to_regclass('projection_clock') IS NOT NULL,"
+                             " COALESCE(pg_sequence_last_value(to_regclass('projection_clock')), 0)").fetchone()
+                reads.append(time.perf_counter() - started)
+            reads.sort()
+            clock_read = (reads[0], reads[len(reads) // 2])
     finally:
         with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{settings.pg_schema}" CASCADE')
@@ -76,6 +86,8 @@ def main() -> None:
     print(f"{n} rows per insert, {args.erased} conversations with a tombstone, best of 7; {platform.platform()}")
     for name, seconds in results.items():
         print(f"  {name:52s} {seconds * 1e6 / n:7.2f} µs/row")
+    print(f"  projection clock read (a served context)            best {clock_read[0] * 1e6:.0f} µs,"
+          f" median {clock_read[1] * 1e6:.0f} µs")
 
 
 if __name__ == "__main__":

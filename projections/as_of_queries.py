@@ -27,19 +27,23 @@ class Moment:
         return {"at": self.at, "pos": self.position, **more}
 
 
-async def clock(conn: psycopg.AsyncConnection) -> tuple[str, int]:
-    """(generation, position) of the projection clock now: what a served context records."""
+async def clock(conn: psycopg.AsyncConnection) -> tuple[str, int | None]:
+    """(generation, position) of the projection clock now: what a served context records. The
+    position is None in a generation not migrated to the clock yet (never an error)."""
     async with conn.cursor() as cur:
-        await cur.execute("SELECT current_schema(), CASE WHEN is_called THEN last_value ELSE 0 END"
-                          " FROM projection_clock")
-        schema, position = await cur.fetchone()
-    return schema.removeprefix("gen_"), position
+        await cur.execute("SELECT current_schema(), to_regclass('projection_clock') IS NOT NULL,"
+                          " COALESCE(pg_sequence_last_value(to_regclass('projection_clock')), 0)")
+        schema, exists, position = await cur.fetchone()
+    return schema.removeprefix("gen_"), position if exists else None
 
 
-async def message_moment(conn: psycopg.AsyncConnection, tenant: str, conversation: str, seq: int) -> Moment | None:
-    """When message `seq` was projected (when the chat service would have asked for turn `seq`)."""
-    row = await _one(conn, "SELECT projected_at, projected_pos FROM messages WHERE tenant_id = %s"
-                     " AND conversation_id = %s AND seq = %s", (tenant, conversation, seq))
+async def message_moment(conn: psycopg.AsyncConnection, tenant: str, conversation: str, seq: int, *,
+                         positions: bool = True) -> Moment | None:
+    """When message `seq` was projected (when the chat service would have asked for turn `seq`);
+    `positions`: the generation has the projection clock."""
+    row = await _one(conn, f"SELECT projected_at, {'projected_pos' if positions else 'NULL'} AS projected_pos"
+                     " FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq = %s",
+                     (tenant, conversation, seq))
     return Moment(row["projected_at"], row["projected_pos"]) if row else None
 
 
