@@ -50,9 +50,7 @@ class ErasureProjector:
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         for event in events_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
-            await _lock_derived_tables(conn)
-            await erase(conn, event)
-            await _install_tombstone_triggers(conn)
+            await _erase_yielding(conn, event)
         return []
 
 
@@ -93,21 +91,24 @@ async def _install_tombstone_triggers(conn: psycopg.AsyncConnection) -> None:
             sql.Identifier(f"{table}_drop_erased"), sql.SQL(events), sql.Identifier(table), when))
 
 
-async def _lock_derived_tables(conn: psycopg.AsyncConnection, attempts: int = 240) -> None:
-    """SHARE ROW EXCLUSIVE on `_LOCKED` (writers wait, readers do not), taken in a savepoint that
-    gives up after LOCK_TIMEOUT_MS and tries again: the erasure never holds a lock while it
-    waits long enough for another writer's deadlock check to find it."""
+async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, attempts: int = 240) -> None:
+    """`erase` after locking `_LOCKED` for writes (SHARE ROW EXCLUSIVE: writers wait, readers do
+    not), in a savepoint where any lock wait gives up after LOCK_TIMEOUT_MS: rolled back (its
+    locks released) and tried again with backoff. The erasure never waits long enough for another
+    writer's deadlock check to find it in a cycle, so the other writer is never the one aborted."""
     for attempt in range(1, attempts + 1):
         try:
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
                 await conn.execute(f"LOCK TABLE {', '.join(_LOCKED)} IN SHARE ROW EXCLUSIVE MODE")
+                await erase(conn, event)
+                await _install_tombstone_triggers(conn)
                 await conn.execute("SET LOCAL lock_timeout = 0")
             return
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
             if attempt == attempts:
                 raise
-            log.info("erasure: derived tables busy (attempt %d); trying again", attempt)
+            log.info("erasure %s: a table or row is busy (attempt %d); trying again", event.envelope.event_id, attempt)
             await asyncio.sleep(min(0.05 * attempt, 1.0))
 
 
