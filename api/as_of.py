@@ -1,7 +1,9 @@
 """`GET /v1/conversations/{id}/context?as_of_seq=N`: the context of turn N rebuilt from the
 read model's history (docs/lineage.md) and compared with the one recorded when it was served.
 
-The moment rebuilt is the recorded serving time, or (no record) when message N was projected.
+The moment rebuilt is the position of the generation's projection clock recorded when the
+context was served, or (no record) the position at which message N was projected; rows are
+compared by position, not by wall-clock time (a record without a position: by time).
 Summary, gap, watermark and active topic are rebuilt from that history; retrieved items are
 the recorded ones, each resolved to the content it had then (retrieval is not re-ranked)."""
 
@@ -24,6 +26,8 @@ from streams.window.context import MemoryRow, Message, assemble_context
 class AsOfOut(BaseModel):
     turn_seq: int
     at: datetime = Field(description="The moment rebuilt: the recorded serving time, else when message N arrived")
+    position: int | None = Field(None, description="That moment on the generation's projection clock, which the"
+                                 " rebuild compares (None: a record without one; rows compared by time)")
     recorded_event_id: str | None = Field(None, description="The context.served event compared with")
     recorded_at: datetime | None = None
     matches: bool | None = Field(None, description="Rebuilt == recorded (None: nothing was recorded)")
@@ -36,8 +40,9 @@ async def context_as_of(conn: psycopg.AsyncConnection, request: ContextRequest, 
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
     recorded = next((r for r in await lq.served_at_turn(conn, tenant, conversation, turn)
                      if r["user_id"] == request.user_id), None)
-    at = (recorded["served_at"] if recorded else await aq.message_projected_at(conn, tenant, conversation, turn)) \
-        or request.now
+    generation, now_position = await projection_clock(conn)
+    at = await _moment(conn, tenant, conversation, turn, recorded, generation, now_position is not None) \
+        or aq.Moment(request.now, now_position)
     limits = app_state.settings.window
     memory = await aq.memory_rows(conn, tenant, conversation, at)
     rows = [MemoryRow(m["memory_id"], m["start_sequence"], m["end_sequence"], m["base_memory_id"], m["status"],
@@ -64,7 +69,8 @@ async def context_as_of(conn: psycopg.AsyncConnection, request: ContextRequest, 
                "active_topic": topic}
     found = differences(payload, rebuilt) if payload else []
     omitted = assembled.omitted
-    rebuilt_later = await aq.generation_built_after(conn, app_state.settings.kafka.topic_prefix, at)
+    rebuilt_later = None if at.position is not None else \
+        await aq.generation_built_after(conn, app_state.settings.kafka.topic_prefix, at.at)
     note = None if rebuilt_later is None else (
         f"memory was rebuilt by generation {rebuilt_later['name']!r} on {rebuilt_later['created_at']:%Y-%m-%d %H:%M},"
         " after this turn: its rows carry later processing times, so this rebuild shows less than was served")
@@ -78,14 +84,31 @@ async def context_as_of(conn: psycopg.AsyncConnection, request: ContextRequest, 
                             gap_omitted_from_seq=omitted[0] if omitted else None,
                             gap_omitted_to_seq=omitted[1] if omitted else None),
         retrieved=retrieved, active_topic=topic,
-        as_of=AsOfOut(turn_seq=turn, at=at, recorded_event_id=recorded["event_id"] if recorded else None,
+        as_of=AsOfOut(turn_seq=turn, at=at.at, position=at.position, recorded_event_id=recorded["event_id"] if recorded else None,
                       recorded_at=recorded["served_at"] if recorded else None,
                       matches=None if payload is None else not found, differences=found, recorded=payload,
                       note=note),
     )
 
 
-async def _retrieved_then(conn, tenant: str, payload: dict | None, at: datetime) -> dict | None:
+async def projection_clock(conn: psycopg.AsyncConnection) -> tuple[str, int | None]:
+    """(generation, position) of the projection clock: read as a context is served, recorded with it."""
+    return await aq.clock(conn)
+
+
+async def _moment(conn, tenant: str, conversation: str, turn: int, recorded: dict | None,
+                  generation: str, clocked: bool) -> aq.Moment | None:
+    """The recorded read's clock position when this generation recorded one; a record without
+    one (made before the clock, or read from another generation) compares by time; no record:
+    when message N was projected."""
+    if recorded is None:
+        return await aq.message_moment(conn, tenant, conversation, turn, positions=clocked)
+    clock = (recorded["payload"] or {}).get("clock") or {}
+    same = clocked and clock.get("generation") == generation
+    return aq.Moment(recorded["served_at"], clock.get("position") if same else None)
+
+
+async def _retrieved_then(conn, tenant: str, payload: dict | None, at: aq.Moment) -> dict | None:
     """The recorded retrieved items with the content each had at `at` (an item that was not in
     memory then is left out, and the comparison names it)."""
     if not payload or payload.get("retrieved") is None:

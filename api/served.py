@@ -18,15 +18,17 @@ from retrieval.request import ContextRequest
 from domain.lineage import served_topic, version_of
 from memory_agent.settings import Settings
 from schemas.codec import encode_checked, new_event
-from schemas.lineage_events import CONTEXT_SERVED, ContextServed, ServedItem, ServedSummary, ServedTopic
+from schemas.lineage_events import CONTEXT_SERVED, ContextServed, ServedClock, ServedItem, ServedSummary, ServedTopic
 
 log = logging.getLogger(__name__)
 RECORDED = Counter("memory_context_served_records_total", "context.served events by outcome", ["outcome"])
 MAX_PENDING = 1000  # past this many unacknowledged records, new ones are dropped (and counted)
 
 
-def served_payload(request: ContextRequest, out: ContextOut) -> ContextServed:
-    """What was included, with ids, versions and scores (pure: from the response)."""
+def served_payload(request: ContextRequest, out: ContextOut, clock: tuple[str, int | None] | None = None
+                   ) -> ContextServed:
+    """What was included, with ids, versions and scores (pure: from the response), and the
+    projection clock (generation, position) read when the read began."""
     turn = request.before_seq if request.before_seq is not None else out.watermark.last_seq + 1
     summary = None if out.summary is None else ServedSummary(
         memory_id=out.summary.memory_id, start_seq=out.summary.start_seq, end_seq=out.summary.end_seq,
@@ -41,7 +43,8 @@ def served_payload(request: ContextRequest, out: ContextOut) -> ContextServed:
         turn_seq=max(turn, 0), before_seq=request.before_seq, query=request.query, budget_tokens=request.budget_tokens,
         mode=out.mode, summary=summary, gap_seqs=[m.seq for m in out.messages], retrieved=retrieved,
         retrieval_error=error, active_topic=active, watermark=out.watermark.model_dump(mode="json"),
-        served_at=request.now)
+        served_at=request.now,
+        clock=None if clock is None or clock[1] is None else ServedClock(generation=clock[0], position=clock[1]))
 
 
 def _retrieved(section: Any) -> tuple[list[ServedItem] | None, str | None]:
@@ -61,10 +64,10 @@ class ServedRecorder:
         self._starting: asyncio.Lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
 
-    def record(self, request: ContextRequest, out: ContextOut) -> None:
+    def record(self, request: ContextRequest, out: ContextOut, clock: tuple[str, int | None] | None = None) -> None:
         try:
             envelope = new_event(
-                CONTEXT_SERVED, served_payload(request, out), tenant_id=request.tenant_id,
+                CONTEXT_SERVED, served_payload(request, out, clock), tenant_id=request.tenant_id,
                 conversation_id=request.conversation.conversation_id, user_id=request.user_id,
                 subject_id=request.subject_id, occurred_at=request.now)
             value = encode_checked(envelope)

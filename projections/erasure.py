@@ -4,18 +4,21 @@ derived from the erased messages is deleted in the batch's one transaction.
 Scope of a user erasure in tenant T: the conversations the user owns are erased whole; in
 conversations of other owners only the user's messages go, and the derived rows that mixed
 them with others' words (summaries from the first erased seq on, chunks covering an erased
-seq, the conversation's topics) are deleted and their seqs recorded in `erasures.rederive`.
+seq, the conversation's topics) are deleted, their seqs recorded in `erasures.rederive`, and
+what to derive again in `erasure_rederive` (sent by streams/rederive.py).
 Facts go when they came from an erased conversation or chunk, cite an erased message, or
 belong to the user. LLM-cache entries whose output holds one of the deleted derived texts or
 erased message texts go too (public.llm_cache is shared by every generation)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
 import orjson
 import psycopg
+from psycopg import sql
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent.settings import Settings
@@ -30,7 +33,7 @@ log = logging.getLogger(__name__)
 # Rows keyed by (tenant_id, conversation_id) deleted whole for an erased conversation.
 _WHOLE = ("message_embeddings", "messages", "projection_anomalies", "topic_messages", "topic_archives",
           "topic_unassigned", "topic_assignments", "topic_activations", "topic_compactions", "topic_conversations",
-          "surfaced_items", "served_contexts")
+          "surfaced_items", "served_contexts", "erasure_rederive")
 # Derived from a whole conversation's mix: deleted when any of its messages is erased.
 _TOPIC_TABLES = ("topic_messages", "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations",
                  "topic_compactions", "topic_conversations")
@@ -47,12 +50,105 @@ class ErasureProjector:
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         for event in events_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
-            await erase(conn, event)
+            await _erase_yielding(conn, event)
         return []
+
+
+# Every table the erasure deletes from that other projectors (and the API) write. Locked for
+# writes before anything is deleted: a DELETE on `topics` checks the rows of `topic_messages`
+# referencing it and waits for a projector's uncommitted insert, which may itself wait for the
+# erasure (a deadlock, seen in a replay). With the tables locked, no uncommitted row of another
+# writer exists while the erasure deletes; readers are not blocked.
+_LOCKED = ("messages", "message_embeddings", "conversations", "projection_anomalies", "memory", "conversation_chunks",
+           "facts", "fact_links", "fact_history", "fact_decisions", "surfaced_items", "served_contexts", "topics",
+           "topic_messages", "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations",
+           "topic_compactions", "topic_conversations")
+# The derived tables whose inserts the tombstones filter (migration 0016's drop_erased).
+_TOMBSTONED = ("memory", "conversation_chunks", "message_embeddings", "served_contexts", "topics", "topic_messages",
+               "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations", "topic_compactions",
+               "topic_conversations")
+_WHEN_MAX = 200
+LOCK_TIMEOUT_MS = 500  # below PostgreSQL's deadlock_timeout (1 s): a writer waiting on us never sees a cycle
+
+
+async def _install_tombstone_triggers(conn: psycopg.AsyncConnection) -> None:
+    """The triggers that check the tombstones (migration 0016's drop_erased), (re)created after
+    each erasure with the tombstoned conversations as a constant: a row of any other
+    conversation is let through by the trigger's WHEN (a hashed lookup in C), and a generation
+    that never erased has no trigger at all. The tables are locked by this transaction."""
+    keys = [f"{t}/{c}" for t, c in await (await conn.execute(
+        "SELECT DISTINCT tenant_id, conversation_id FROM erasure_tombstones ORDER BY 1, 2")).fetchall()]
+    if not keys:
+        return
+    # A trigger's WHEN scans its list (it is not planned, so not hashed): past a few hundred
+    # conversations the function's own index probe is cheaper.
+    when = sql.SQL(" WHEN ((NEW.tenant_id || '/' || NEW.conversation_id) = ANY({}::text[]))").format(
+        sql.Literal(keys)) if len(keys) <= _WHEN_MAX else sql.SQL("")
+    for table in _TOMBSTONED:
+        events = "INSERT OR UPDATE OF status" if table == "memory" else "INSERT"
+        await conn.execute(sql.SQL("CREATE OR REPLACE TRIGGER {} BEFORE {} ON {} FOR EACH ROW{}"
+                                   " EXECUTE FUNCTION drop_erased()").format(
+            sql.Identifier(f"{table}_drop_erased"), sql.SQL(events), sql.Identifier(table), when))
+
+
+async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, attempts: int = 240) -> None:
+    """`erase` after locking `_LOCKED` for writes (SHARE ROW EXCLUSIVE: writers wait, readers do
+    not), in a savepoint where any lock wait gives up after LOCK_TIMEOUT_MS: rolled back (its
+    locks released) and tried again with backoff. The erasure never waits long enough for another
+    writer's deadlock check to find it in a cycle, so the other writer is never the one aborted."""
+    for attempt in range(1, attempts + 1):
+        try:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
+                await conn.execute(f"LOCK TABLE {', '.join(_LOCKED)} IN SHARE ROW EXCLUSIVE MODE")
+                await erase(conn, event)
+                await _install_tombstone_triggers(conn)
+                await conn.execute("SET LOCAL lock_timeout = 0")
+            return
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            if attempt == attempts:
+                raise
+            log.info("erasure %s: a table or row is busy (attempt %d); trying again", event.envelope.event_id, attempt)
+            await asyncio.sleep(min(0.05 * attempt, 1.0))
 
 
 async def _ids(conn, sql: str, params) -> list:
     return [row[0] for row in await (await conn.execute(sql, params)).fetchall()]
+
+
+async def _plan_rederive(conn, erasure_id: str, tenant: str, conversation: str, seqs: list[int],
+                         chunk_ids: list[str]) -> None:
+    """What the mixed conversation's owner gets again: the summaries from the newest one kept
+    (it ends before the first erased seq), and the chunk ranges about to be deleted."""
+    base = await (await conn.execute(
+        "SELECT memory_id, end_sequence FROM memory WHERE tenant_id = %s AND conversation_id = %s"
+        " AND status = 'completed' AND end_sequence < %s ORDER BY memory_id DESC LIMIT 1",
+        (tenant, conversation, min(seqs)))).fetchone()
+    ranges = await (await conn.execute(
+        "SELECT message_range_start, message_range_end FROM conversation_chunks WHERE tenant_id = %s"
+        " AND conversation_id = %s AND chunk_id = ANY(%s::text[]) ORDER BY message_range_start",
+        (tenant, conversation, chunk_ids))).fetchall()
+    await conn.execute(
+        "INSERT INTO erasure_rederive (erasure_event_id, tenant_id, conversation_id, erased_seqs, base_memory_id,"
+        " base_end_seq, chunk_ranges) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (erasure_id, tenant, conversation, seqs, base[0] if base else None, base[1] if base else None,
+         orjson.dumps([list(r) for r in ranges]).decode()))
+
+
+async def _tombstones(conn, erasure_id: str, tenant: str, whole: list[str], partial: dict[str, list[int]]) -> None:
+    """A whole conversation up to its last seq known now; in a mixed one, the erased messages."""
+    await conn.execute(
+        "INSERT INTO erasure_tombstones (tenant_id, conversation_id, erasure_event_id, whole, through_seq)"
+        " SELECT %(t)s, w, %(e)s, true, COALESCE((SELECT last_seq FROM conversations c WHERE c.tenant_id = %(t)s"
+        " AND c.conversation_id = w), (SELECT max(seq) FROM messages m WHERE m.tenant_id = %(t)s"
+        " AND m.conversation_id = w), -1) FROM unnest(%(w)s::text[]) w ON CONFLICT DO NOTHING",
+        {"t": tenant, "e": erasure_id, "w": whole})
+    for conversation, seqs in partial.items():
+        await conn.execute(
+            "INSERT INTO erasure_tombstones (tenant_id, conversation_id, erasure_event_id, whole, through_seq, event_ids)"
+            " SELECT %s, %s, %s, false, -1, coalesce(array_agg(event_id), '{}') FROM messages WHERE tenant_id = %s"
+            " AND conversation_id = %s AND seq = ANY(%s::int[]) ON CONFLICT DO NOTHING",
+            (tenant, conversation, erasure_id, tenant, conversation, seqs))
 
 
 async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
@@ -106,6 +202,11 @@ async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
                               " topic_compactions WHERE tenant_id = %s AND (conversation_id = ANY(%s::text[]) OR"
                               " conversation_id = ANY(%s::text[]))", (tenant, whole, mixed, tenant, whole, mixed))
 
+    # What mixed conversations get again (streams/rederive.py), before their rows go, and the
+    # tombstones that keep derived events still in flight from bringing rows back (0016).
+    for conversation, seqs in partial.items():
+        await _plan_rederive(conn, e.event_id, tenant, conversation, seqs, chunk_ids)
+    await _tombstones(conn, e.event_id, tenant, whole, partial)
     # Facts and everything hanging off them.
     await delete("fact_links", "DELETE FROM fact_links WHERE from_fact_id = ANY(%s::text[]) OR to_fact_id = ANY(%s::text[])",
                  (fact_ids, fact_ids))

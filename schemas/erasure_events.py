@@ -6,7 +6,7 @@ user_id is the acting user. The payload names what to erase; the `erasure` proje
 
 from __future__ import annotations
 
-from pydantic import StrictStr
+from pydantic import Field, StrictInt, StrictStr
 
 from schemas.events import Payload
 from schemas.spec import EventSpec
@@ -14,6 +14,9 @@ from schemas.spec import EventSpec
 USER_ERASED = "user.erased"
 CONVERSATION_ERASED = "conversation.erased"
 ERASURE_TYPES = (USER_ERASED, CONVERSATION_ERASED)
+# On the generation's memory topic, keyed by the conversation: an erasure deleted summaries of
+# this conversation that mixed the erased user's words with others' (streams/rederive.py).
+REDERIVE_REQUESTED = "conversation.rederive.requested"
 
 
 class UserErased(Payload):
@@ -30,6 +33,18 @@ class ConversationErased(Payload):
     reason: StrictStr = ""
 
 
+class RederiveRequested(Payload):
+    """Summarize this conversation again from `base_memory_id` (the newest summary kept, None:
+    from the start): the summaries from `first_seq` on were deleted by erasure
+    `erasure_event_id`, whose user's messages `erased_seqs` are gone from the read model."""
+
+    erasure_event_id: StrictStr
+    first_seq: StrictInt = Field(ge=0)
+    erased_seqs: list[StrictInt] = Field(default_factory=list)
+    base_memory_id: StrictInt | None = Field(default=None, ge=1)
+    base_end_seq: StrictInt | None = Field(default=None, ge=0)
+
+
 def erasure_stream(user_id: str) -> str:
     """The conversation id (Kafka key) a user's erasure is appended under."""
     return f"erasure-{user_id}"
@@ -38,4 +53,5 @@ def erasure_stream(user_id: str) -> str:
 SPECS: tuple[EventSpec, ...] = (
     EventSpec(USER_ERASED, 1, UserErased),
     EventSpec(CONVERSATION_ERASED, 1, ConversationErased),
+    EventSpec(REDERIVE_REQUESTED, 1, RederiveRequested),
 )

@@ -38,6 +38,13 @@ class ServedTopic(Payload):
     restored: bool = False
 
 
+class ServedClock(Payload):
+    """The generation's projection clock when the read began (projections/as_of_queries.py)."""
+
+    generation: StrictStr
+    position: StrictInt = Field(ge=0)
+
+
 class ContextServed(Payload):
     """The turn-start context the API returned for turn `turn_seq` (the envelope's user is the
     acting user, its occurred_at the time the read started)."""
@@ -54,6 +61,7 @@ class ContextServed(Payload):
     active_topic: ServedTopic | None = None
     watermark: dict[str, Any] = Field(default_factory=dict)
     served_at: datetime
+    clock: ServedClock | None = None  # absent in records made before the clock (compared by time)
 
 
 SPECS = (EventSpec(CONTEXT_SERVED, 1, ContextServed),)

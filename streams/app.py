@@ -7,6 +7,7 @@ import faust
 from memory_agent.settings import Settings
 from streams import kafka_transport
 from streams.context import StreamContext
+from streams import rederive
 from streams.facts import register as facts
 from streams.stages import StageRunner, run_stages
 from streams.kafka_topics import agents_group, stage_group
@@ -61,6 +62,7 @@ def make_app(settings: Settings) -> faust.App:
     )
     for system in settings.systems:
         REGISTRARS[system](app, ctx)
+    rederive.register(app, ctx)  # after an erasure: mixed summaries and chunks again (docs/lineage.md)
     runners = [
         StageRunner(
             stage, topic=memory_topic, group_id=stage_group(settings, stage.name),

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request
 
-from api.as_of import context_as_of
+from api.as_of import context_as_of, projection_clock
 from api.auth import conversation_user
 from api.deps import ConnDep, PrincipalDep, SettingsDep
 from api.log_ends import LogEnds, projected_through
@@ -70,8 +70,9 @@ async def turn_context(
     )
     if as_of_seq is not None:
         return await context_as_of(conn, wanted, as_of_seq, request.app.state)
+    clock = await projection_clock(conn)  # as the read begins: what as_of_seq rebuilds (docs/lineage.md)
     served = await build_turn_context(conn, wanted, min_seq=min_seq, app_state=request.app.state)
-    recorder_for(request.app.state).record(wanted, served)  # off the critical path: never waits, never raises
+    recorder_for(request.app.state).record(wanted, served, clock)  # off the critical path: never waits, never raises
     return served
 
 

@@ -7,6 +7,7 @@ from typing import Any, Union
 
 from memory_agent.settings import WindowSettings
 from schemas import registry
+from schemas.erasure_events import REDERIVE_REQUESTED
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,17 @@ class Tick:
     """A timer fired: only the stuck-request scan runs."""
 
 
-Observed = Union[MessageSaved, SummaryDone, SummaryGaveUp, Tick]
+@dataclass(frozen=True)
+class Rederive:
+    """An erasure deleted the summaries from `first_seq` on (docs/lineage.md): summarize again,
+    from the newest summary kept, up to where the newest summary had reached."""
+    erasure_id: str
+    first_seq: int
+    base_memory_id: int | None
+    base_end_seq: int | None
+
+
+Observed = Union[MessageSaved, SummaryDone, SummaryGaveUp, Tick, Rederive]
 
 
 def observe(event_type: str, payload: Any, seq: int | None = None) -> Observed | None:
@@ -96,6 +107,8 @@ def observe(event_type: str, payload: Any, seq: int | None = None) -> Observed |
         return SummaryGaveUp(payload.memory_id, payload.attempt, payload.error)
     if event_type == registry.WINDOW_TICKED:
         return Tick()
+    if event_type == REDERIVE_REQUESTED:
+        return Rederive(payload.erasure_event_id, payload.first_seq, payload.base_memory_id, payload.base_end_seq)
     return None
 
 
@@ -156,6 +169,7 @@ class WindowState:
     completions: int = 0
     failures: int = 0
     reissues: int = 0
+    last_rederive: str = ""  # the erasure id last re-derived for (a redelivery changes nothing)
 
     def to_dict(self) -> dict[str, Any]:
         # Field by field: dataclasses.asdict deep-copies and costs ~25x more per event.
@@ -228,6 +242,8 @@ def evolve(state: WindowState, item: Observed | Command, now: float, config: Win
         return _failed(state, now, config)
     if isinstance(item, GiveUp):
         return _failed(state, now, config) if flight and flight.memory_id == item.memory_id else state
+    if isinstance(item, Rederive):
+        return _with(state, last_rederive=item.erasure_id)
     if isinstance(item, RequestSummary):
         fresh = item.attempt == 1
         return _with(
@@ -293,6 +309,19 @@ def _replay_trigger(state: WindowState, seq: int, config: WindowConfig) -> tuple
                            1, config.prompt_version, config.model),)
 
 
+def _rederive(state: WindowState, item: Rederive, config: WindowConfig) -> tuple[Command, ...]:
+    """One request from the kept base to the end of the newest summary requested or completed
+    (it replaces a request in flight: that one may have read the erased messages)."""
+    ends = [s[2] for s in (state.latest_completed, state.latest_requested) if s is not None]
+    end = max(ends, default=-1)
+    if end < item.first_seq:
+        return ()
+    start = calculate_summary_range(end, config.window_size)[0]
+    start = min(start, 0 if item.base_end_seq is None else item.base_end_seq + 1)
+    return (RequestSummary(state.next_memory_id, start, end, item.base_memory_id, item.base_end_seq, 1,
+                           config.prompt_version, config.model),)
+
+
 def _as_replay(command: Command) -> Command:
     return ReplayRequest(**vars(command)) if type(command) is RequestSummary else command
 
@@ -311,6 +340,8 @@ def decide(state: WindowState, observed: Observed, now: float, config: WindowCon
 def _decide(state: WindowState, current: WindowState, observed: Observed, now: float, config: WindowConfig
             ) -> tuple[Command, ...]:
     """`decide`, with `current` = the state after `observed`."""
+    if isinstance(observed, Rederive):
+        return () if observed.erasure_id == state.last_rederive else _rederive(current, observed, config)
     commands = _sweep(current, now, config)
     is_new_round_end = (isinstance(observed, MessageSaved) and observed.seq > state.last_seq
                         and observed.role in config.trigger_roles)

@@ -137,6 +137,12 @@ class SummaryStage:
         )
         messages = await cur.fetchall()
         base_ready = request.base_memory_id is None or previous is not None
+        if len(messages) < expected:  # an erased user's messages are gaps, not waits (docs/lineage.md)
+            cur = await conn.execute(
+                "SELECT count(DISTINCT s) FROM erasure_rederive, unnest(erased_seqs) s WHERE tenant_id = %s"
+                " AND conversation_id = %s AND s BETWEEN %s AND %s",
+                (cause.tenant_id, cause.conversation_id, first, request.end_seq))
+            expected -= (await cur.fetchone())[0]
         if base_ready and len(messages) == expected:
             return True, previous, messages, None
         return False, previous, messages, (

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import gzip
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import orjson
@@ -19,12 +20,17 @@ from aiokafka import AIOKafkaConsumer
 from memory_agent.client import MemoryClient
 from memory_agent.settings import ApiSettings, PrivacySettings
 from projections.migrate import migrate
-from schemas.codec import decode
+from domain.facts import ids
+from schemas import facts_events as fe
+from schemas.codec import decode, new_event
+from schemas.events import SummaryCompleted, SummaryRequested
+from schemas.registry import SUMMARY_COMPLETED, SUMMARY_REQUESTED
 from streams.kafka_topics import ensure_topics
 from schemas.sealed import ERASED_CONTENT
 from tests.integration.conftest import API_KEYS, running_api, running_projectors, wait_until, worker_process
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
 from tests.integration.test_lineage import until
+from tests.integration.test_memory_projector import send_memory_events
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest
 
 ADMIN = "erasure-admin-key"
@@ -246,3 +252,145 @@ async def test_a_user_erased_from_another_owners_conversation_loses_only_its_mes
         assert left == [(0, "bob"), (2, "bob")]
         assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-b'") == [(1,)]
         assert await residue(settings, MARK) == {}
+
+
+def mixed_lines() -> list[tuple[str, str, str]]:
+    """(user, role, text) of bob's conversation: alice writes its seqs 10 and 14."""
+    out = []
+    for seq in range(20):
+        if seq % 2:
+            out.append(("bob", "assistant", f"Reply number {seq}."))
+        elif seq in (10, 14):
+            out.append(("alice", "user", f"Alice here: my word is {MARK}, number {seq}."))
+        else:
+            out.append(("bob", "user", f"Bob says {KEEP} number {seq}."))
+    return out
+
+
+@pytest.mark.asyncio
+async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_user(settings):
+    """Alice wrote in bob's conversation: after her erasure bob gets summaries and chunks for
+    the erased range again, made from his messages only, through the worker's normal paths."""
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN])})
+    with FakeOpenAI(json_responder=model) as fake:
+        env = fake.env(llm=True, embeddings=True) | SMALL_CHUNKS | {"MEMORY_WINDOW__CATCH_UP_BACKLOG": "1"}
+        api_settings = settings.model_copy(update={"embedding": fake.embedding_settings()})
+        async with worker_process(settings, extra_env=env) as worker, running_api(api_settings) as base, \
+                MemoryClient(settings) as client:
+            log = worker.log_path
+
+            async def write(seqs: range) -> None:
+                for seq in seqs:
+                    user, role, text = mixed_lines()[seq]
+                    await client.append_message(tenant_id="tenant-a", conversation_id="conv-m", user_id=user,
+                                                subject_id="home", seq=seq, role=role, content=text)
+            await write(range(0, 8))  # a summary that ends before alice's first message: kept
+            await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'conv-m' AND status = 'completed'"
+                        " AND end_sequence = 7", (), "a summary up to seq 7", log, timeout=180)
+            await write(range(8, 20))
+            await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'conv-m' AND status = 'completed'"
+                        " AND end_sequence = 19", (), "a summary up to seq 19", log, timeout=180)
+            await until(settings, "SELECT 1 FROM conversation_chunks WHERE conversation_id = 'conv-m'"
+                        " AND message_range_start = 12", (), "the chunk of seqs 12..15", log, timeout=180)
+            planted = await residue(settings, MARK)
+            assert planted.get("memory") and planted.get("conversation_chunks"), planted
+            [(newest_before,)] = await rows(settings, "SELECT max(memory_id) FROM memory WHERE conversation_id = 'conv-m'")
+            [(kept_id, kept_end, kept_text)] = await rows(  # the newest summary that ends before alice's words
+                settings, "SELECT memory_id, end_sequence, memory_text FROM memory WHERE conversation_id = 'conv-m'"
+                " AND status = 'completed' AND end_sequence < 10 ORDER BY memory_id DESC LIMIT 1")
+            chunks_before = await rows(settings, "SELECT message_range_start, chunk_id, content FROM conversation_chunks"
+                                                 " WHERE conversation_id = 'conv-m' ORDER BY 1")
+            assert [c[0] for c in chunks_before] == [0, 4, 8, 12], chunks_before
+
+            async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+                answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})
+                assert answer.status_code == 202, answer.text
+                [(rederive,)] = await until(settings, "SELECT rederive FROM erasures WHERE event_id = %s",
+                                            (answer.json()["event_id"],), "the erasure applied", log)
+                assert rederive == {"conv-m": [10, 14]}, rederive
+                [(outcome, ranges, base_id)] = await until(
+                    settings, "SELECT outcome, chunk_ranges, base_memory_id FROM erasure_rederive"
+                    " WHERE conversation_id = 'conv-m' AND done_at IS NOT NULL", (), "the re-derivation done",
+                    log, timeout=180)
+                assert (outcome, ranges, base_id) == ("done", [[8, 12], [12, 16]], kept_id)
+                [(new_id, start, text, sources)] = await until(
+                    settings, "SELECT memory_id, start_sequence, memory_text, source_event_ids FROM memory"
+                    " WHERE conversation_id = 'conv-m' AND status = 'completed' AND end_sequence = 19"
+                    " AND memory_id > %s", (newest_before,), "the summary derived again", log, timeout=180)
+                assert start <= kept_end + 1 and KEEP in text and MARK not in text, (start, text)
+                assert len(sources) == len([s for s in range(kept_end + 1, 20) if s not in (10, 14)])  # but alice's
+                after = await rows(settings, "SELECT message_range_start, chunk_id, content FROM conversation_chunks"
+                                             " WHERE conversation_id = 'conv-m' ORDER BY 1")
+                assert [c[0] for c in after] == [0, 4, 8, 12], after
+                assert after[:2] == chunks_before[:2]  # the chunks without alice are untouched
+                assert all(KEEP in c[2] and MARK not in c[2] for c in after[2:]), after
+                # Bob's kept summary is as it was, and nothing of alice is left anywhere.
+                assert await rows(settings, "SELECT memory_text FROM memory WHERE conversation_id = 'conv-m'"
+                                            " AND memory_id = %s", (kept_id,)) == [(kept_text,)]
+                assert await residue(settings, MARK) == {}
+                context = await http.get("/v1/conversations/conv-m/context", headers={"X-API-Key": "bob-key"})
+                assert context.status_code == 200, context.text
+                served = context.json()
+                assert served["summary"]["memory_id"] == new_id and MARK not in context.text, served
+
+
+def summary_events(conversation: str, memory_id: int, end: int, text: str, sources: list[str]):
+    common = dict(tenant_id="tenant-a", conversation_id=conversation, user_id="system")
+    return [new_event(SUMMARY_REQUESTED, SummaryRequested(memory_id=memory_id, start_seq=0, end_seq=end,
+                                                          prompt_version="p", model="m"), **common),
+            new_event(SUMMARY_COMPLETED, SummaryCompleted(memory_id=memory_id, start_seq=0, end_seq=end, text=text,
+                                                          generation_time_ms=1, prompt_version="p", model="m",
+                                                          source_event_ids=sources), **common)]
+
+
+def chunk_event(settings, conversation: str, owner: str, text: str, sources: list[str]):
+    vector = ids.to_vector([1.0] + [0.0] * (settings.embedding.dimensions - 1), "fake")
+    fact = fe.RecordedFact(fact_id=ids.fact_id("tenant-a", conversation, 0, 4, text), category="other",
+                           content=text, embedding=vector)
+    payload = fe.ChunkRecorded(chunk_id=ids.chunk_id("tenant-a", conversation, 0, 4), start_seq=0, end_seq_exclusive=4,
+                               owner_user_id=owner, summary=text, embedding=vector, facts=[fact],
+                               gate=fe.GateVerdict(worth_remembering=True, method="off"), extractor="test", model="m",
+                               prompt_version="p", source_event_ids=sources, observed_at=datetime.now(UTC),
+                               generation_time_ms=1)
+    return new_event(fe.CHUNK_RECORDED, payload, tenant_id="tenant-a", conversation_id=conversation, user_id=owner,
+                     seq=3)
+
+
+@pytest.mark.asyncio
+async def test_derived_events_in_flight_do_not_bring_erased_rows_back(settings):
+    """Summaries and chunks requested before an erasure and projected after it (the race of
+    docs/lineage.md): the tombstones of the applied erasure drop them; bob's clean ones pass."""
+    async with projectors_and_api(settings) as (settings, http):
+        async with MemoryClient(settings) as client:
+            await say(client, "alice", "conv-a", MARK)
+            for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
+                                                ("bob", f"Welcome {KEEP}."), ("bob", "Bye.")]):
+                await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
+                                            seq=seq, role="user", content=text)
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 11", (), "projected")
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (), "projected")
+        events = dict(await rows(settings, "SELECT conversation_id || ':' || seq, event_id FROM messages"))
+        alice_a = [events[f"conv-a:{s}"] for s in range(4)]
+        answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})
+        assert answer.status_code == 202, answer.text
+        await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (answer.json()["event_id"],),
+                    "the erasure applied")
+        assert await residue(settings, MARK) == {}
+
+        # Results of requests made before the erasure arrive now, and then bob's clean ones.
+        late = [*summary_events("conv-a", 1, 3, f"About {MARK}.", alice_a),
+                chunk_event(settings, "conv-a", "alice", f"Alice said {MARK}.", alice_a),
+                *summary_events("conv-b", 1, 3, f"Mixed {MARK} and {KEEP}.",
+                                [events["conv-b:0"], events["conv-b:1"], events["conv-b:2"]]),
+                *summary_events("conv-b", 2, 2, f"Only {KEEP}.", [events["conv-b:0"], events["conv-b:2"]])]
+        await send_memory_events(settings, late)
+        await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'conv-b' AND memory_id = 2"
+                    " AND status = 'completed'", (), "bob's clean summary projected")
+        assert await residue(settings, MARK) == {}
+        assert await rows(settings, "SELECT count(*) FROM memory WHERE conversation_id = 'conv-a'") == [(0,)]
+        assert await rows(settings, "SELECT count(*) FROM conversation_chunks WHERE conversation_id = 'conv-a'"
+                                    " UNION ALL SELECT count(*) FROM facts WHERE source_conversation_id = 'conv-a'") \
+            == [(0,), (0,)]
+        assert await rows(settings, "SELECT memory_id, status, memory_text, error FROM memory"
+                                    " WHERE conversation_id = 'conv-b' ORDER BY memory_id") == [
+            (1, "failed", None, "its inputs were erased"), (2, "completed", f"Only {KEEP}.", None)]

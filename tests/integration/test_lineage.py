@@ -39,6 +39,12 @@ async def say(client: MemoryClient, seqs: range, lines: list[str], user: str = "
                                     content=text)
 
 
+# Every wall-clock time the "as of" rebuild could compare (see the clock skew case).
+SKEWED = {"messages": ["projected_at"], "memory": ["created_at", "completed_at", "updated_at"],
+          "facts": ["created_at"], "conversation_chunks": ["created_at"], "topic_activations": ["projected_at"],
+          "topic_compactions": ["projected_at"], "topic_assignments": ["projected_at"]}
+
+
 async def until(settings, sql: str, params=(), what: str = "", log_path: str = "", timeout: float = 120) -> list:
     found: list = []
 
@@ -189,7 +195,28 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                 assert code == 0, out
                 assert f"fact {fact_id}: no longer in your memory" in out and f"{LISBON!r}" in out
 
-                # Were this generation built after the turn (a replay), the rebuild says why it may differ.
+                # Clock skew: PostgreSQL's clock an hour ahead of the API's, so every row's wall-clock
+                # time is after the recorded serving time. The rebuild compares projection clock
+                # positions (recorded with the turn), not times: turn 7 still rebuilds as served.
+                assert past["as_of"]["position"] == payload["clock"]["position"] > 0, (past["as_of"], payload)
+                async with await psycopg.AsyncConnection.connect(
+                        settings.postgres.dsn, autocommit=True, options=f"-c search_path={settings.pg_schema}") as conn:
+                    for table, columns in SKEWED.items():
+                        await conn.execute(f"UPDATE {table} SET " + ", ".join(
+                            f"{c} = {c} + interval '1 hour'" for c in columns))
+                skewed = (await http.get("/v1/conversations/conv-a/context", params={"as_of_seq": 7})).json()
+                assert skewed["as_of"]["matches"] is True, skewed["as_of"]
+                assert [i["content"] for i in skewed["retrieved"]["items"] if i["id"] == fact_id] == [LISBON]
+                # A record without a position (made before the clock, or by another generation) is
+                # compared by time: under the skew nothing was projected by then, and it says so.
+                async with await psycopg.AsyncConnection.connect(
+                        settings.postgres.dsn, autocommit=True, options=f"-c search_path={settings.pg_schema}") as conn:
+                    await conn.execute("UPDATE served_contexts SET payload = payload - 'clock'")
+                by_time = (await http.get("/v1/conversations/conv-a/context", params={"as_of_seq": 7})).json()
+                assert by_time["as_of"]["position"] is None and by_time["as_of"]["matches"] is False, by_time["as_of"]
+                assert by_time["messages"] == [] and by_time["summary"] is None, by_time
+
+                # Were this generation built after such a turn (a replay), the rebuild says why it may differ.
                 async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
                     await conn.execute("UPDATE public.memory_generations SET created_at = now()"
                                        " WHERE topic_prefix = %s", (settings.kafka.topic_prefix,))

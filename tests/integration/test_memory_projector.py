@@ -21,14 +21,8 @@ COMPLETED_2 = new_event(SUMMARY_COMPLETED, SummaryCompleted(**WINDOW, attempt=2,
                                                             generation_time_ms=5), **COMMON)
 
 
-@pytest.mark.asyncio
-@pytest.mark.parametrize("events", [[REQUESTED_1, REQUESTED_2, FAILED_1, COMPLETED_2],
-                                    # The fold re-issued before attempt 1's failure reached it.
-                                    [REQUESTED_1, FAILED_1, REQUESTED_2, COMPLETED_2]])
-async def test_a_late_failure_of_a_replaced_attempt_does_not_fail_the_row(settings, events):
-    """Attempt 1 times out, the fold re-issues attempt 2, attempt 1 fails and attempt 2
-    completes: the fold keeps attempt 2's summary (and chains on it), so the row must end
-    completed, not failed, in whichever order the re-issue and the failure reach the log."""
+async def send_memory_events(settings, events) -> None:
+    """Envelopes onto the generation's memory topic, each keyed by its conversation, acknowledged."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_idempotence=True)
     await producer.start()
     try:
@@ -37,6 +31,17 @@ async def test_a_late_failure_of_a_replaced_attempt_does_not_fail_the_row(settin
                                          value=encode(event))
     finally:
         await producer.stop()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("events", [[REQUESTED_1, REQUESTED_2, FAILED_1, COMPLETED_2],
+                                    # The fold re-issued before attempt 1's failure reached it.
+                                    [REQUESTED_1, FAILED_1, REQUESTED_2, COMPLETED_2]])
+async def test_a_late_failure_of_a_replaced_attempt_does_not_fail_the_row(settings, events):
+    """Attempt 1 times out, the fold re-issues attempt 2, attempt 1 fails and attempt 2
+    completes: the fold keeps attempt 2's summary (and chains on it), so the row must end
+    completed, not failed, in whichever order the re-issue and the failure reach the log."""
+    await send_memory_events(settings, events)
     async with running_projectors(settings):
         async def settled() -> bool:
             status = await scalar(settings, "SELECT status FROM memory WHERE conversation_id = 'reissued'")

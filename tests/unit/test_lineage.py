@@ -9,6 +9,7 @@ import pytest
 from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
 from retrieval.request import ContextRequest
 from api.served import served_payload
+from projections.as_of_queries import Moment
 from domain.lineage import differences, split_id, version_of
 from memory_agent.cli_lineage import render_lineage, turn_items
 from projections.queries import ConversationRow
@@ -79,6 +80,18 @@ def test_the_served_record_holds_ids_ranges_versions_and_the_watermark_and_round
     assert served_payload(_request(before_seq=7), out).turn_seq == 7
     envelope = new_event(CONTEXT_SERVED, payload, tenant_id="t", conversation_id="c", user_id="u")
     assert decode(encode_checked(envelope)).payload == payload
+    assert payload.clock is None  # a record without the projection clock: compared by time
+    clocked = served_payload(_request(), out, ("g1", 42))
+    assert (clocked.clock.generation, clocked.clock.position) == ("g1", 42)
+    envelope = new_event(CONTEXT_SERVED, clocked, tenant_id="t", conversation_id="c", user_id="u")
+    assert decode(encode_checked(envelope)).payload == clocked
+
+
+def test_as_of_compares_clock_positions_and_falls_back_to_times():
+    by_position, by_time = Moment(NOW, 42), Moment(NOW)
+    assert by_position.before("created_pos", "created_at") == "created_pos <= %(pos)s"
+    assert by_time.before("created_pos", "created_at") == "created_at <= %(at)s"
+    assert by_position.params(t="x") == {"at": NOW, "pos": 42, "t": "x"}
 
 
 def test_the_cli_lists_a_turns_items_and_renders_sources_and_what_was_served():
