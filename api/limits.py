@@ -4,9 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator
 
 from fastapi import HTTPException, status
+
+SHARED_FRACTION = 0.6  # of the pool, per tenant, when several tenants share it
+
+
+def tenant_share(configured: int | None, pool_size: int, tenants: int) -> int:
+    """Pooled connections one tenant may hold at once. An explicit setting wins. Otherwise a
+    deployment whose keys name one tenant gets the whole pool (there is nobody to starve), and
+    with several tenants each may hold 60 % of it (6 of 10), always leaving at least one
+    connection to the others (a pool of 1 is shared 1)."""
+    if configured is not None:
+        return configured
+    if tenants <= 1:
+        return pool_size
+    return max(1, min(pool_size - 1, math.ceil(pool_size * SHARED_FRACTION)))
 
 
 class TenantSlots:

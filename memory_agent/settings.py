@@ -133,7 +133,9 @@ class ApiSettings(BaseModel):
     pool_timeout_s: float = Field(default=5.0, gt=0)
     # Pooled connections one tenant may hold at once, and how long a request waits for one
     # of its tenant's slots before a 429 with Retry-After (keeps one tenant from starving others).
-    tenant_max_connections: int = Field(default=6, ge=1)
+    # None (default): the whole pool when the keys name one tenant, else 60 % of it
+    # (api/limits.py tenant_share: 6 of 10).
+    tenant_max_connections: int | None = Field(default=None, ge=1)
     tenant_queue_ms: int = Field(default=2000, ge=0)
     # Longest an ingest or fact decision waits for the broker's acknowledgement (then 503).
     produce_timeout_s: float = Field(default=5.0, gt=0)
@@ -155,6 +157,10 @@ class ApiSettings(BaseModel):
     def grants(self) -> dict[str, ApiKeyGrant]:
         """Every API key with its grant (a plain tenant string is a service key)."""
         return {k: ApiKeyGrant(tenant=g) if isinstance(g, str) else g for k, g in self.api_keys.items()}
+
+    def tenants(self) -> set[str]:
+        """The tenants the API keys name."""
+        return {grant.tenant for grant in self.grants().values()}
 
 
 class LimitsSettings(BaseModel):
