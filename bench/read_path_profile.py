@@ -119,7 +119,7 @@ async def run(settings: Settings, requests: int, profile: bool, conversations: i
     server = None if server_end is None else round((server_end - server_start) / requests, 2)
     if profiler:
         stats = pstats.Stats(profiler)
-        stats.sort_stats("cumulative").print_stats(35)
+        stats.sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(45)
     by_statement = {name: round(ms / requests, 2) for name, ms in
                     sorted(Counting.wall_ms.items(), key=lambda kv: -kv[1])[:12]}
     return {"statement_wall_ms_per_request": by_statement, "requests": requests, "api_cpu_ms_mean": round(sum(cpu) / len(cpu), 2),

@@ -15,7 +15,7 @@ import psycopg
 
 from retrieval.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
-from memory_agent.settings import RetrievalSettings
+from memory_agent.settings import RetrievalSettings, Settings
 from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack, render_line
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
@@ -292,9 +292,19 @@ def embedder_for(app_state: Any) -> Embedder:
     query vectors cached by (model, text) in a small LRU."""
     embedder = getattr(app_state, "retrieval_embedder", None)
     if embedder is None:
-        embedder = CachedQueryEmbedder(make_embedder(app_state.settings))
+        embedder = CachedQueryEmbedder(make_embedder(query_embedding_settings(app_state.settings)))
         app_state.retrieval_embedder = embedder
     return embedder
+
+
+def query_embedding_settings(settings: Settings) -> Settings:
+    """The settings the API's query embedder is made with: `retrieval.query_embedding_threads`
+    ONNX Runtime threads per query unless the embedding settings name a number themselves."""
+    threads = settings.retrieval.query_embedding_threads
+    if not threads or settings.embedding.intra_op_threads:
+        return settings
+    return settings.model_copy(update={"embedding": settings.embedding.model_copy(
+        update={"intra_op_threads": threads})})
 
 
 def common_lexemes_for(app_state: Any) -> CommonLexemes:
