@@ -331,14 +331,14 @@ async def record_surfaced(
         (scope.tenant_id, scope.conversation_id, now, turn_seq, [k for k, _ in ordered], [i for _, i in ordered]),
     )
     fact_ids = sorted(item_id for kind, item_id, inserted in await cur.fetchall() if kind == "fact" and inserted)
-    if fact_ids:
+    if fact_ids:  # in key order (no deadlock); only facts that still exist (the key references them)
         await conn.execute(
-            "WITH locked AS (SELECT fact_id FROM facts WHERE tenant_id = %s AND fact_id = ANY(%s)"
-            " ORDER BY fact_id FOR UPDATE)"
-            " UPDATE facts f SET access_count = f.access_count + 1,"
-            " last_accessed_at = GREATEST(f.last_accessed_at, %s)"
-            " FROM locked WHERE f.fact_id = locked.fact_id",
-            (scope.tenant_id, fact_ids, now),
+            "INSERT INTO fact_access AS a (fact_id, tenant_id, access_count, last_accessed_at)"
+            " SELECT f.fact_id, f.tenant_id, 1, %s FROM facts f WHERE f.tenant_id = %s AND f.fact_id = ANY(%s)"
+            " ORDER BY f.fact_id"
+            " ON CONFLICT (fact_id) DO UPDATE SET access_count = a.access_count + 1,"
+            " last_accessed_at = GREATEST(a.last_accessed_at, EXCLUDED.last_accessed_at)",
+            (now, scope.tenant_id, fact_ids),
         )
 
 
