@@ -12,8 +12,7 @@ from memory_agent.settings import ApiSettings
 
 
 def test_one_tenant_gets_the_whole_pool_and_several_share_it():
-    assert tenant_share(None, 10, 1) == 10
-    assert tenant_share(None, 24, 1) == 24  # follows the pool
+    assert tenant_share(None, 10, 1) is None  # no share: the whole pool, the pool's own wait
     assert tenant_share(None, 10, 2) == 6 and tenant_share(None, 10, 50) == 6
     assert tenant_share(None, 20, 3) == 12
     # Always leaves the others at least one connection; a pool of one is shared as one.
@@ -55,3 +54,25 @@ async def test_a_tenant_at_its_share_is_refused_while_another_tenant_still_gets_
     await asyncio.wait_for(asyncio.gather(*holders), 5)
     async with slots.hold("a"):  # freed again
         pass
+
+
+@pytest.mark.asyncio
+async def test_without_a_share_every_request_of_the_tenant_gets_by():
+    slots = TenantSlots(per_tenant=None, queue_s=0)
+    entered = 0
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        nonlocal entered
+        async with slots.hold("only"):
+            entered += 1
+            await release.wait()
+
+    async def all_in() -> None:
+        while entered < 50:
+            await asyncio.sleep(0.01)
+
+    holders = [asyncio.create_task(hold()) for _ in range(50)]
+    await asyncio.wait_for(all_in(), 5)  # fifty at once, none refused
+    release.set()
+    await asyncio.wait_for(asyncio.gather(*holders), 5)
