@@ -3,7 +3,7 @@ served-context payload) against a populated schema, timed with time.process_time
 process's CPU: the API's Python and the query embedding) and wall clock, with the statements
 sent counted; optionally a cProfile of the whole run.
 
-    python bench/read_path_profile.py [--n 100000] [--reuse] [--keep] [--requests 200] [--profile]
+    python bench/read_path_profile.py [--n 100000] [--reuse] [--keep] [--requests 200] [--profile] [--per-statement]
 
 (from the repo root, PostgreSQL up.) The schema is bench/retrieval_bench.py's (`bench_retrieval`,
 so `--reuse` shares one loaded by either script); `--random-vectors` fills the synthetic items
@@ -57,11 +57,12 @@ class Counting(psycopg.AsyncCursor):
     wall_ms: dict[str, float] = {}  # by the statement's first words: where the server time goes
     server_ms: dict[str, float] = {}  # the backend's CPU during the statement (clock ticks: a mean over many)
     backend: int | None = None
+    per_statement = False  # --per-statement: two /proc reads per statement (in the API CPU column)
 
     async def execute(self, query, *args, **kwargs):  # type: ignore[override]
         Counting.statements += 1
         started = time.perf_counter()
-        server = backend_cpu_ms(Counting.backend) if Counting.backend else None
+        server = backend_cpu_ms(Counting.backend) if Counting.per_statement and Counting.backend else None
         try:
             return await super().execute(query, *args, **kwargs)
         finally:
@@ -146,6 +147,8 @@ async def main() -> None:
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--per-statement", action="store_true",
+                        help="the server's CPU per statement too (its /proc reads add ~1 ms to the API CPU)")
     parser.add_argument("--random-vectors", action="store_true")
     args = parser.parse_args()
     base = get_settings()
@@ -159,6 +162,7 @@ async def main() -> None:
         if args.random_vectors:
             rb.embed_cached = random_vectors
         results["load"] = await rb.load(settings, args.n, args.conversations)
+    Counting.per_statement = args.per_statement
     results["in_process"] = await run(settings, args.requests, args.profile, args.conversations)
     print(json.dumps(results, indent=2))
     if not args.keep:

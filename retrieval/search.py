@@ -290,6 +290,7 @@ async def search_all(
 def _rows_with_coverage(weights: Mapping[str, float]):
     """A row factory: SearchRow with keyword_score = coverage of the row's lexemes, set as the
     row is built (no copy of a few hundred rows afterwards)."""
+    total = sum(weights.values())
 
     def factory(cursor: psycopg.AsyncCursor):
         names = [column.name for column in cursor.description or ()]
@@ -298,7 +299,7 @@ def _rows_with_coverage(weights: Mapping[str, float]):
 
         def make(values: Sequence) -> SearchRow:
             row = [values[i] for i in order]
-            row[score_at] = coverage(row[lexemes_at] or (), weights)
+            row[score_at] = coverage(row[lexemes_at] or (), weights, total)
             return SearchRow(*row)
 
         return make
