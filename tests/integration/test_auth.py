@@ -188,6 +188,24 @@ async def test_a_tenant_past_its_share_of_the_pool_gets_429_with_retry_after(set
         assert codes[0] == 200 and codes[-1] == 429
 
 
+@pytest.mark.asyncio
+async def test_missing_seqs_in_one_statement_match_the_ones_computed_from_a_listing(settings):
+    from projections.queries import list_messages, missing_in, missing_seqs
+
+    now = datetime.now(UTC)
+    async with await connect(settings) as conn:
+        for seq in (0, 1, 3, 7, 8):  # gaps at 2 and 4-6
+            await conn.execute(
+                "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content,"
+                " occurred_at, source_partition, source_offset) VALUES ('tenant-a', 'gappy', %s, %s, 'alice',"
+                " 'user', 'x', %s, 0, %s)", (seq, f"gappy-{seq}", now, seq))
+        listed = [m.seq for m in await list_messages(conn, "tenant-a", "gappy")]
+        for after, up_to, limit in ((-1, 12, 1000), (3, 12, 1000), (-1, 8, 1000), (8, 2**31 - 1, 1000), (-1, 12, 3)):
+            expected = missing_in(listed, up_to, after_seq=after, limit=limit)
+            assert await missing_seqs(conn, "tenant-a", "gappy", up_to, after_seq=after, limit=limit) == expected
+        assert await missing_seqs(conn, "tenant-a", "gappy", 12) == [2, 4, 5, 6, 9, 10, 11, 12]
+
+
 async def holders(http, n: int) -> list[int]:
     """n readers of alice's conversation at once, each holding a pooled connection for up to 5 s
     (min_seq ahead of the projection); their status codes."""
