@@ -44,4 +44,6 @@ class ActiveGeneration:
             await conn.execute("SELECT set_config('search_path', %s, false)", (f"{schema},public",))
             await conn.commit()
             self._pointed[conn] = schema
+        elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            await conn.commit()  # the lookup's (at most once per ttl_s): hand the connection out idle
         return schema
