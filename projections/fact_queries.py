@@ -15,7 +15,7 @@ _COLUMNS = (
     " COALESCE((SELECT a.access_count FROM fact_access a WHERE a.fact_id = facts.fact_id), 0) AS access_count,"
     " (SELECT a.last_accessed_at FROM fact_access a WHERE a.fact_id = facts.fact_id) AS last_accessed_at,"
     " valid_from, valid_to, deleted_at, created_at, updated_at"
-)  # the access counts live in fact_access (migration 0015)
+)  # the access counts live in fact_access (migration 0017)
 
 
 @dataclass(frozen=True)
