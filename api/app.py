@@ -16,7 +16,7 @@ from api.routes import erasure
 from memory_agent import privacy
 from api.log_ends import LogEnds
 from api.served import ServedRecorder
-from api.limits import TenantSlots
+from api.limits import TenantSlots, tenant_share
 from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
                         ui_data)
 from memory_agent.client import MemoryClient
@@ -45,7 +45,9 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
         app.state.settings = settings
         app.state.keys = KeyRing.for_api(settings.api)
         app.state.admin_keys = KeyRing.for_admin(settings.api)
-        app.state.tenant_slots = TenantSlots(settings.api.tenant_max_connections, settings.api.tenant_queue_ms / 1000)
+        share = tenant_share(settings.api.tenant_max_connections, settings.postgres.pool_max_size,
+                             len(settings.api.tenants()))
+        app.state.tenant_slots = TenantSlots(share, settings.api.tenant_queue_ms / 1000)
         app.state.pool = make_api_pool(settings)
         app.state.generation = ActiveGeneration(settings)
         await app.state.pool.open(wait=False)

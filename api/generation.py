@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 
 import psycopg
 
@@ -17,6 +18,9 @@ class ActiveGeneration:
         self.ttl_s = ttl_s
         self._schema = settings.pg_schema
         self._fetched_at = float("-inf")
+        # The schema each pooled connection's search_path was last set to (and committed), so a
+        # request on a connection already pointing there sends nothing (two round trips saved).
+        self._pointed: weakref.WeakKeyDictionary[psycopg.AsyncConnection, str] = weakref.WeakKeyDictionary()
 
     async def schema(self, conn: psycopg.AsyncConnection) -> str:
         if time.monotonic() - self._fetched_at > self.ttl_s:
@@ -36,6 +40,10 @@ class ActiveGeneration:
     async def use(self, conn: psycopg.AsyncConnection) -> str:
         """Point the connection's search_path at the active generation; returns its schema."""
         schema = await self.schema(conn)
-        await conn.execute("SELECT set_config('search_path', %s, false)", (f"{schema},public",))
-        await conn.commit()
+        if self._pointed.get(conn) != schema:
+            await conn.execute("SELECT set_config('search_path', %s, false)", (f"{schema},public",))
+            await conn.commit()
+            self._pointed[conn] = schema
+        elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            await conn.commit()  # the lookup's (at most once per ttl_s): hand the connection out idle
         return schema

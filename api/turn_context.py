@@ -47,10 +47,18 @@ async def build_turn_context(
     expected_up_to = max(conversation.last_seq, min_seq if min_seq is not None else -1)
     if before_seq is not None:
         expected_up_to = min(expected_up_to, before_seq - 1)
-    missing = (
-        await queries.missing_seqs(conn, tenant, conversation_id, expected_up_to, after_seq=after)
-        if expected_up_to > after else []
-    )
+    # The listing holds every message of the range unless it was cut at its limit: then the
+    # missing seqs (and the retrieval's last turns) need no statement of their own.
+    listed_all = len(messages) <= limits.context_max_gap_messages
+    if expected_up_to <= after:
+        missing = []
+    elif listed_all:
+        missing = queries.missing_in([m.seq for m in messages], expected_up_to, after_seq=after)
+    else:
+        missing = await queries.missing_seqs(conn, tenant, conversation_id, expected_up_to, after_seq=after)
+    last_messages = app_state.settings.retrieval.last_messages
+    recent = ([(m.content, m.occurred_at) for m in reversed(messages)]
+              if after < 0 or len(messages) >= max(last_messages, 1) else None)
     by_id = {m.memory_id: m for m in memory}
     summary = None
     if assembled.summary is not None:
@@ -80,6 +88,7 @@ async def build_turn_context(
             gap_omitted_count=omitted_count,
         ),
         retrieved=await retrieval_section(
-            conn, request, app_state, verbatim_from_seq=min((m.seq for m in assembled.gap), default=None)),
+            conn, request, app_state, verbatim_from_seq=min((m.seq for m in assembled.gap), default=None),
+            recent=recent),
         active_topic=await topic_section(conn, request, app_state),
     )

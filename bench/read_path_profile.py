@@ -3,14 +3,15 @@ served-context payload) against a populated schema, timed with time.process_time
 process's CPU: the API's Python and the query embedding) and wall clock, with the statements
 sent counted; optionally a cProfile of the whole run.
 
-    python bench/read_path_profile.py [--n 100000] [--reuse] [--keep] [--requests 200] [--profile]
+    python bench/read_path_profile.py [--n 100000] [--reuse] [--keep] [--requests 200] [--profile] [--per-statement]
 
 (from the repo root, PostgreSQL up.) The schema is bench/retrieval_bench.py's (`bench_retrieval`,
 so `--reuse` shares one loaded by either script); `--random-vectors` fills the synthetic items
 with seeded random unit vectors instead of the model's (the model needs ~23 min for 100k
 here), which keeps the CPU of every statement and of the Python around it representative but
-not the recall. PostgreSQL's own CPU is not in process_time: wall minus CPU is what the
-server (and the shared machine) added. Numbers: docs/retrieval.md.
+not the recall. PostgreSQL's own CPU is read from /proc/<backend pid>/stat of the
+connection's server process (utime + stime, when the server runs on this machine: the
+shared one does), summed over the measured requests. Numbers: docs/retrieval.md.
 """
 
 from __future__ import annotations
@@ -54,15 +55,30 @@ class Counting(psycopg.AsyncCursor):
 
     statements = 0
     wall_ms: dict[str, float] = {}  # by the statement's first words: where the server time goes
+    server_ms: dict[str, float] = {}  # the backend's CPU during the statement (clock ticks: a mean over many)
+    backend: int | None = None
+    per_statement = False  # --per-statement: two /proc reads per statement (in the API CPU column)
 
     async def execute(self, query, *args, **kwargs):  # type: ignore[override]
         Counting.statements += 1
         started = time.perf_counter()
+        server = backend_cpu_ms(Counting.backend) if Counting.per_statement and Counting.backend else None
         try:
             return await super().execute(query, *args, **kwargs)
         finally:
             name = " ".join(str(query).split())[:70]
             Counting.wall_ms[name] = Counting.wall_ms.get(name, 0.0) + (time.perf_counter() - started) * 1000
+            if server is not None:
+                Counting.server_ms[name] = Counting.server_ms.get(name, 0.0) + backend_cpu_ms(Counting.backend) - server
+
+
+def backend_cpu_ms(pid: int) -> float | None:
+    """The server process's CPU (user + system) so far, in ms; None if it is not on this machine."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 async def run(settings: Settings, requests: int, profile: bool, conversations: int) -> dict:
@@ -76,6 +92,9 @@ async def run(settings: Settings, requests: int, profile: bool, conversations: i
             cursor_factory=Counting) as conn:
         await conn.execute("TRUNCATE surfaced_items")
         await conn.commit()
+        backend = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
+        await conn.rollback()
+        Counting.backend = backend
         for i in range(requests + 20):
             query = rng.choice(rb.QUESTIONS).format(name=rng.choice(rb.NAMES),
                                                     **{k: rng.choice(v) for k, v in rb.SLOTS.items()})
@@ -98,17 +117,24 @@ async def run(settings: Settings, requests: int, profile: bool, conversations: i
                 profiler.disable()
             if i == 19:
                 Counting.wall_ms.clear()
+                Counting.server_ms.clear()
+                server_start = backend_cpu_ms(backend)
             if i >= 20:  # the first ones warm the plans, caches and tokenizer
                 cpu.append((time.process_time() - c0) * 1000)
                 wall.append((time.perf_counter() - w0) * 1000)
                 statements.append(Counting.statements)
+    server_end = backend_cpu_ms(backend)
+    server = None if server_end is None else round((server_end - server_start) / requests, 2)
     if profiler:
         stats = pstats.Stats(profiler)
-        stats.sort_stats("cumulative").print_stats(35)
+        stats.sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(45)
     by_statement = {name: round(ms / requests, 2) for name, ms in
                     sorted(Counting.wall_ms.items(), key=lambda kv: -kv[1])[:12]}
-    return {"statement_wall_ms_per_request": by_statement, "requests": requests, "api_cpu_ms_mean": round(sum(cpu) / len(cpu), 2),
-            "api_cpu_ms_p50": round(percentile(cpu, 50), 2), "wall_ms_p50": round(percentile(wall, 50), 2),
+    server_by_statement = {name: round(ms / requests, 2) for name, ms in
+                           sorted(Counting.server_ms.items(), key=lambda kv: -kv[1])[:12]}
+    return {"statement_wall_ms_per_request": by_statement, "statement_server_cpu_ms_per_request": server_by_statement, "requests": requests, "api_cpu_ms_mean": round(sum(cpu) / len(cpu), 2),
+            "api_cpu_ms_p50": round(percentile(cpu, 50), 2),
+            "postgres_cpu_ms_mean": server, "wall_ms_p50": round(percentile(wall, 50), 2),
             "wall_ms_mean": round(sum(wall) / len(wall), 2), "statements_per_request": round(
                 sum(statements) / len(statements), 2), "load_average": [round(x, 2) for x in os.getloadavg()]}
 
@@ -121,6 +147,8 @@ async def main() -> None:
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--per-statement", action="store_true",
+                        help="the server's CPU per statement too (its /proc reads add ~1 ms to the API CPU)")
     parser.add_argument("--random-vectors", action="store_true")
     args = parser.parse_args()
     base = get_settings()
@@ -134,6 +162,7 @@ async def main() -> None:
         if args.random_vectors:
             rb.embed_cached = random_vectors
         results["load"] = await rb.load(settings, args.n, args.conversations)
+    Counting.per_statement = args.per_statement
     results["in_process"] = await run(settings, args.requests, args.profile, args.conversations)
     print(json.dumps(results, indent=2))
     if not args.keep:

@@ -315,10 +315,9 @@ def start_api(settings: Settings, port: int, threads: int | None, workers: int |
     env = dict(os.environ, MEMORY_GENERATION=settings.generation, MEMORY_POSTGRES__DSN=settings.postgres.dsn,
                MEMORY_KAFKA__TOPIC_PREFIX=settings.kafka.topic_prefix,
                MEMORY_API__API_KEYS=f'{{"{API_KEY}": "{L.A}"}}', MEMORY_LOG_LEVEL="WARNING",
-               MEMORY_TOPICS__CONTEXT_WAIT_MS="0",
-               # All clients are one tenant: its share of the pool is the whole pool (else 429s).
-               MEMORY_API__TENANT_MAX_CONNECTIONS=str(settings.postgres.pool_max_size),
-               MEMORY_API__TENANT_QUEUE_MS="30000")
+               # One tenant: no share of the pool by default (api/limits.py tenant_share); the
+               # closed loop of 32 clients queues for the pool itself: a long wait, not 503s.
+               MEMORY_TOPICS__CONTEXT_WAIT_MS="0", MEMORY_API__POOL_TIMEOUT_S="60")
     if threads is not None:
         env["MEMORY_EMBEDDING__INTRA_OP_THREADS"] = str(threads)
     code = ("import uvicorn; from api.app import create_app; from memory_agent.settings import Settings; "

@@ -133,7 +133,9 @@ class ApiSettings(BaseModel):
     pool_timeout_s: float = Field(default=5.0, gt=0)
     # Pooled connections one tenant may hold at once, and how long a request waits for one
     # of its tenant's slots before a 429 with Retry-After (keeps one tenant from starving others).
-    tenant_max_connections: int = Field(default=6, ge=1)
+    # None (default): the whole pool when the keys name one tenant, else 60 % of it
+    # (api/limits.py tenant_share: 6 of 10).
+    tenant_max_connections: int | None = Field(default=None, ge=1)
     tenant_queue_ms: int = Field(default=2000, ge=0)
     # Longest an ingest or fact decision waits for the broker's acknowledgement (then 503).
     produce_timeout_s: float = Field(default=5.0, gt=0)
@@ -155,6 +157,10 @@ class ApiSettings(BaseModel):
     def grants(self) -> dict[str, ApiKeyGrant]:
         """Every API key with its grant (a plain tenant string is a service key)."""
         return {k: ApiKeyGrant(tenant=g) if isinstance(g, str) else g for k, g in self.api_keys.items()}
+
+    def tenants(self) -> set[str]:
+        """The tenants the API keys name."""
+        return {grant.tenant for grant in self.grants().values()}
 
 
 class LimitsSettings(BaseModel):
@@ -300,6 +306,10 @@ class RetrievalSettings(BaseModel):
     # The API keeps each (tenant, word)'s document frequency (the keyword score's IDF) this
     # long, so a repeated word costs no count; 0 counts on every request.
     keyword_idf_cache_s: float = Field(default=30.0, ge=0)
+    # ONNX Runtime threads per query embedding in the API (local model), when the embedding
+    # settings leave intra_op_threads on auto (0): concurrent requests are the parallelism, one
+    # thread each costs less CPU than two fighting over the cores (docs/retrieval.md). 0: auto.
+    query_embedding_threads: int = Field(default=1, ge=0)
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score, the IDF-weighted
     # share of the query's words an item contains (0..1, see docs/retrieval.md).
     keyword_weight: float = Field(default=0.5, ge=0)

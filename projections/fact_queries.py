@@ -12,8 +12,10 @@ from psycopg.rows import class_row
 _COLUMNS = (
     "fact_id, tenant_id, owner_user_id, subject_id, category, memory_type, content, importance, tags, visibility,"
     " source_conversation_id, source_chunk_id, source_event_ids, embedding_model, extracted_by, prompt_version,"
-    " access_count, last_accessed_at, valid_from, valid_to, deleted_at, created_at, updated_at"
-)
+    " COALESCE((SELECT a.access_count FROM fact_access a WHERE a.fact_id = facts.fact_id), 0) AS access_count,"
+    " (SELECT a.last_accessed_at FROM fact_access a WHERE a.fact_id = facts.fact_id) AS last_accessed_at,"
+    " valid_from, valid_to, deleted_at, created_at, updated_at"
+)  # the access counts live in fact_access (migration 0017)
 
 
 @dataclass(frozen=True)

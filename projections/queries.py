@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Sequence
 
 import psycopg
 from psycopg.rows import class_row
@@ -79,20 +79,38 @@ async def missing_seqs(
 ) -> list[int]:
     """The first `limit` seqs in after_seq+1..up_to_seq that are not projected (gaps, or not yet
     arrived). Reads only the projected messages of the range (gaps between neighbours), never a
-    series as long as the range: a hostile up_to_seq costs nothing."""
+    series as long as the range: a hostile up_to_seq costs nothing. One statement: the gaps,
+    then the tail nothing has reached."""
     cur = await conn.execute(
-        "SELECT prev + 1, seq - 1 FROM (SELECT seq, lag(seq, 1, %s::int) OVER (ORDER BY seq) AS prev"
-        " FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq > %s AND seq <= %s) AS s"
-        " WHERE seq > prev + 1 ORDER BY seq LIMIT %s",
-        (after_seq, tenant_id, conversation_id, after_seq, up_to_seq, limit),
+        "WITH s AS (SELECT seq, lag(seq, 1, %(after)s::int) OVER (ORDER BY seq) AS prev FROM messages"
+        " WHERE tenant_id = %(tenant)s AND conversation_id = %(conversation)s AND seq > %(after)s"
+        " AND seq <= %(up_to)s)"
+        " SELECT gap_start, gap_end FROM ("
+        " (SELECT prev + 1 AS gap_start, seq - 1 AS gap_end, 0 AS part, seq FROM s WHERE seq > prev + 1 ORDER BY seq"
+        " LIMIT %(limit)s)"
+        " UNION ALL SELECT COALESCE(max(seq), %(after)s::int) + 1, %(up_to)s::int, 1, 0 FROM s) AS ranges"
+        " ORDER BY part, seq",
+        {"after": after_seq, "tenant": tenant_id, "conversation": conversation_id, "up_to": up_to_seq,
+         "limit": limit},
     )
-    ranges = await cur.fetchall()
-    cur = await conn.execute(
-        "SELECT max(seq) FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq > %s AND seq <= %s",
-        (tenant_id, conversation_id, after_seq, up_to_seq),
-    )
-    last = (await cur.fetchone())[0]
-    ranges.append(((after_seq if last is None else last) + 1, up_to_seq))  # the tail nothing has reached
+    return expand_ranges(await cur.fetchall(), limit)
+
+
+def missing_in(seqs: Sequence[int], up_to_seq: int, *, after_seq: int = -1, limit: int = 1000) -> list[int]:
+    """missing_seqs from the projected seqs of the range already read (ascending, all of those
+    in after_seq+1..up_to_seq; others are ignored): no statement."""
+    ranges, prev = [], after_seq
+    for seq in seqs:
+        if after_seq < seq <= up_to_seq:
+            if seq > prev + 1:
+                ranges.append((prev + 1, seq - 1))
+            prev = seq
+    ranges.append((prev + 1, up_to_seq))  # the tail nothing has reached
+    return expand_ranges(ranges, limit)
+
+
+def expand_ranges(ranges: Sequence[tuple[int, int]], limit: int) -> list[int]:
+    """The first `limit` seqs of inclusive ranges (in order), without building long ones."""
     missing: list[int] = []
     for start, end in ranges:
         missing.extend(range(start, min(end, start + limit - len(missing) - 1) + 1))

@@ -119,7 +119,8 @@ SELECT 'fact' AS kind, fact_id AS id, content, category, memory_type, importance
        (SELECT k.message_range_start FROM conversation_chunks k WHERE k.chunk_id = f.source_chunk_id) AS range_start,
        (SELECT k.message_range_end FROM conversation_chunks k WHERE k.chunk_id = f.source_chunk_id) AS range_end,
        source_event_ids, event_id, extracted_by, prompt_version, embedding_model, valid_from, valid_to, deleted_at,
-       created_at, updated_at, access_count
+       created_at, updated_at,
+       COALESCE((SELECT a.access_count FROM fact_access a WHERE a.fact_id = f.fact_id), 0) AS access_count
   FROM facts f WHERE tenant_id = %(t)s AND owner_user_id = %(u)s ORDER BY valid_from, fact_id
 """
 _EXPORT_CHUNKS = """

@@ -36,12 +36,13 @@ def idf(document_frequency: int, documents: int) -> float:
     return math.log(1.0 + (n - document_frequency + 0.5) / (document_frequency + 0.5))
 
 
-def coverage(matched: Collection[str], weights: Mapping[str, float]) -> float:
+def coverage(matched: Collection[str], weights: Mapping[str, float], total: float | None = None) -> float:
     """The share of the query's information a row contains: the IDF of the query lexemes it
     matches over the IDF of all of them (0..1). Unlike ts_rank it knows that "lgbtq" says more
     than "group", and unlike a raw BM25 sum it does not depend on the table or the row's
-    length, so a message, a chunk and a fact that match the same words score the same."""
-    total = sum(weights.values())
+    length, so a message, a chunk and a fact that match the same words score the same.
+    `total`: sum(weights.values()), if the caller scores many rows with the same weights."""
+    total = sum(weights.values()) if total is None else total
     if total <= 0:
         return 0.0
     return sum(weights.get(lexeme, 0.0) for lexeme in set(matched)) / total

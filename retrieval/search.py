@@ -3,15 +3,15 @@ tenant, user and subject."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 import psycopg
 from psycopg.rows import class_row
 
-from retrieval.keywords import CommonLexemes, Keywords, idf_weights, kept_lexemes, tsquery_text
+from retrieval.keywords import CommonLexemes, Keywords, coverage, idf_weights, kept_lexemes, tsquery_text
 
 Kind = Literal["fact", "chunk", "message"]
 KINDS: tuple[Kind, ...] = ("fact", "chunk", "message")
@@ -57,6 +57,9 @@ class SearchRow:
     role: str | None = None  # messages
     lexemes: list[str] | None = None  # the query's lexemes the row contains (keyword scoring)
     doc_lexemes: int = 0  # distinct lexemes of the row (its length, for keyword scoring)
+
+
+_FIELDS = [f.name for f in fields(SearchRow)]
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -265,7 +268,9 @@ async def search_all(
     use_vector: bool = True,
     use_keyword: bool = True,
 ) -> list[SearchRow]:
-    """search() of every kind, in one statement."""
+    """search() of every kind, in one statement. Each row's keyword_score is its IDF-weighted
+    coverage of the searched lexemes (`keywords.weights`; every lexeme counts 1 without them):
+    ts_rank only picked the keyword search's top k."""
     if not kinds:
         return []
     keyword_kinds = [kind for kind in kinds if use_keyword and keywords.for_kind(kind) is not None]
@@ -276,9 +281,30 @@ async def search_all(
         "before": scope.messages_before_seq, "lexemes": list(keywords.lexemes),
         **{f"keywords_{kind}": keywords.for_kind(kind) or "" for kind in kinds},
     }
-    async with conn.cursor(row_factory=class_row(SearchRow)) as cur:
+    weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
+    async with conn.cursor(row_factory=_rows_with_coverage(weights)) as cur:
         await cur.execute(sql, params, prepare=False)  # planned with the actual values: see search()
         return await cur.fetchall()
+
+
+def _rows_with_coverage(weights: Mapping[str, float]):
+    """A row factory: SearchRow with keyword_score = coverage of the row's lexemes, set as the
+    row is built (no copy of a few hundred rows afterwards)."""
+    total = sum(weights.values())
+
+    def factory(cursor: psycopg.AsyncCursor):
+        names = [column.name for column in cursor.description or ()]
+        order = [names.index(name) for name in _FIELDS]  # the statement's columns in field order
+        score_at, lexemes_at = _FIELDS.index("keyword_score"), _FIELDS.index("lexemes")
+
+        def make(values: Sequence) -> SearchRow:
+            row = [values[i] for i in order]
+            row[score_at] = coverage(row[lexemes_at] or (), weights, total)
+            return SearchRow(*row)
+
+        return make
+
+    return factory
 
 
 async def record_surfaced(
@@ -306,14 +332,14 @@ async def record_surfaced(
         (scope.tenant_id, scope.conversation_id, now, turn_seq, [k for k, _ in ordered], [i for _, i in ordered]),
     )
     fact_ids = sorted(item_id for kind, item_id, inserted in await cur.fetchall() if kind == "fact" and inserted)
-    if fact_ids:
+    if fact_ids:  # in key order (no deadlock); only facts that still exist (the key references them)
         await conn.execute(
-            "WITH locked AS (SELECT fact_id FROM facts WHERE tenant_id = %s AND fact_id = ANY(%s)"
-            " ORDER BY fact_id FOR UPDATE)"
-            " UPDATE facts f SET access_count = f.access_count + 1,"
-            " last_accessed_at = GREATEST(f.last_accessed_at, %s)"
-            " FROM locked WHERE f.fact_id = locked.fact_id",
-            (scope.tenant_id, fact_ids, now),
+            "INSERT INTO fact_access AS a (fact_id, tenant_id, access_count, last_accessed_at)"
+            " SELECT f.fact_id, f.tenant_id, 1, %s FROM facts f WHERE f.tenant_id = %s AND f.fact_id = ANY(%s)"
+            " ORDER BY f.fact_id"
+            " ON CONFLICT (fact_id) DO UPDATE SET access_count = a.access_count + 1,"
+            " last_accessed_at = GREATEST(a.last_accessed_at, EXCLUDED.last_accessed_at)",
+            (now, scope.tenant_id, fact_ids),
         )
 
 

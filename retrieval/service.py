@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import math
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Mapping, Sequence
 
@@ -16,8 +15,7 @@ import psycopg
 
 from retrieval.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
-from memory_agent.settings import RetrievalSettings
-from retrieval.keywords import coverage
+from memory_agent.settings import RetrievalSettings, Settings
 from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack, render_line
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
@@ -162,20 +160,6 @@ def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: S
     ]
 
 
-def with_coverage(rows: Sequence[SearchRow], weights: Mapping[str, float], lexemes: Sequence[str]) -> list[SearchRow]:
-    """Each row's keyword_score becomes its IDF-weighted coverage of the query's lexemes
-    (ts_rank only picked the keyword search's top k). Without weights every lexeme counts 1."""
-    weights = weights or {lexeme: 1.0 for lexeme in lexemes}
-    return [_with_keyword_score(r, coverage(r.lexemes or (), weights)) for r in rows]
-
-
-def _with_keyword_score(row: SearchRow, value: float) -> SearchRow:
-    """dataclasses.replace without its per-field checks (a few hundred rows per request)."""
-    new = copy.copy(row)
-    object.__setattr__(new, "keyword_score", value)
-    return new
-
-
 def rank_all(rows: Sequence[SearchRow], now: float, config: RetrievalConfig = RetrievalConfig()) -> list[ScoredItem]:
     """Every candidate scored and ordered best first, ignoring threshold and surfaced flags
     (what recall@k is measured on)."""
@@ -199,10 +183,15 @@ async def turn_of(conn: psycopg.AsyncConnection, request: ContextRequest, n: int
         (request.tenant_id, request.conversation.conversation_id, request.before_seq, request.before_seq,
          max(n, 1)),
     )
-    rows = await cur.fetchall()
+    return turn_from(request, await cur.fetchall(), n)
+
+
+def turn_from(request: ContextRequest, recent: Sequence[tuple[str, datetime]], n: int) -> Turn:
+    """The Turn from the conversation's newest messages before `before_seq`, newest first, as
+    (content, occurred_at): at least max(n, 1) of them, or every one there is."""
     seq = request.before_seq if request.before_seq is not None else request.conversation.last_seq + 1
-    when = rows[0][1] if rows else request.now
-    return Turn([content for content, _ in reversed(rows[:n])] if n > 0 else [], seq, when)
+    when = recent[0][1] if recent else request.now
+    return Turn([content for content, _ in reversed(recent[:n])] if n > 0 else [], seq, when)
 
 
 async def earlier_messages(conn: psycopg.AsyncConnection, request: ContextRequest, n: int) -> list[str]:
@@ -253,19 +242,21 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
     keywords = await prepare(conn, max(config.ef_search, k or 0), keyword_text if keyword_text is not None else text,
                              await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id,
                              common)
-    rows = await search_all(conn, scope, vector, keywords, k or config.candidate_k,
+    return await search_all(conn, scope, vector, keywords, k or config.candidate_k,
                             use_vector=config.method != "keyword", use_keyword=config.method != "vector")
-    return with_coverage(rows, keywords.weights, keywords.lexemes)
 
 
 async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embedder: Embedder,
                    config: RetrievalConfig = RetrievalConfig(), *, common: CommonLexemes | None = None,
-                   record: bool = True, verbatim_from_seq: int | None = None) -> Retrieval | None:
+                   record: bool = True, verbatim_from_seq: int | None = None,
+                   recent: Sequence[tuple[str, datetime]] | None = None) -> Retrieval | None:
     """None when there is nothing to search with (no query, no earlier messages). Included
     items are recorded as surfaced at this turn and the facts' access counts bumped, then
     committed (`record=False` leaves the database untouched). Messages of this conversation
-    from `verbatim_from_seq` on (the response's verbatim gap) are not searched."""
-    turn = await turn_of(conn, request, config.last_messages)
+    from `verbatim_from_seq` on (the response's verbatim gap) are not searched. `recent`: the
+    newest messages before the turn if the caller read them already (see turn_from)."""
+    turn = (turn_from(request, recent, config.last_messages) if recent is not None
+            else await turn_of(conn, request, config.last_messages))
     text = query_text(request.query, turn.earlier, config)
     if text is None:
         return None
@@ -301,9 +292,19 @@ def embedder_for(app_state: Any) -> Embedder:
     query vectors cached by (model, text) in a small LRU."""
     embedder = getattr(app_state, "retrieval_embedder", None)
     if embedder is None:
-        embedder = CachedQueryEmbedder(make_embedder(app_state.settings))
+        embedder = CachedQueryEmbedder(make_embedder(query_embedding_settings(app_state.settings)))
         app_state.retrieval_embedder = embedder
     return embedder
+
+
+def query_embedding_settings(settings: Settings) -> Settings:
+    """The settings the API's query embedder is made with: `retrieval.query_embedding_threads`
+    ONNX Runtime threads per query unless the embedding settings name a number themselves."""
+    threads = settings.retrieval.query_embedding_threads
+    if not threads or settings.embedding.intra_op_threads:
+        return settings
+    return settings.model_copy(update={"embedding": settings.embedding.model_copy(
+        update={"intra_op_threads": threads})})
 
 
 def common_lexemes_for(app_state: Any) -> CommonLexemes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import psycopg
 from pydantic import BaseModel, Field
@@ -105,16 +105,18 @@ def to_out(result: Retrieval, threshold: float) -> RetrievedOut:
 
 
 async def retrieval_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any, *,
-                            verbatim_from_seq: int | None = None) -> Any | None:
+                            verbatim_from_seq: int | None = None,
+                            recent: Sequence[tuple[str, datetime]] | None = None) -> Any | None:
     """RetrievedOut, or None when there is nothing to search with (no query, no messages).
     Messages of this conversation from `verbatim_from_seq` on (the response's verbatim gap)
-    are never retrieved. If anything fails (the embedder, a query), the context still
-    answers: no items, and `error` says why."""
+    are never retrieved; `recent`: the newest messages before the turn, if read already
+    (retrieval.service.turn_from). If anything fails (the embedder, a query), the context
+    still answers: no items, and `error` says why."""
     config = RetrievalConfig.from_settings(app_state.settings.retrieval)
     embedder = embedder_for(app_state)
     try:
         result = await retrieve(conn, request, embedder, config, common=common_lexemes_for(app_state),
-                                verbatim_from_seq=verbatim_from_seq)
+                                verbatim_from_seq=verbatim_from_seq, recent=recent)
     except Exception as error:  # noqa: BLE001 - a section degrades, the context answers
         if isinstance(error, EmbeddingError):
             log.warning("retrieval skipped, embedder failed: %s", error)

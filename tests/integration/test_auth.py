@@ -222,6 +222,59 @@ async def test_a_tenant_past_its_share_of_the_pool_gets_429_with_retry_after(set
 
 
 @pytest.mark.asyncio
+async def test_missing_seqs_in_one_statement_match_the_ones_computed_from_a_listing(settings):
+    from projections.queries import list_messages, missing_in, missing_seqs
+
+    now = datetime.now(UTC)
+    async with await connect(settings) as conn:
+        for seq in (0, 1, 3, 7, 8):  # gaps at 2 and 4-6
+            await conn.execute(
+                "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content,"
+                " occurred_at, source_partition, source_offset) VALUES ('tenant-a', 'gappy', %s, %s, 'alice',"
+                " 'user', 'x', %s, 0, %s)", (seq, f"gappy-{seq}", now, seq))
+        listed = [m.seq for m in await list_messages(conn, "tenant-a", "gappy")]
+        for after, up_to, limit in ((-1, 12, 1000), (3, 12, 1000), (-1, 8, 1000), (8, 2**31 - 1, 1000), (-1, 12, 3)):
+            expected = missing_in(listed, up_to, after_seq=after, limit=limit)
+            assert await missing_seqs(conn, "tenant-a", "gappy", up_to, after_seq=after, limit=limit) == expected
+        assert await missing_seqs(conn, "tenant-a", "gappy", 12) == [2, 4, 5, 6, 9, 10, 11, 12]
+
+
+async def holders(http, n: int) -> list[int]:
+    """n readers of alice's conversation at once, each holding a pooled connection for up to 5 s
+    (min_seq ahead of the projection); their status codes."""
+    slow = [http.get("/v1/conversations/alice-chat/context", params={"min_seq": 3, "wait_ms": 5_000}, headers=ALICE)
+            for _ in range(n)]
+    return sorted(r.status_code for r in await asyncio.wait_for(asyncio.gather(*slow), 60))
+
+
+@pytest.mark.asyncio
+async def test_a_single_tenant_deployment_gets_the_whole_pool_by_default(settings):
+    # The keys name one tenant: no share applies, eight readers at once on a pool of ten all get in
+    # (with the old fixed share of 6 and no queue, two were refused with 429).
+    one_tenant = {k: v for k, v in KEYS.items() if v["tenant"] == "tenant-a"}
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=one_tenant, max_wait_ms=5_000,
+                                                              tenant_queue_ms=0)})
+    await conversation(settings, "alice-chat", "alice", ["hello"])
+    async with running_api(settings) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        assert await holders(http, 8) == [200] * 8
+
+
+@pytest.mark.asyncio
+async def test_with_several_tenants_the_default_share_keeps_one_from_starving_another(settings):
+    # Two tenants configured, the default pool of ten: tenant-a may hold six connections at once.
+    settings = with_keys(settings, max_wait_ms=5_000, tenant_queue_ms=0)
+    await conversation(settings, "alice-chat", "alice", ["hello"])
+    await conversation(settings, "b-chat", "carol", ["other tenant"], tenant="tenant-b")
+    async with running_api(settings) as base, httpx.AsyncClient(base_url=base, timeout=60) as http:
+        storm = asyncio.create_task(holders(http, 9))
+        # While tenant-a's share is full, tenant-b is answered.
+        other = await asyncio.wait_for(http.get("/v1/conversations/b-chat/context",
+                                                headers={"X-API-Key": "other-tenant"}), 30)
+        assert other.status_code == 200 and other.json()["messages"][0]["content"] == "other tenant"
+        assert await storm == [200] * 6 + [429] * 3
+
+
+@pytest.mark.asyncio
 async def test_readiness_names_the_dependency_that_is_down_and_ingest_answers_503_promptly(settings):
     dead_kafka = with_keys(settings, produce_timeout_s=2.0).model_copy(update={"kafka": KafkaSettings(
         bootstrap_servers=f"127.0.0.1:{free_port()}", topic_prefix=settings.kafka.topic_prefix)})

@@ -38,7 +38,7 @@ async def get(url: str, path: str, headers=NOX, **params) -> httpx.Response:
 async def test_search_finds_wifi_by_meaning_scored_like_the_context_and_writes_nothing(loaded):  # noqa: F811
     await conversation(loaded, "c1", "nox", None)
     settings = with_keys(loaded)
-    accessed = "SELECT sum(access_count) + count(last_accessed_at) FROM facts"
+    accessed = "SELECT COALESCE(sum(access_count), 0) + count(last_accessed_at) FROM fact_access"
     async with running_api(settings) as url:
         found = await get(url, "/v1/search", q="WiFi problem")
         assert found.status_code == 200, found.text

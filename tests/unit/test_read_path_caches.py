@@ -65,3 +65,16 @@ def test_no_ttl_keeps_nothing() -> None:
     stats = CommonLexemes(0.05)
     stats.remember("t1", {"port": (3, 100)}, now=0.0)
     assert stats.frequencies("t1", ["port"], now=0.0) == {}
+
+
+def test_the_api_embeds_a_query_on_one_thread_unless_the_embedding_settings_say_otherwise():
+    from memory_agent.settings import EmbeddingSettings, RetrievalSettings, Settings
+    from retrieval.service import query_embedding_settings
+
+    auto = Settings()
+    assert auto.embedding.intra_op_threads == 0
+    assert query_embedding_settings(auto).embedding.intra_op_threads == 1
+    named = Settings(embedding=EmbeddingSettings(intra_op_threads=2))
+    assert query_embedding_settings(named).embedding.intra_op_threads == 2
+    off = Settings(retrieval=RetrievalSettings(query_embedding_threads=0))
+    assert query_embedding_settings(off).embedding.intra_op_threads == 0
