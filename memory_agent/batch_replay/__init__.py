@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
-from memory_agent.batch_replay.facts import FactsBatch
+from memory_agent.batch_replay.facts import FactsBatch, close_stage, open_stage
 from memory_agent.llm.cache import CachedSummarizer
 from memory_agent.llm.factory import make_summarizer
 from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
@@ -180,6 +180,7 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
         claim = iter([*range(await _partitions_of_the_log(settings)), None]).__next__
     hand_over = _HandOver(settings)
     summarizer = make_summarizer(settings) if "window" in settings.systems else None
+    stage = await open_stage(settings) if "facts" in settings.systems else None
     kafka = settings.kafka
     consumer = AIOKafkaConsumer(
         bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed",
@@ -200,7 +201,7 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
                 log.info("batch replay of %s: partition %d was handed over already", settings.generation, number)
                 continue
             end = (await consumer.end_offsets([source]))[source]
-            partition = _Partition(settings, summarizer, consumer, producer, hand_over, source)
+            partition = _Partition(settings, summarizer, stage, consumer, producer, hand_over, source)
             reports.append(r := await partition.rebuild(end))
             log.info("batch replay of %s: partition %d: %d events, %d summaries (%d cached, %d LLM calls,"
                      " %d failed), chunks %s in %.1fs %s", settings.generation, r.partition, r.events, r.summaries,
@@ -210,6 +211,8 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
         await producer.stop()
         if summarizer is not None:
             await summarizer.aclose()
+        if stage is not None:
+            await close_stage(stage)
     return reports
 
 
@@ -255,7 +258,7 @@ async def _commit(settings: Settings, group: str, offsets: dict[TopicPartition, 
 
 
 class _Partition:
-    def __init__(self, settings: Settings, summarizer: Summarizer, consumer: AIOKafkaConsumer,
+    def __init__(self, settings: Settings, summarizer: Summarizer | None, stage, consumer: AIOKafkaConsumer,
                  producer: AIOKafkaProducer, hand_over: _HandOver, source: TopicPartition) -> None:
         self.settings, self.summarizer = settings, summarizer
         self.consumer, self.producer, self.hand_over, self.source = consumer, producer, hand_over, source
@@ -264,8 +267,8 @@ class _Partition:
         self.window = "window" in settings.systems
         self.fold = HistoryFold(window_config(settings, summarizer), time.time(), settings.replay_until) \
             if self.window else None
-        self.facts = FactsBatch(settings, producer, self.derived, hand_over.changelogs["facts"]) \
-            if "facts" in settings.systems else None
+        self.facts = FactsBatch(settings, stage, producer, self.derived, hand_over.changelogs["facts"]) \
+            if stage is not None else None
         self.hits = self.calls = self.failed = 0
 
     async def rebuild(self, end: int) -> PartitionReport:

@@ -19,8 +19,8 @@ import time
 import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
-from psycopg_pool import AsyncConnectionPool
 
+from memory_agent.batch_replay.coalesce import coalesce_lookups
 from memory_agent.embeddings.factory import make_embedder
 from memory_agent.llm.factory import make_json_completer
 from memory_agent.settings import Settings
@@ -49,12 +49,31 @@ class _BatchStage(ChunkStage):
         return False
 
 
+async def open_stage(settings: Settings) -> ChunkStage:
+    """One stage per batch process (its pool, LLM client and caches serve every partition)."""
+    pool = make_pool(settings)
+    await pool.open()
+    facts = settings.facts
+    completer, embedder = make_json_completer(settings), make_embedder(settings)
+    coalesce_lookups(completer, embedder)  # a wave's cache lookups in one query each
+    return _BatchStage(ChunkExtractor(settings, completer), embedder, pool, inputs_wait_s=facts.inputs_wait_s,
+                       max_event_bytes=settings.kafka.max_event_bytes, related_facts=facts.related_facts)
+
+
+async def close_stage(stage: ChunkStage) -> None:
+    await stage.pool.close()
+    await stage.embedder.aclose()
+    if stage.extractor.completer is not None:
+        await stage.extractor.completer.aclose()
+
+
 class FactsBatch:
     """Chunks and facts of one partition; `stats` counts waves, chunks and failures."""
 
-    def __init__(self, settings: Settings, producer: AIOKafkaProducer, derived: TopicPartition,
+    def __init__(self, settings: Settings, stage: ChunkStage, producer: AIOKafkaProducer, derived: TopicPartition,
                  changelog: str) -> None:
-        self.settings, self.producer, self.derived, self.changelog = settings, producer, derived, changelog
+        self.settings, self.stage, self.producer, self.derived = settings, stage, producer, derived
+        self.changelog = changelog
         self.projector = FactsProjector(settings)
         self.fold = ChunkHistoryFold(chunk_config(settings), time.time(), *prompt_and_model(settings))
         self.stats = {"waves": 0, "chunks": 0, "failed": 0}
@@ -65,29 +84,16 @@ class FactsBatch:
         for record, event in zip(records, decoded):
             if isinstance(event, Event):
                 first += [(record.key, envelope) for envelope in self.fold.add(record.key, event)]
-        pool = make_pool(self.settings)
-        await pool.open()
-        stage = await self._stage(pool)
         quiet = logging.getLogger("streams.facts.stage")
         level, quiet.level = quiet.level, max(quiet.getEffectiveLevel(), logging.WARNING)  # not a line per chunk
         try:
             async with await connect(self.settings) as conn:
                 await self._publish(conn, first)
                 while wave := self.fold.wave():
-                    await self._answer(conn, stage, wave)
+                    await self._answer(conn, self.stage, wave)
         finally:
             quiet.setLevel(level)
-            await pool.close()
-            await stage.embedder.aclose()
-            if stage.extractor.completer is not None:
-                await stage.extractor.completer.aclose()
         await self._write_changelog()
-
-    async def _stage(self, pool: AsyncConnectionPool) -> ChunkStage:
-        facts = self.settings.facts
-        return _BatchStage(ChunkExtractor(self.settings, make_json_completer(self.settings)),
-                           make_embedder(self.settings), pool, inputs_wait_s=facts.inputs_wait_s,
-                           max_event_bytes=self.settings.kafka.max_event_bytes, related_facts=facts.related_facts)
 
     async def _answer(self, conn, stage: ChunkStage, wave) -> None:
         self.stats["waves"] += 1
