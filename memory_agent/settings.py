@@ -441,7 +441,7 @@ class Settings(BaseSettings):
     # rebuilt (deterministic summary windows, see WindowSettings.replay_stride).
     replay_until: datetime | None = None
     # How a replay generation rebuilds that history: "stream" (the stream agents from the
-    # start of the log) or "batch" (memory_agent/batch_replay.py, window system only).
+    # start of the log) or "batch" (memory_agent/batch_replay/: window and facts systems).
     replay_mode: Literal["stream", "batch"] = "stream"
     # Which memory systems' stream agents the worker runs (projectors always run).
     systems: tuple[Literal["window", "facts", "topics"], ...] = ("window", "facts", "topics")
