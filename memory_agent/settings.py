@@ -182,7 +182,7 @@ class WindowSettings(BaseModel):
     # many messages / bytes (JSON) and names the seqs it left out (docs/summaries.md).
     context_max_gap_messages: int = Field(default=40, ge=0, le=1000)
     context_max_gap_bytes: int = Field(default=32_768, ge=0, le=1_048_576)
-    # Batch replay (memory_agent/batch_replay.py): processes sharing the partitions.
+    # Batch replay (memory_agent/batch_replay/): processes sharing the partitions.
     replay_batch_processes: int = Field(default=2, ge=1)
 
 
