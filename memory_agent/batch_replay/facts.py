@@ -33,20 +33,64 @@ from schemas.facts_events import CHUNK_RECORDED
 from streams.facts.agent import chunk_config, prompt_and_model
 from streams.facts.batch import ChunkHistoryFold, as_event
 from streams.facts.extractor import ChunkExtractor
-from streams.facts.stage import ChunkStage
+from streams.facts.stage import ChunkInputs, ChunkStage, inputs_of
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 2000  # derived records per projector transaction
 
 
+# A wave's ranges read from the projection in two queries (the stage reads one range in two).
+_WAVE_CONVERSATIONS = """
+SELECT c.tenant_id, c.conversation_id, c.user_id, c.subject_id, c.last_seq
+  FROM conversations c JOIN unnest(%(tenants)s::text[], %(conversations)s::text[]) AS w(t, c2)
+    ON c.tenant_id = w.t AND c.conversation_id = w.c2
+"""
+_WAVE_MESSAGES = """
+SELECT w.i, m.seq, m.event_id, m.role, m.content, m.occurred_at
+  FROM unnest(%(tenants)s::text[], %(conversations)s::text[], %(starts)s::int[], %(ends)s::int[])
+       WITH ORDINALITY AS w(t, c, s, e, i)
+  JOIN messages m ON m.tenant_id = w.t AND m.conversation_id = w.c AND m.seq >= w.s AND m.seq < w.e
+ ORDER BY w.i, m.seq
+"""
+
+
 class _BatchStage(ChunkStage):
-    """The stage as the agents run it, except that the batch owns each conversation's chain: a
-    range an interrupted attempt recorded already is answered again (from the caches), not
-    skipped, so the fold can go on; projecting it again changes nothing (ON CONFLICT)."""
+    """The stage as the agents run it, except that (1) the batch owns each conversation's chain:
+    a range an interrupted attempt recorded already is answered again (from the caches), not
+    skipped, so the fold can go on; projecting it again changes nothing (ON CONFLICT); and
+    (2) a wave's inputs are read from the projection in one go (`prefetch`), built by the
+    stage's own `inputs_of`; a range not found complete there takes the stage's own path."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._ready: dict[tuple[str, str, int, int], ChunkInputs] = {}
 
     async def _already_recorded(self, cause, request) -> bool:
         return False
+
+    async def prefetch(self, requests: list[Event]) -> None:
+        keys = [(r.envelope.tenant_id, r.envelope.conversation_id, r.payload.start_seq, r.payload.end_seq_exclusive)
+                for r in requests]
+        params = {"tenants": [k[0] for k in keys], "conversations": [k[1] for k in keys],
+                  "starts": [k[2] for k in keys], "ends": [k[3] for k in keys]}
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_WAVE_CONVERSATIONS, params)
+            conversations = {(t, c): (user, subject, last) for t, c, user, subject, last in await cur.fetchall()}
+            cur = await conn.execute(_WAVE_MESSAGES, params)
+            rows: dict[int, list[tuple]] = {}
+            for i, *row in await cur.fetchall():
+                rows.setdefault(i - 1, []).append(tuple(row))
+        self._ready = {}
+        for i, key in enumerate(keys):
+            inputs = inputs_of(conversations.get(key[:2]), rows.get(i, []), key[2], key[3])
+            if inputs is not None:
+                self._ready[key] = inputs
+
+    async def _inputs(self, cause, request) -> ChunkInputs:
+        key = (cause.tenant_id, cause.conversation_id, request.start_seq, request.end_seq_exclusive)
+        ready = self._ready.pop(key, None)
+        return ready if ready is not None else await super()._inputs(cause, request)
 
 
 async def open_stage(settings: Settings) -> ChunkStage:
@@ -68,7 +112,8 @@ async def close_stage(stage: ChunkStage) -> None:
 
 
 class FactsBatch:
-    """Chunks and facts of one partition; `stats` counts waves, chunks and failures."""
+    """Chunks and facts of one partition; `stats` counts waves, chunks, failures and the ranges
+    whose inputs the wave's reads found complete."""
 
     def __init__(self, settings: Settings, stage: ChunkStage, producer: AIOKafkaProducer, derived: TopicPartition,
                  changelog: str) -> None:
@@ -76,7 +121,7 @@ class FactsBatch:
         self.changelog = changelog
         self.projector = FactsProjector(settings)
         self.fold = ChunkHistoryFold(chunk_config(settings), time.time(), *prompt_and_model(settings))
-        self.stats = {"waves": 0, "chunks": 0, "failed": 0}
+        self.stats = {"waves": 0, "chunks": 0, "failed": 0, "prefetched": 0}
 
     async def rebuild(self, records: list[ConsumerRecord], decoded: list) -> None:
         """Run after the partition's messages are projected (the stage reads them)."""
@@ -103,6 +148,8 @@ class FactsBatch:
             async with limit:
                 return await stage.handle(conversation.asked)
 
+        await stage.prefetch([c.asked for c in wave])
+        self.stats["prefetched"] += len(stage._ready)
         results = await asyncio.gather(*(ask(c) for c in wave))
         out: list[tuple[bytes, Envelope]] = []
         for conversation, result in zip(wave, results):
