@@ -130,7 +130,8 @@ class FactsBatch:
             if isinstance(event, Event):
                 first += [(record.key, envelope) for envelope in self.fold.add(record.key, event)]
         quiet = logging.getLogger("streams.facts.stage")
-        level, quiet.level = quiet.level, max(quiet.getEffectiveLevel(), logging.WARNING)  # not a line per chunk
+        level = quiet.level
+        quiet.setLevel(max(quiet.getEffectiveLevel(), logging.WARNING))  # not a line per chunk
         try:
             async with await connect(self.settings) as conn:
                 await self._publish(conn, first)
@@ -172,7 +173,7 @@ class FactsBatch:
         for key, value, future in sent:
             meta = await future
             records.append(ConsumerRecord(meta.topic, meta.partition, meta.offset, meta.timestamp, 0, key, value,
-                                          None, len(key), len(value), ()))
+                                          None, len(key) if key is not None else -1, len(value), ()))
         for i in range(0, len(records), _CHUNK):
             await apply_records(conn, self.producer, self.settings, self.projector, records[i:i + _CHUNK])
 
