@@ -1,12 +1,16 @@
 """Replay benchmark: rebuild a generation from N logged messages, cold LLM cache then warm.
 
     python -m bench.replay_bench --messages 100000 --conversations 1000 --llm-latency 0.3 [--mode stream]
+        [--systems window,facts]
 
 Writes N messages to a fresh deployment's log, then runs `memory-agent replay start`
 twice with the same settings: the first replay pays for every summary at the fixed LLM
 latency (cold cache), the second finds them all in the cache (warm). Reported: events/s
 until the generation has caught up with the log and settled its summaries, and the cache
-hits/calls. Only the window system's agents run (MEMORY_SYSTEMS=["window"]).
+hits/calls. `--systems` picks the generation's memory systems (MEMORY_SYSTEMS; default the
+window system only); with `facts` the fake server also answers the chunk extraction and the
+embeddings (over HTTP, through the LLM and embedding caches), and a replay counts as done
+once every due chunk is recorded too.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import asyncio
 import sys
 import time
 
+import orjson
 import psycopg
 
 from bench.common import bench_settings, child_env, drop, prepare, report
@@ -25,10 +30,7 @@ from memory_agent.client import MemoryClient
 from projections import generations as gens
 from tests.support.fake_openai import FakeOpenAI
 
-SYSTEMS = {"MEMORY_SYSTEMS": '["window"]'}
-
-
-async def replay_once(settings, name: str, env: dict, mode: str) -> dict:
+async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, summaries: bool) -> dict:
     clock = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", name, "--detach", "--mode", mode,
@@ -39,26 +41,43 @@ async def replay_once(settings, name: str, env: dict, mode: str) -> dict:
         raise RuntimeError(out.decode())
     while True:
         p = await replays.progress(settings, name)
-        if p.caught_up and p.total and await _settled(settings, name):
+        if p.caught_up and p.total and await _settled(settings, name, chunks, summaries):
             break
         await asyncio.sleep(0.25)
     elapsed = time.perf_counter() - clock
     with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
         usage = gens.cache_usage(conn, settings.kafka.topic_prefix, name)
         summaries = conn.execute(f"SELECT count(*) FROM gen_{name}.memory").fetchone()[0]
+        recorded = conn.execute(f"SELECT count(*) FROM gen_{name}.conversation_chunks").fetchone()[0] \
+            if chunks else 0
     replays.stop_worker(settings, name)
     return {
         "events": p.total, "seconds": round(elapsed, 1), "events_per_s": round(p.total / elapsed),
-        "summaries": summaries, "llm_cache": usage.get("summary", {}),
+        "summaries": summaries, "chunks": recorded, "llm_cache": usage,
     }
 
 
-async def _settled(settings, name: str) -> bool:
+async def _settled(settings, name: str, chunks: int, summaries: bool) -> bool:
+    """No summary processing (window), and every due chunk recorded (facts)."""
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
         row = await (await conn.execute(
             f"SELECT count(*) FILTER (WHERE status = 'processing'), count(*) FROM gen_{name}.memory"
         )).fetchone()
-    return row[0] == 0 and row[1] > 0
+        if chunks:
+            recorded = (await (await conn.execute(f"SELECT count(*) FROM gen_{name}.conversation_chunks")).fetchone())[0]
+            if recorded < chunks:
+                return False
+    return row[0] == 0 and (row[1] > 0 or not summaries)
+
+
+def due_chunks(messages: int, conversations: int, threshold: int = 30, batch: int = 20) -> int:
+    """Chunks the facts system records for `messages` round-robin over `conversations`: per
+    conversation, `batch` at a time while more than `threshold` are unsummarized."""
+    total = 0
+    for c in range(conversations):
+        n = messages // conversations + (c < messages % conversations)
+        total += (n - threshold - 1) // batch + 1 if n > threshold else 0
+    return total
 
 
 async def main() -> None:
@@ -68,7 +87,10 @@ async def main() -> None:
     parser.add_argument("--llm-latency", type=float, default=0.3)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--mode", choices=("batch", "stream"), default="batch", help="replay start --mode")
+    parser.add_argument("--systems", default="window", help="comma-separated: window, facts")
     args = parser.parse_args()
+    systems = args.systems.split(",")
+    chunks = due_chunks(args.messages, args.conversations) if "facts" in systems else 0
     settings = bench_settings("replay")
     await prepare(settings)
     try:
@@ -76,13 +98,15 @@ async def main() -> None:
             # Text of its own: the first replay must find the shared LLM cache cold.
             await produce(client, args.messages, args.conversations, seq_base={}, salt=f" ({settings.kafka.topic_prefix})")
         with FakeOpenAI(latency_s=args.llm_latency) as fake:
-            env = child_env(settings, fake.env() | SYSTEMS | {"MEMORY_LLM__CONCURRENCY": str(args.concurrency)})
-            cold = await replay_once(settings, "cold", env, args.mode)
-            calls_after_cold = len(fake.chat_requests)
-            warm = await replay_once(settings, "warm", env, args.mode)
+            env = child_env(settings, fake.env(embeddings="facts" in systems) | {
+                "MEMORY_SYSTEMS": orjson.dumps(systems).decode(), "MEMORY_LLM__CONCURRENCY": str(args.concurrency)})
+            cold = await replay_once(settings, "cold", env, args.mode, chunks, "window" in systems)
+            calls_after_cold, embeds_after_cold = len(fake.chat_requests), len(fake.embedding_requests)
+            warm = await replay_once(settings, "warm", env, args.mode, chunks, "window" in systems)
             warm["llm_requests_seen_by_server"] = len(fake.chat_requests) - calls_after_cold
+            warm["embedding_requests_seen_by_server"] = len(fake.embedding_requests) - embeds_after_cold
         report("replay benchmark", {
-            "mode": args.mode, "messages": args.messages, "conversations": args.conversations,
+            "mode": args.mode, "systems": systems, "messages": args.messages, "conversations": args.conversations,
             "llm_latency_s": args.llm_latency,
             "llm_concurrency": args.concurrency, "cold_cache": cold, "warm_cache": warm,
         })

@@ -43,8 +43,9 @@ def replay() -> None:
               help="Setting for the new generation, e.g. llm.summary_prompt_version=summary-v2 (repeatable).")
 @click.option("--detach", is_flag=True, help="Start it and return; watch with `replay status`.")
 @click.option("--mode", type=click.Choice(replays.MODES), default="auto", show_default=True,
-              help="batch: rebuild the history in bulk, then hand over to the stream agents (window system"
-                   " only); stream: the stream agents from the start of the log; auto: batch when possible.")
+              help="batch: rebuild the history in bulk, then hand over to the stream agents (window and"
+                   " facts systems); stream: the stream agents from the start of the log; auto: batch when"
+                   " every system of the generation has it.")
 def start(name: str, sets: tuple[str, ...], detach: bool, mode: str) -> None:
     """Start a replay worker that rebuilds memory into generation --generation NAME; show its
     progress until it has caught up with the log."""

@@ -55,7 +55,7 @@ MODES = ("auto", "batch", "stream")
 
 
 def choose_mode(replay: Settings, mode: str) -> str:
-    """"auto": batch when the generation's systems allow it (window only), else stream."""
+    """"auto": batch when every system of the generation has one (window, facts), else stream."""
     if mode not in MODES:
         raise ValueError(f"replay mode must be one of {MODES}, got {mode!r}")
     if mode == "auto":

@@ -188,7 +188,7 @@ class WindowSettings(BaseModel):
     # many messages / bytes (JSON) and names the seqs it left out (docs/summaries.md).
     context_max_gap_messages: int = Field(default=40, ge=0, le=1000)
     context_max_gap_bytes: int = Field(default=32_768, ge=0, le=1_048_576)
-    # Batch replay (memory_agent/batch_replay.py): processes sharing the partitions.
+    # Batch replay (memory_agent/batch_replay/): processes sharing the partitions.
     replay_batch_processes: int = Field(default=2, ge=1)
 
 
@@ -451,7 +451,7 @@ class Settings(BaseSettings):
     # rebuilt (deterministic summary windows, see WindowSettings.replay_stride).
     replay_until: datetime | None = None
     # How a replay generation rebuilds that history: "stream" (the stream agents from the
-    # start of the log) or "batch" (memory_agent/batch_replay.py, window system only).
+    # start of the log) or "batch" (memory_agent/batch_replay/: window and facts systems).
     replay_mode: Literal["stream", "batch"] = "stream"
     # Which memory systems' stream agents the worker runs (projectors always run).
     systems: tuple[Literal["window", "facts", "topics"], ...] = ("window", "facts", "topics")

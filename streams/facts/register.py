@@ -14,6 +14,8 @@ from schemas.envelope import parse_conversation_key
 from schemas.facts_events import CHUNK_REQUESTED
 from streams.context import StreamContext
 from streams.facts.agent import (
+    CHUNK_TABLE,
+    EXTRACT_STAGE,
     chunk_config,
     fold_event,
     needs_tick,
@@ -31,7 +33,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     raw_bytes = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     # key_type/value_type bytes make the changelog recovery decode raw too (not JSON).
     chunks = app.Table(
-        "chunk-state", default=None, partitions=settings.kafka.partitions, schema=raw_bytes,
+        CHUNK_TABLE, default=None, partitions=settings.kafka.partitions, schema=raw_bytes,
         key_type=bytes, value_type=bytes,
     )
     config = chunk_config(settings)
@@ -65,7 +67,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         """Concurrent: gate, extractor and embeddings never hold up the fold."""
         return await (await stage.get()).handle(event)
 
-    ctx.stages.append(Stage("extract-chunks", frozenset({CHUNK_REQUESTED}), one_by_one(extract),
+    ctx.stages.append(Stage(EXTRACT_STAGE, frozenset({CHUNK_REQUESTED}), one_by_one(extract),
                             concurrency=settings.llm.concurrency))
 
     @app.timer(interval=max(1.0, min(settings.facts.request_timeout_s, settings.facts.failure_backoff_s or 1.0) / 4))

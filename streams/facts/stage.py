@@ -191,18 +191,28 @@ class ChunkStage:
                     (cause.tenant_id, cause.conversation_id, start, end),
                 )
                 rows = await cur.fetchall()
-            complete = len(rows) == end - start or (conversation is not None and conversation[2] >= end - 1)
-            if conversation is not None and rows and complete:
-                return ChunkInputs(
-                    owner_user_id=conversation[0], subject_id=conversation[1],
-                    messages=[ChatMessage(seq, role, content, at) for seq, _, role, content, at in rows],
-                    event_ids=[row[1] for row in rows], observed_at=max(row[4] for row in rows),
-                    occurred_start=min(row[4] for row in rows),
-                )
+            inputs = inputs_of(conversation, rows, start, end)
+            if inputs is not None:
+                return inputs
             if time.monotonic() >= deadline:
                 raise InputsNotReady(f"after {self.inputs_wait_s}s: {len(rows)}/{end - start} messages "
                                      f"{start}..{end - 1} projected")
             await asyncio.sleep(0.05)
+
+
+def inputs_of(conversation: tuple | None, rows: list[tuple], start: int, end: int) -> ChunkInputs | None:
+    """A range's inputs from its projected rows: the conversation's (user_id, subject_id,
+    last_seq) and the messages' (seq, event_id, role, content, occurred_at) in seq order;
+    None while the projection has not caught up (a seq the log never had is a gap, not a wait)."""
+    complete = len(rows) == end - start or (conversation is not None and conversation[2] >= end - 1)
+    if conversation is None or not rows or not complete:
+        return None
+    return ChunkInputs(
+        owner_user_id=conversation[0], subject_id=conversation[1],
+        messages=[ChatMessage(seq, role, content, at) for seq, _, role, content, at in rows],
+        event_ids=[row[1] for row in rows], observed_at=max(row[4] for row in rows),
+        occurred_start=min(row[4] for row in rows),
+    )
 
 
 def _expected(exc: Exception) -> bool:

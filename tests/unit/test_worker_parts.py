@@ -32,24 +32,30 @@ def test_the_batch_replay_names_the_groups_and_changelog_as_the_faust_app_does(t
     """The batch hands over through these names without building the app."""
     from streams.app import make_app
     from streams.kafka_topics import agents_group, changelog_topic, stage_group
+    from streams.facts.agent import CHUNK_TABLE, EXTRACT_STAGE
     from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE
 
-    settings = Settings(generation="g7", state_dir=tmp_path, systems=("window",))
+    settings = Settings(generation="g7", state_dir=tmp_path, systems=("window", "facts"))
     app = make_app(settings)
     assert agents_group(settings) == app.conf.id
-    assert changelog_topic(settings, WINDOW_TABLE) == app.tables[WINDOW_TABLE].changelog_topic.get_topic_name()
-    assert [r.group_id for r in app.stage_runners] == [stage_group(settings, SUMMARY_STAGE)]
+    for table in (WINDOW_TABLE, CHUNK_TABLE):
+        assert changelog_topic(settings, table) == app.tables[table].changelog_topic.get_topic_name()
+    assert {r.group_id for r in app.stage_runners} == {stage_group(settings, SUMMARY_STAGE),
+                                                       stage_group(settings, EXTRACT_STAGE)}
 
 
-def test_auto_replay_mode_is_batch_only_for_window_only_generations():
+def test_auto_replay_mode_is_batch_when_every_system_has_a_batch_replay():
     import pytest
 
     from memory_agent.replay import choose_mode
 
     window = Settings(systems=("window",), replay_until="2026-01-01T00:00:00Z")
+    window_facts = Settings(systems=("window", "facts"), replay_until="2026-01-01T00:00:00Z")
     everything = Settings(replay_until="2026-01-01T00:00:00Z")
     assert choose_mode(window, "auto") == "batch"
+    assert choose_mode(window_facts, "auto") == "batch"
+    assert choose_mode(Settings(systems=("facts",), replay_until="2026-01-01T00:00:00Z"), "auto") == "batch"
     assert choose_mode(everything, "auto") == "stream"
     assert choose_mode(window, "stream") == "stream"
-    with pytest.raises(Exception, match="window system only"):
+    with pytest.raises(Exception, match=r"facts and window systems only.*\['topics'\]"):
         choose_mode(everything, "batch")

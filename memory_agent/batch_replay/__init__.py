@@ -1,12 +1,13 @@
-"""Batch replay: rebuild a window-system generation from the log without the stream agents,
-then hand the result over to them.
+"""Batch replay: rebuild a generation's window and chunks + facts systems from the log
+without the stream agents, then hand the result over to them.
 
 Per partition of the conversation topic, up to the end it had when the replay started:
 read it once, decode each record once, project the messages (COPY) while the pure window
 fold runs over the history in memory (streams/window/batch.py), answer the summary
 requests in waves (one LLM-cache lookup per wave, the misses to the LLM), write the
-derived events to the generation's topic and project them, then hand over: the final fold
-states go to the window table's changelog and the stream agents' and stages' consumer
+derived events to the generation's topic and project them; then the chunk fold likewise
+(streams/facts/batch.py, memory_agent/batch_replay/facts.py). Then hand over: the final
+fold states go to the tables' changelogs and the stream agents' and stages' consumer
 groups are committed at the hand-over offsets. The worker then starts as usual and
 follows the live log from there.
 
@@ -31,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
+from memory_agent.batch_replay.facts import FactsBatch, close_stage, open_stage
 from memory_agent.llm.cache import CachedSummarizer
 from memory_agent.llm.factory import make_summarizer
 from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
@@ -50,13 +52,17 @@ from streams.kafka_topics import (
     stage_group,
     topic_specs,
 )
+from streams.facts.agent import CHUNK_TABLE, EXTRACT_STAGE
 from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE, window_config
 from streams.window.batch import Conversation, HistoryFold, Pending
 from streams.window.summarize import completed_event, failed_event
 
 log = logging.getLogger(__name__)
 
-BATCH_SYSTEMS = frozenset({"window"})
+BATCH_SYSTEMS = frozenset({"window", "facts"})
+# Per system: its agent's table and the stage answering its requests (the hand-over names).
+_TABLES = {"window": WINDOW_TABLE, "facts": CHUNK_TABLE}
+_STAGES = {"window": SUMMARY_STAGE, "facts": EXTRACT_STAGE}
 _CHUNK = 5000  # records per projector transaction
 
 
@@ -74,6 +80,7 @@ class PartitionReport:
     failed: int
     seconds: float
     phases: dict[str, float]  # seconds per phase; "messages" is what remained after the others
+    facts: dict[str, int]  # chunk waves, chunks recorded, failed attempts (facts system)
 
 
 class _Phases:
@@ -101,8 +108,8 @@ def check_batchable(settings: Settings) -> None:
     extra = set(settings.systems) - BATCH_SYSTEMS
     if extra:
         raise BatchReplayError(
-            f"batch replay rebuilds the window system only; this generation also runs {sorted(extra)}"
-            " (use the stream replay, `replay start --mode stream`)"
+            f"batch replay rebuilds the {' and '.join(sorted(BATCH_SYSTEMS))} systems only; this generation"
+            f" also runs {sorted(extra)} (use the stream replay, `replay start --mode stream`)"
         )
     if settings.replay_until is None:
         raise BatchReplayError("batch replay needs replay_until (set by `replay start`)")
@@ -112,8 +119,9 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
     """The worker's entry: `settings.window.replay_batch_processes` processes take the
     partitions one at a time until none is left (every partition is independent)."""
     check_batchable(settings)
-    changelog = TopicSpec(changelog_topic(settings, WINDOW_TABLE), settings.kafka.partitions, {"cleanup.policy": "compact"})
-    asyncio.run(ensure_topics(settings, [*topic_specs(settings), changelog]))
+    changelogs = [TopicSpec(changelog_topic(settings, _TABLES[system]), settings.kafka.partitions,
+                            {"cleanup.policy": "compact"}) for system in settings.systems]
+    asyncio.run(ensure_topics(settings, [*topic_specs(settings), *changelogs]))
     partitions = asyncio.run(_partitions_of_the_log(settings))
     context = multiprocessing.get_context("spawn")
     taken = context.Value("i", 0)  # partitions handed out so far
@@ -171,7 +179,8 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
     if claim is None:
         claim = iter([*range(await _partitions_of_the_log(settings)), None]).__next__
     hand_over = _HandOver(settings)
-    summarizer = make_summarizer(settings)
+    summarizer = make_summarizer(settings) if "window" in settings.systems else None
+    stage = await open_stage(settings) if "facts" in settings.systems else None
     kafka = settings.kafka
     consumer = AIOKafkaConsumer(
         bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed",
@@ -192,15 +201,18 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
                 log.info("batch replay of %s: partition %d was handed over already", settings.generation, number)
                 continue
             end = (await consumer.end_offsets([source]))[source]
-            partition = _Partition(settings, summarizer, consumer, producer, hand_over, source)
+            partition = _Partition(settings, summarizer, stage, consumer, producer, hand_over, source)
             reports.append(r := await partition.rebuild(end))
             log.info("batch replay of %s: partition %d: %d events, %d summaries (%d cached, %d LLM calls,"
-                     " %d failed) in %.1fs %s", settings.generation, r.partition, r.events, r.summaries,
-                     r.cache_hits, r.llm_calls, r.failed, r.seconds, r.phases)
+                     " %d failed), chunks %s in %.1fs %s", settings.generation, r.partition, r.events, r.summaries,
+                     r.cache_hits, r.llm_calls, r.failed, r.facts, r.seconds, r.phases)
     finally:
         await consumer.stop()
         await producer.stop()
-        await summarizer.aclose()
+        if summarizer is not None:
+            await summarizer.aclose()
+        if stage is not None:
+            await close_stage(stage)
     return reports
 
 
@@ -210,8 +222,8 @@ class _HandOver:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.agents_group = agents_group(settings)
-        self.stage_groups = [stage_group(settings, SUMMARY_STAGE)]
-        self.changelog = changelog_topic(settings, WINDOW_TABLE)
+        self.stage_groups = [stage_group(settings, _STAGES[system]) for system in settings.systems]
+        self.changelogs = {system: changelog_topic(settings, _TABLES[system]) for system in settings.systems}
         self.derived = settings.kafka.memory_topic(settings.generation)
 
     async def done(self, source: TopicPartition) -> bool:
@@ -246,13 +258,17 @@ async def _commit(settings: Settings, group: str, offsets: dict[TopicPartition, 
 
 
 class _Partition:
-    def __init__(self, settings: Settings, summarizer: Summarizer, consumer: AIOKafkaConsumer,
+    def __init__(self, settings: Settings, summarizer: Summarizer | None, stage, consumer: AIOKafkaConsumer,
                  producer: AIOKafkaProducer, hand_over: _HandOver, source: TopicPartition) -> None:
         self.settings, self.summarizer = settings, summarizer
         self.consumer, self.producer, self.hand_over, self.source = consumer, producer, hand_over, source
         self.derived = TopicPartition(hand_over.derived, source.partition)
         self.messages = MessagesProjector(settings)
-        self.fold = HistoryFold(window_config(settings, summarizer), time.time(), settings.replay_until)
+        self.window = "window" in settings.systems
+        self.fold = HistoryFold(window_config(settings, summarizer), time.time(), settings.replay_until) \
+            if self.window else None
+        self.facts = FactsBatch(settings, stage, producer, self.derived, hand_over.changelogs["facts"]) \
+            if stage is not None else None
         self.hits = self.calls = self.failed = 0
 
     async def rebuild(self, end: int) -> PartitionReport:
@@ -262,21 +278,27 @@ class _Partition:
             # PostgreSQL writes the messages on its own core while the fold and summaries run here.
             projecting = asyncio.create_task(self._project_messages(messages_conn, records, decoded, cut))
             try:
-                with phases.clock("fold"):
-                    for record, event in zip(records, decoded):
-                        if isinstance(event, Event):
-                            self.fold.add(record.key, event)
-                await phases.timed("summaries", self._answer())
-                derived_end = await phases.timed("derived", self._write_derived())
-                await phases.timed("changelog", self._write_changelog())
+                if self.window:
+                    await self._window(phases, records, decoded)
             finally:
                 await phases.timed("messages", asyncio.gather(projecting, return_exceptions=True))
             await projecting  # re-raises its error, if any
+        if self.facts is not None:  # the stage reads the projected messages
+            await phases.timed("facts", self.facts.rebuild(records, decoded))
+        derived_end = (await self.consumer.end_offsets([self.derived]))[self.derived]
         await phases.timed("hand-over", self.hand_over.commit(self.source, cut, derived_end))
-        return PartitionReport(
-            self.source.partition, len(records), sum(len(c.requests) for c in self.fold.conversations.values()),
-            self.hits, self.calls, self.failed, phases.total(), phases.seconds,
-        )
+        summaries = sum(len(c.requests) for c in self.fold.conversations.values()) if self.window else 0
+        return PartitionReport(self.source.partition, len(records), summaries, self.hits, self.calls, self.failed,
+                               phases.total(), phases.seconds, self.facts.stats if self.facts is not None else {})
+
+    async def _window(self, phases: _Phases, records: list[ConsumerRecord], decoded: list) -> None:
+        with phases.clock("fold"):
+            for record, event in zip(records, decoded):
+                if isinstance(event, Event):
+                    self.fold.add(record.key, event)
+        await phases.timed("summaries", self._answer())
+        await phases.timed("derived", self._write_derived())
+        await phases.timed("changelog", self._write_changelog())
 
     async def _read(self, end: int) -> tuple[list[ConsumerRecord], list[Event | Exception], int]:
         """Records up to `end`, or up to the first message after replay_until (the live rule
@@ -372,7 +394,7 @@ class _Partition:
 
     async def _write_changelog(self) -> None:
         """The window table's entries as the agent would have written them (raw key, JSON state)."""
-        topic = self.hand_over.changelog
+        topic = self.hand_over.changelogs["window"]
         futures = [
             await self.producer.send(topic, orjson.dumps(self.fold.finish(c).to_dict()), key=c.key,
                                      partition=self.source.partition)

@@ -1,0 +1,187 @@
+"""Batch replay of the chunks + facts system for one partition (memory_agent/batch_replay).
+
+The pure chunk fold runs over the history in memory (streams/facts/batch.py); the requests in
+flight are answered in waves by the stage's own code (streams/facts/stage.py: the projected
+messages, the owner's related facts, the gate and extractor through the LLM cache, the
+embeddings through the embedding cache), concurrently up to `llm.concurrency`. Each wave's
+events go to the generation's derived topic and are projected at once by the facts
+projector's own code with its position, so the next wave's related facts see them, as a
+stream replay whose projector keeps up would. Then the final chunk states go to the agent's
+table changelog for the hand-over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import orjson
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from memory_agent.batch_replay.coalesce import coalesce_lookups
+from memory_agent.embeddings.factory import make_embedder
+from memory_agent.llm.factory import make_json_completer
+from memory_agent.settings import Settings
+from projections.db import connect, make_pool
+from projections.facts import FactsProjector
+from projections.runner import apply_records
+from schemas.codec import Event, encode
+from schemas.envelope import Envelope
+from schemas.facts_events import CHUNK_RECORDED
+from streams.facts.agent import chunk_config, prompt_and_model
+from streams.facts.batch import ChunkHistoryFold, as_event
+from streams.facts.extractor import ChunkExtractor
+from streams.facts.stage import ChunkInputs, ChunkStage, inputs_of
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 2000  # derived records per projector transaction
+
+
+# A wave's ranges read from the projection in two queries (the stage reads one range in two).
+_WAVE_CONVERSATIONS = """
+SELECT c.tenant_id, c.conversation_id, c.user_id, c.subject_id, c.last_seq
+  FROM conversations c JOIN unnest(%(tenants)s::text[], %(conversations)s::text[]) AS w(t, c2)
+    ON c.tenant_id = w.t AND c.conversation_id = w.c2
+"""
+_WAVE_MESSAGES = """
+SELECT w.i, m.seq, m.event_id, m.role, m.content, m.occurred_at
+  FROM unnest(%(tenants)s::text[], %(conversations)s::text[], %(starts)s::int[], %(ends)s::int[])
+       WITH ORDINALITY AS w(t, c, s, e, i)
+  JOIN messages m ON m.tenant_id = w.t AND m.conversation_id = w.c AND m.seq >= w.s AND m.seq < w.e
+ ORDER BY w.i, m.seq
+"""
+
+
+class _BatchStage(ChunkStage):
+    """The stage as the agents run it, except that (1) the batch owns each conversation's chain:
+    a range an interrupted attempt recorded already is answered again (from the caches), not
+    skipped, so the fold can go on; projecting it again changes nothing (ON CONFLICT); and
+    (2) a wave's inputs are read from the projection in one go (`prefetch`), built by the
+    stage's own `inputs_of`; a range not found complete there takes the stage's own path."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._ready: dict[tuple[str, str, int, int], ChunkInputs] = {}
+
+    async def _already_recorded(self, cause, request) -> bool:
+        return False
+
+    async def prefetch(self, requests: list[Event]) -> None:
+        keys = [(r.envelope.tenant_id, r.envelope.conversation_id, r.payload.start_seq, r.payload.end_seq_exclusive)
+                for r in requests]
+        params = {"tenants": [k[0] for k in keys], "conversations": [k[1] for k in keys],
+                  "starts": [k[2] for k in keys], "ends": [k[3] for k in keys]}
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_WAVE_CONVERSATIONS, params)
+            conversations = {(t, c): (user, subject, last) for t, c, user, subject, last in await cur.fetchall()}
+            cur = await conn.execute(_WAVE_MESSAGES, params)
+            rows: dict[int, list[tuple]] = {}
+            for i, *row in await cur.fetchall():
+                rows.setdefault(i - 1, []).append(tuple(row))
+        self._ready = {}
+        for i, key in enumerate(keys):
+            inputs = inputs_of(conversations.get(key[:2]), rows.get(i, []), key[2], key[3])
+            if inputs is not None:
+                self._ready[key] = inputs
+
+    async def _inputs(self, cause, request) -> ChunkInputs:
+        key = (cause.tenant_id, cause.conversation_id, request.start_seq, request.end_seq_exclusive)
+        ready = self._ready.pop(key, None)
+        return ready if ready is not None else await super()._inputs(cause, request)
+
+
+async def open_stage(settings: Settings) -> ChunkStage:
+    """One stage per batch process (its pool, LLM client and caches serve every partition)."""
+    pool = make_pool(settings)
+    await pool.open()
+    facts = settings.facts
+    completer, embedder = make_json_completer(settings), make_embedder(settings)
+    coalesce_lookups(completer, embedder)  # a wave's cache lookups in one query each
+    return _BatchStage(ChunkExtractor(settings, completer), embedder, pool, inputs_wait_s=facts.inputs_wait_s,
+                       max_event_bytes=settings.kafka.max_event_bytes, related_facts=facts.related_facts)
+
+
+async def close_stage(stage: ChunkStage) -> None:
+    await stage.pool.close()
+    await stage.embedder.aclose()
+    if stage.extractor.completer is not None:
+        await stage.extractor.completer.aclose()
+
+
+class FactsBatch:
+    """Chunks and facts of one partition; `stats` counts waves, chunks, failures and the ranges
+    whose inputs the wave's reads found complete."""
+
+    def __init__(self, settings: Settings, stage: ChunkStage, producer: AIOKafkaProducer, derived: TopicPartition,
+                 changelog: str) -> None:
+        self.settings, self.stage, self.producer, self.derived = settings, stage, producer, derived
+        self.changelog = changelog
+        self.projector = FactsProjector(settings)
+        self.fold = ChunkHistoryFold(chunk_config(settings), time.time(), *prompt_and_model(settings))
+        self.stats = {"waves": 0, "chunks": 0, "failed": 0, "prefetched": 0}
+
+    async def rebuild(self, records: list[ConsumerRecord], decoded: list) -> None:
+        """Run after the partition's messages are projected (the stage reads them)."""
+        first: list[tuple[bytes, Envelope]] = []
+        for record, event in zip(records, decoded):
+            if isinstance(event, Event):
+                first += [(record.key, envelope) for envelope in self.fold.add(record.key, event)]
+        quiet = logging.getLogger("streams.facts.stage")
+        level = quiet.level
+        quiet.setLevel(max(quiet.getEffectiveLevel(), logging.WARNING))  # not a line per chunk
+        try:
+            async with await connect(self.settings) as conn:
+                await self._publish(conn, first)
+                while wave := self.fold.wave():
+                    await self._answer(conn, self.stage, wave)
+        finally:
+            quiet.setLevel(level)
+        await self._write_changelog()
+
+    async def _answer(self, conn, stage: ChunkStage, wave) -> None:
+        self.stats["waves"] += 1
+        limit = asyncio.Semaphore(max(1, self.settings.llm.concurrency))
+
+        async def ask(conversation):
+            async with limit:
+                return await stage.handle(conversation.asked)
+
+        await stage.prefetch([c.asked for c in wave])
+        self.stats["prefetched"] += len(stage._ready)
+        results = await asyncio.gather(*(ask(c) for c in wave))
+        out: list[tuple[bytes, Envelope]] = []
+        for conversation, result in zip(wave, results):
+            if result is not None:
+                out.append((conversation.key, result))
+                self.stats["chunks"] += result.type == CHUNK_RECORDED
+                self.stats["failed"] += result.type != CHUNK_RECORDED
+            answered = self.fold.answer(conversation, as_event(result) if result is not None else None)
+            out += [(conversation.key, envelope) for envelope in answered]
+        await self._publish(conn, out)
+
+    async def _publish(self, conn, events: list[tuple[bytes, Envelope]]) -> None:
+        """Into the derived topic, then through the facts projector (rows + its position)."""
+        sent = []
+        for key, envelope in events:
+            value = encode(envelope)
+            future = await self.producer.send(self.derived.topic, value, key=key, partition=self.derived.partition)
+            sent.append((key, value, future))
+        records = []
+        for key, value, future in sent:
+            meta = await future
+            records.append(ConsumerRecord(meta.topic, meta.partition, meta.offset, meta.timestamp, 0, key, value,
+                                          None, len(key) if key is not None else -1, len(value), ()))
+        for i in range(0, len(records), _CHUNK):
+            await apply_records(conn, self.producer, self.settings, self.projector, records[i:i + _CHUNK])
+
+    async def _write_changelog(self) -> None:
+        """The chunk table's entries as the agent would have written them (raw key, JSON state)."""
+        futures = [
+            await self.producer.send(self.changelog, orjson.dumps(c.state.to_dict()), key=c.key,
+                                     partition=self.derived.partition)
+            for c in self.fold.changed()
+        ]
+        await asyncio.gather(*futures)
