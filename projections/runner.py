@@ -21,6 +21,7 @@ from memory_agent.settings import Settings
 from projections import dead_letter, isolation
 from projections.db import connect
 from projections.dead_letter import DeadLetter
+from projections.fetch_pace import FetchPace
 from projections.outage import retry_transient
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ class ProjectorRunner:
         self._to_commit: dict[TopicPartition, int] = {}
         self._commit_timer: asyncio.TimerHandle | None = None
         self._commit_task: asyncio.Future | None = None
+        self.pace: FetchPace | None = None
 
     async def start(self) -> None:
         self.conn = await retry_transient(
@@ -185,6 +187,8 @@ class ProjectorRunner:
             session_timeout_ms=int(self.settings.kafka.session_timeout_s * 1000),
         )
         self.consumer.subscribe(self.projector.topics(self.settings), listener=_SeekFromPostgres(self))
+        self.pace = FetchPace(self.consumer, busy_ms=self.settings.kafka.fetch_max_wait_ms,
+                              idle_ms=self.settings.kafka.idle_fetch_max_wait_ms)
         await self.consumer.start()
 
     async def stop(self) -> None:
@@ -213,6 +217,7 @@ class ProjectorRunner:
                 )
                 self.ready.set()
                 records = [r for recs in batches.values() for r in recs]
+                self.pace.saw(bool(records))
                 if records:
                     await self.process(records)
         finally:
