@@ -12,6 +12,10 @@ of the generation at lag 0 for three polls in a row. Reported:
 * sustained messages/s from the first projected row to the settled state, the highest total
   consumer lag seen (records, all groups);
 * worker CPU (utime + stime from /proc, every thread) per message over that interval;
+* the workers' idle CPU per second (measured for `--idle-seconds` after settling: consumers
+  polling and heartbeating with nothing to do), and the per-message CPU without that fixed cost
+  over the interval (what a message costs a busy worker; on a shared machine the run is slow, so
+  the idle part weighs heavily on the first figure);
 * its split, from the line each worker logs at exit (`memory_agent.metrics.cpu_split`): process
   CPU while an embedding call / an OpenAI-client call was in flight (time.process_time around the
   calls, overlaps counted once: an upper bound, the event loop keeps working during a call), the
@@ -105,6 +109,21 @@ async def start_workers(settings, count: int, env: dict) -> list:
     return processes
 
 
+async def start_profilers(processes: list, directory: Path) -> list:
+    """py-spy (dev extra) samples each worker from outside, its idle threads left out; the
+    collapsed stacks go to DIRECTORY/worker<N>.folded (flamegraph.pl or speedscope read them)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).with_name("py-spy")
+    profilers = []
+    for index, process in enumerate(processes):
+        profilers.append(await asyncio.create_subprocess_exec(
+            str(spy), "record", "--pid", str(process.pid), "--format", "raw", "--rate", "50", "--nonblocking",
+            "--output", str(directory / f"worker{index}.folded"),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        ))
+    return profilers
+
+
 async def stop_workers(processes: list) -> list[dict]:
     for process in processes:
         if process.returncode is None:
@@ -130,12 +149,14 @@ async def run(args, models: str, workers: int) -> dict:
     if fake is not None:
         env |= fake.env(llm=True) | {"MEMORY_EMBEDDING__PROVIDER": "stub"}
     started_at = time.time()
+    processes, profilers = [], []
     try:
         async with MemoryClient(settings) as client:
             await produce(client, args.messages, args.conversations, seq_base={}, salt=salt)
         indexed_total = args.messages  # user and assistant messages alike are indexed
         load_start = os.getloadavg()[0]
         processes = await start_workers(settings, workers, env)
+        profilers = await start_profilers(processes, Path(args.profile) / f"{models}-{workers}") if args.profile else []
         clock = time.perf_counter()
         first = first_cpu = None
         max_lag, quiet, samples = 0, 0, []
@@ -144,8 +165,12 @@ async def run(args, models: str, workers: int) -> dict:
                 await asyncio.sleep(1.0)
                 if any(p.returncode is not None for p in processes):
                     raise RuntimeError(f"a worker exited: see {[str(p.log_path) for p in processes]}")
-                rows = await scalar(settings, "SELECT count(*) FROM messages")
-                indexed = await scalar(settings, "SELECT count(*) FROM message_embeddings")
+                try:
+                    rows = await scalar(settings, "SELECT count(*) FROM messages")
+                    indexed = await scalar(settings, "SELECT count(*) FROM message_embeddings")
+                except psycopg.OperationalError as exc:  # the shared server is full: skip this poll
+                    print(f"poll skipped: {exc}", file=sys.stderr)
+                    continue
                 behind, groups = await lag.total()
                 now = time.perf_counter() - clock
                 if first is None and rows:
@@ -161,7 +186,14 @@ async def run(args, models: str, workers: int) -> dict:
         settled_at = now - 2.0  # the first of the three quiet polls
         cpu = sum(cpu_seconds(p.pid) for p in processes) - first_cpu
         load_end = os.getloadavg()[0]
+        # The fixed cost of running: every consumer polls the broker and heartbeats with no work
+        # to do. On a shared machine the run is slow, so this part weighs on the per-message figure.
+        idle_from, idle_clock = sum(cpu_seconds(p.pid) for p in processes), time.perf_counter()
+        await asyncio.sleep(args.idle_seconds)
+        idle_rate = (sum(cpu_seconds(p.pid) for p in processes) - idle_from) / (time.perf_counter() - idle_clock)
         splits = await stop_workers(processes)
+        for profiler in profilers:  # py-spy writes its file when its target exits
+            await asyncio.wait_for(profiler.wait(), 60)
         summaries = await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'")
         seconds = settled_at - first
         whole = {k: round(sum(s.get(k, 0) for s in splits), 3) for k in splits[0]} if splits[0] else {}
@@ -176,6 +208,10 @@ async def run(args, models: str, workers: int) -> dict:
             "max_consumer_lag_records": max_lag,
             "summaries_completed": summaries,
             "worker_cpu_ms_per_message": per_message(cpu),
+            # CPU-ms per second with nothing to do (all workers), measured after settling, and the
+            # per-message figure without it: what a message costs a worker that is kept busy.
+            "idle_worker_cpu_ms_per_s": round(1000 * idle_rate, 1),
+            "worker_cpu_ms_per_message_minus_idle": per_message(max(0.0, cpu - idle_rate * (now - first))),
             "split_whole_worker_life": {
                 "process_cpu_ms_per_message": per_message(whole.get("process_cpu_s", 0)),
                 "embedding_ms_per_message": per_message(whole.get("embedding_cpu_s", 0)),
@@ -188,6 +224,10 @@ async def run(args, models: str, workers: int) -> dict:
             "lag_samples": " ".join(f"{t}s:{r}/{i}/{b}" for t, r, i, b in samples[:: max(1, len(samples) // 12)]),
         }
     finally:
+        for process in (*processes, *profilers):  # a failed or interrupted run leaves no worker behind
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
         if fake is not None:
             fake.stop()
         await drop(settings)
@@ -205,6 +245,8 @@ async def main() -> None:
     parser.add_argument("--models", choices=["offline", "stub", "both"], default="both")
     parser.add_argument("--workers", default="1", help="comma-separated worker process counts, e.g. 1,2")
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--idle-seconds", type=float, default=20, help="idle CPU measured this long after settling")
+    parser.add_argument("--profile", metavar="DIR", help="sample every worker with py-spy into DIR/<models>-<workers>/")
     args = parser.parse_args()
     results = []
     for models in (["stub", "offline"] if args.models == "both" else [args.models]):

@@ -29,6 +29,9 @@ class KafkaSettings(BaseModel):
     # Longest a stream agent's fetch waits at the broker for new records (faust's own is 1.5 s,
     # which adds up to that much latency per hop: streams/kafka_transport.py).
     fetch_max_wait_ms: int = Field(default=50, ge=1, le=10_000)
+    # The same for a consumer that has read nothing for 2 s: an idle worker's ~14 consumers
+    # polled ~280 times a second at 50 ms (projections/fetch_pace.py, docs/scaling.md).
+    idle_fetch_max_wait_ms: int = Field(default=500, ge=1, le=10_000)
     # A consumer that stops heartbeating (a killed worker) leaves its group after this long;
     # until then a restarted worker waits in "(Re-)joining group" (faust's own default: 60 s).
     session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)

@@ -21,9 +21,12 @@ from memory_agent.settings import Settings
 from projections import dead_letter, isolation
 from projections.db import connect
 from projections.dead_letter import DeadLetter
+from projections.fetch_pace import FetchPace
 from projections.outage import retry_transient
 
 log = logging.getLogger(__name__)
+
+KAFKA_COMMIT_INTERVAL_S = 1.0
 
 
 class Projector(Protocol):
@@ -52,14 +55,17 @@ async def save_offsets(conn: psycopg.AsyncConnection, projector: str, records: S
 
 
 async def save_positions(conn: psycopg.AsyncConnection, projector: str, positions: dict[TopicPartition, int]) -> None:
-    """Next offset to read per partition; a position never moves back."""
-    async with conn.cursor() as cur:
-        await cur.executemany(
-            "INSERT INTO projector_offsets (projector, topic, partition, next_offset) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (projector, topic, partition) DO UPDATE SET"
-            " next_offset = GREATEST(projector_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()",
-            [(projector, tp.topic, tp.partition, o) for tp, o in positions.items()],
-        )
+    """Next offset to read per partition; a position never moves back. One statement for every
+    partition (executemany would open a pipeline and send one per partition)."""
+    if not positions:
+        return
+    await conn.execute(
+        "INSERT INTO projector_offsets (projector, topic, partition, next_offset)"
+        " SELECT %s, t, p, o FROM unnest(%s::text[], %s::int[], %s::bigint[]) AS u(t, p, o)"
+        " ON CONFLICT (projector, topic, partition) DO UPDATE SET"
+        " next_offset = GREATEST(projector_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()",
+        (projector, [tp.topic for tp in positions], [tp.partition for tp in positions], list(positions.values())),
+    )
 
 
 async def apply_records(
@@ -155,6 +161,11 @@ class ProjectorRunner:
         # so it cannot be dead-lettered twice either.
         self.applied_up_to: dict[TopicPartition, int] = {}
         self._stopping = False
+        # Kafka-side positions (lag monitoring only) not yet committed, sent at most once a second.
+        self._to_commit: dict[TopicPartition, int] = {}
+        self._commit_timer: asyncio.TimerHandle | None = None
+        self._commit_task: asyncio.Future | None = None
+        self.pace: FetchPace | None = None
 
     async def start(self) -> None:
         self.conn = await retry_transient(
@@ -176,10 +187,16 @@ class ProjectorRunner:
             session_timeout_ms=int(self.settings.kafka.session_timeout_s * 1000),
         )
         self.consumer.subscribe(self.projector.topics(self.settings), listener=_SeekFromPostgres(self))
+        self.pace = FetchPace(self.consumer, busy_ms=self.settings.kafka.fetch_max_wait_ms,
+                              idle_ms=self.settings.kafka.idle_fetch_max_wait_ms)
         await self.consumer.start()
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._commit_timer is not None:
+            self._commit_timer.cancel()
+            self._commit_timer = None
+        await self._commit_kafka()  # what is still pending, before the consumer leaves
         for closer in (self.consumer and self.consumer.stop, self.producer and self.producer.stop):
             if closer:
                 try:
@@ -200,6 +217,7 @@ class ProjectorRunner:
                 )
                 self.ready.set()
                 records = [r for recs in batches.values() for r in recs]
+                self.pace.saw(bool(records))
                 if records:
                     await self.process(records)
         finally:
@@ -217,7 +235,20 @@ class ProjectorRunner:
         for r in records:
             offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1
         self.applied_up_to.update(offsets)
-        # Kafka-side commit is only for lag monitoring; Postgres holds the real position.
+        # Kafka-side commit is only for lag monitoring; Postgres holds the real position. One
+        # commit a second at most (a commit per small batch cost as much as the batch's rows).
+        self._to_commit.update(offsets)
+        if self._commit_timer is None:
+            self._commit_timer = asyncio.get_running_loop().call_later(KAFKA_COMMIT_INTERVAL_S, self._commit_soon)
+
+    def _commit_soon(self) -> None:
+        self._commit_timer = None
+        self._commit_task = asyncio.ensure_future(self._commit_kafka())
+
+    async def _commit_kafka(self) -> None:
+        offsets, self._to_commit = self._to_commit, {}
+        if not offsets or self.consumer is None:
+            return
         try:
             await self.consumer.commit(offsets)
         except Exception as exc:  # noqa: BLE001 - rebalance in progress etc.; harmless

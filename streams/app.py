@@ -50,6 +50,7 @@ def make_app(settings: Settings) -> faust.App:
         broker_heartbeat_interval=min(3.0, kafka.session_timeout_s / 4),
     )
     app.fetch_max_wait_ms = kafka.fetch_max_wait_ms
+    app.idle_fetch_max_wait_ms = kafka.idle_fetch_max_wait_ms
     memory_topic = kafka.memory_topic(settings.generation)
     ctx = StreamContext(
         settings=settings,
@@ -68,7 +69,7 @@ def make_app(settings: Settings) -> faust.App:
             stage, topic=memory_topic, group_id=stage_group(settings, stage.name),
             bootstrap_servers=kafka.bootstrap_servers, decode_if=ctx.decode_if, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
             dead_letter_topic=kafka.dead_letter_topic, max_dead_letter_bytes=kafka.max_dead_letter_bytes,
-            session_timeout_s=kafka.session_timeout_s,
+            session_timeout_s=kafka.session_timeout_s, idle_fetch_max_wait_ms=kafka.idle_fetch_max_wait_ms,
             limits=ctx.limits,
         )
         for stage in ctx.stages

@@ -22,6 +22,8 @@ from streams.stages import Stage
 
 log = logging.getLogger(__name__)
 
+DECODED_RECORDS = 1024  # the folds run at most a few hundred records apart (faust's buffers)
+
 
 @dataclass
 class StreamContext:
@@ -39,6 +41,10 @@ class StreamContext:
     dead_letters: faust.TopicT | None = None
     _pool: AsyncConnectionPool | None = field(default=None, repr=False)
     _limits: Limits | None = field(default=None, repr=False)
+    # Recently decoded records by the identity of their value: faust hands every agent of a
+    # topic the same bytes object, so the three folds decode each record once, not three times.
+    # (Events are immutable; the entry holds the bytes, so its id cannot be reused meanwhile.)
+    _decoded: dict[int, tuple[bytes, bytes | None, Event]] = field(default_factory=dict, repr=False)
 
     @property
     def limits(self) -> Limits:
@@ -50,11 +56,18 @@ class StreamContext:
         """The event, or None for invalid input or a key that is not the event's own
         conversation (the messages and memory projectors dead-letter those, once). Every
         consumer passes the record's key: a fold keys its state by it."""
+        cached = self._decoded.get(id(value))
+        if cached is not None and cached[0] is value and cached[1] == key:
+            return cached[2]
         try:
-            return decode(value, key=key, limits=self.limits)
+            event = decode(value, key=key, limits=self.limits)
         except InvalidEvent as exc:
             metrics.SKIPPED_INVALID.labels(reason=exc.reason).inc()
             return None
+        if len(self._decoded) >= DECODED_RECORDS:
+            del self._decoded[next(iter(self._decoded))]  # the oldest
+        self._decoded[id(value)] = (value, key, event)
+        return event
 
     def decode_if(self, value: bytes | None, types: frozenset[str], *, key: bytes | None) -> Event | None:
         """The event if it is one of `types`; others are skipped without parsing them."""

@@ -37,6 +37,7 @@ from aiokafka.structs import ConsumerRecord
 from memory_agent import metrics
 from projections import dead_letter
 from projections.dead_letter import DeadLetter
+from projections.fetch_pace import FetchPace
 from projections.isolation import describe, is_record_error
 from projections.outage import retry_transient
 from schemas.codec import Event, encode_checked
@@ -161,7 +162,7 @@ class StageRunner:
         decode_if: Callable[..., Event | None], fetch_max_wait_ms: int = 50,
         commit_interval_s: float = 0.5, settle_timeout_s: float = 30.0, session_timeout_s: float = 10.0,
         dead_letter_topic: str | None = None, max_dead_letter_bytes: int = DEFAULT_MAX_DEAD_LETTER_BYTES,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits = DEFAULT_LIMITS, idle_fetch_max_wait_ms: int | None = None,
     ) -> None:
         """`decode_if(value, types, key=key)`: the event, or None (skipped) for other types,
         invalid records and keys that are not the event's conversation."""
@@ -170,6 +171,7 @@ class StageRunner:
         self.limits = limits
         self.bootstrap_servers, self.decode_if = bootstrap_servers, decode_if
         self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.idle_fetch_max_wait_ms = idle_fetch_max_wait_ms or fetch_max_wait_ms  # projections/fetch_pace.py
         self.commit_interval_s, self.settle_timeout_s = commit_interval_s, settle_timeout_s
         self.session_timeout_s = session_timeout_s
         self.offsets = OffsetTracker()
@@ -194,23 +196,25 @@ class StageRunner:
             session_timeout_ms=int(self.session_timeout_s * 1000),
         )
         self.consumer.subscribe([self.topic], listener=_Revocations(self))
+        pace = FetchPace(self.consumer, busy_ms=self.fetch_max_wait_ms, idle_ms=self.idle_fetch_max_wait_ms)
         await self.producer.start()
         try:
             await self.consumer.start()
             try:
-                await self._consume()
+                await self._consume(pace)
             finally:
                 await self._shutdown()
         finally:
             await self.producer.stop()
 
-    async def _consume(self) -> None:
+    async def _consume(self, pace: FetchPace) -> None:
         loop = asyncio.get_running_loop()
         next_commit = loop.time() + self.commit_interval_s
         while True:
             if self._fatal is not None:
                 raise RuntimeError(f"stage {self.stage.name} could not send its results") from self._fatal
             fetched = await self._fetch()
+            pace.saw(any(fetched.values()))
             for tp, records in fetched.items():
                 chosen = []
                 for record in records:

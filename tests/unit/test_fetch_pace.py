@@ -1,0 +1,40 @@
+"""Short fetch waits while records flow, long ones after a quiet spell (projections/fetch_pace.py)."""
+
+from types import SimpleNamespace
+
+from projections.fetch_pace import FetchPace
+
+
+def make(idle_after_s=2.0):
+    now = [100.0]
+    consumer = SimpleNamespace(_fetcher=SimpleNamespace(_fetch_max_wait_ms=50))
+    pace = FetchPace(consumer, busy_ms=50, idle_ms=500, idle_after_s=idle_after_s, clock=lambda: now[0])
+    return pace, consumer._fetcher, now
+
+
+def test_quiet_consumer_waits_longer_and_first_record_switches_back():
+    pace, fetcher, now = make()
+    pace.saw(False)
+    assert fetcher._fetch_max_wait_ms == 50  # not quiet long enough yet
+    now[0] += 2.5
+    pace.saw(False)
+    assert fetcher._fetch_max_wait_ms == 500 and pace.idle
+    pace.saw(True)
+    assert fetcher._fetch_max_wait_ms == 50 and not pace.idle
+
+
+def test_records_keep_the_short_wait():
+    pace, fetcher, now = make()
+    for _ in range(10):
+        now[0] += 1.0
+        pace.saw(True)
+        now[0] += 1.0
+        pace.saw(False)
+    assert fetcher._fetch_max_wait_ms == 50
+
+
+def test_idle_wait_never_shorter_than_busy_and_no_fetcher_is_harmless():
+    pace = FetchPace(SimpleNamespace(), busy_ms=200, idle_ms=100, idle_after_s=0.0)
+    assert pace.idle_ms == 200
+    pace.saw(False)  # a consumer not started yet has no fetcher: nothing to set
+    assert pace.idle
