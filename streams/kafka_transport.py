@@ -86,10 +86,11 @@ async def drain(buffer, warn_after_s: float = 10.0) -> None:
     started = warned = time.monotonic()
     while buffer.size:
         await buffer.flush()
-        if time.monotonic() - warned >= warn_after_s:
-            warned = time.monotonic()
+        now = time.monotonic()
+        if buffer.size and now - warned >= warn_after_s:
+            warned = now
             log.warning("%d records still wait in the producer buffer after %.0f s; offsets are committed"
-                        " once they are sent", buffer.size, warned - started)
+                        " once they are sent", buffer.size, now - started)
 
 
 class Transport(faust_aiokafka.Transport):
