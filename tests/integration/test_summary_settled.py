@@ -5,14 +5,12 @@ result (a new owner of the partition after a crash) gets it, instead of silence 
 from __future__ import annotations
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from projections.db import make_pool
 from schemas.codec import decode, encode, new_event
-from schemas.events import SummaryCompleted, SummaryFailed, SummaryRequested
+from schemas.events import SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
 from streams.window.summarize import SummaryStage
-from tests.integration.conftest import running_projectors, scalar, wait_until
 
 COMMON = dict(tenant_id="tenant-a", user_id="u1", seq=5)
 WINDOW = dict(memory_id=1, start_seq=0, end_seq=5, prompt_version="summary-v1", model="m")
@@ -30,33 +28,29 @@ class NoLlm:
         raise AssertionError("a settled window went to the LLM again")
 
 
-async def project(settings, events) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_idempotence=True)
-    await producer.start()
-    try:
-        for event in events:
-            await producer.send_and_wait(settings.kafka.memory_topic(settings.generation), key=event.key,
-                                         value=encode(event))
-    finally:
-        await producer.stop()
-    async with running_projectors(settings):
-        async def settled() -> bool:
-            return await scalar(settings, "SELECT count(*) FROM memory WHERE status <> 'processing'") == len(
-                {event.conversation_id for event in events})
+async def store(settings, rows: list[dict]) -> None:
+    """Memory rows as the projector leaves them (projections/memory.py)."""
+    import psycopg
 
-        await wait_until(settled, 60, "the memory rows to settle")
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public"
+    ) as conn:
+        for row in rows:
+            await conn.execute(
+                "INSERT INTO memory (tenant_id, conversation_id, memory_id, start_sequence, end_sequence, status,"
+                " attempt, memory_text, generation_time_ms, source_event_ids, error, prompt_version, model,"
+                " request_event_id) VALUES ('tenant-a', %(conversation)s, 1, 0, 5, %(status)s, %(attempt)s,"
+                " %(text)s, %(ms)s, %(sources)s, %(error)s, 'summary-v1', 'm', 'request')", row)
 
 
 @pytest.mark.asyncio
 async def test_a_reissued_request_for_a_settled_window_gets_the_stored_result(settings):
     done = dict(COMMON, conversation_id="done")
     failed = dict(COMMON, conversation_id="failed")
-    await project(settings, [
-        new_event(SUMMARY_REQUESTED, SummaryRequested(**WINDOW, attempt=1), **done),
-        new_event(SUMMARY_COMPLETED, SummaryCompleted(**WINDOW, attempt=1, text="the summary", generation_time_ms=7,
-                                                      source_event_ids=["e0", "e1"]), **done),
-        new_event(SUMMARY_REQUESTED, SummaryRequested(**WINDOW, attempt=2), **failed),
-        new_event(SUMMARY_FAILED, SummaryFailed(**WINDOW, attempt=2, error="malformed"), **failed),
+    await store(settings, [
+        dict(conversation="done", status="completed", attempt=1, text="the summary", ms=7, sources=["e0", "e1"],
+             error=None),
+        dict(conversation="failed", status="failed", attempt=2, text=None, ms=None, sources=[], error="malformed"),
     ])
     llm = NoLlm()
     async with make_pool(settings, schema=settings.pg_schema) as pool:
