@@ -1,18 +1,37 @@
-"""faust's aiokafka transport with a configurable fetch wait.
+"""faust's aiokafka transport: a configurable fetch wait, and two holes closed for takeovers.
 
 faust creates its consumer with `fetch_max_wait_ms=1500` (not a setting). aiokafka leaves a
 partition whose records are still buffered out of the next fetch request, so new records on
 that partition can wait for the whole pending fetch: up to 1.5 s per hop, and a summary takes
 three hops (message -> fold -> stage -> fold). The projectors already fetch with 100 ms.
+
+When a worker takes over partitions (a peer was SIGKILLed, tests/integration/test_two_workers.py):
+- Seek: after a rebalance faust seeks every partition to its committed offset, but aiokafka
+  does not move a partition without one, and records faust fetched but did not deliver during
+  the rebalance were then skipped for good. A partition the dead peer had not committed yet lost
+  its first records (a summary result: that conversation's window fold waited for it forever).
+  `seek_to_committed_or_beginning` reads such a partition from its beginning.
+- Flush: before committing offsets faust flushes the buffer its table changes (the folds'
+  states) go through to their changelogs, but the flush returns once 100 ms pass without a
+  record leaving the buffer: on the busy test machine it returned with 36 records still in it
+  and the offsets were committed ahead of the state they had produced; a SIGKILL then would
+  lose those changes while the partition's next owner starts after the events that made them.
+  `_Producer.flush` empties the buffer first.
+
 Used through the `memkafka://` broker scheme that `make_app` sets.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from projections.fetch_pace import FetchPace
+
+log = logging.getLogger(__name__)
 
 SCHEME = "memkafka"
 DEFAULT_FETCH_MAX_WAIT_MS = 1500  # faust's own value, when the app does not say
@@ -35,14 +54,60 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
             pace.saw(bool(records))
         return records
 
+    async def seek_to_committed(self):
+        """After a rebalance: every stream partition at its committed offset, or at its
+        beginning when the group never committed one (aiokafka seeks only offsets > 0)."""
+        consumer = self._ensure_consumer()
+        return await self.call_thread(seek_to_committed_or_beginning, consumer, self.app.tables.changelog_topics)
+
 
 class _Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
+async def seek_to_committed_or_beginning(consumer, changelog_topics) -> dict:
+    """aiokafka's `seek_to_committed`, plus a seek to the beginning for the stream partitions
+    without a committed offset (`auto_offset_reset="earliest"` taken at its word).
+
+    faust calls it once a rebalance's table recovery is done; records of a newly assigned
+    partition fetched before that were not delivered (the flow is suspended). aiokafka does not
+    move a partition that has no committed offset (or 0), so those records were skipped for
+    good: a worker taking over partitions its SIGKILLed peer had not committed yet lost their
+    first records, e.g. a summary result (tests/integration/test_two_workers.py). Changelog
+    partitions are left alone: faust's recovery positions them itself."""
+    committed = await consumer.seek_to_committed()
+    fresh = [tp for tp, offset in committed.items()
+             if (offset is None or offset <= 0) and tp.topic not in changelog_topics]
+    if fresh:
+        await consumer.seek_to_beginning(*fresh)
+    return committed
+
+
+class _Producer(faust_aiokafka.Producer):
+    async def flush(self) -> None:
+        """Every buffered record handed to aiokafka, then aiokafka's flush: faust calls this
+        before it commits offsets, so the changelog holds every change of the committed events."""
+        await drain(self.buffer)
+        await super().flush()
+
+
+async def drain(buffer, warn_after_s: float = 10.0) -> None:
+    """`buffer.flush()` until the buffer is empty (faust's gives up after 100 ms without a send).
+    A broker outage keeps it waiting, and the commit with it: that is the point."""
+    started = warned = time.monotonic()
+    while buffer.size:
+        await buffer.flush()
+        now = time.monotonic()
+        if buffer.size and now - warned >= warn_after_s:
+            warned = now
+            log.warning("%d records still wait in the producer buffer after %.0f s; offsets are committed"
+                        " once they are sent", buffer.size, now - started)
+
+
 class Transport(faust_aiokafka.Transport):
     Consumer = _Consumer
+    Producer = _Producer
 
 
 TRANSPORTS.aliases.setdefault(SCHEME, f"{__name__}:Transport")

@@ -7,6 +7,8 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Literal
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -46,9 +48,13 @@ class SummaryStage:
         started = time.monotonic()
         try:
             async with self.pool.connection() as conn:  # one checkout for the usual case: inputs ready
-                if await self._already_settled(conn, cause, request):
-                    log.debug("memory %s of %s already settled; skipping", request.memory_id, cause.conversation_id)
-                    return None
+                row = await self._settled_row(conn, cause, request)
+                answer = settled_answer(row and row.status, row and row.attempt, request.attempt)
+                if answer != "compute":
+                    log.info("memory %s of %s already settled (%s, attempt %s): %s", request.memory_id,
+                             cause.conversation_id, row.status, row.attempt,
+                             "skipped" if answer == "skip" else "result sent again")
+                    return None if answer == "skip" else self._again(cause, request, row)
                 ready, previous, messages, _ = await self._read_inputs(conn, cause, request)
             if not ready:
                 previous, messages = await self._inputs(cause, request)
@@ -86,18 +92,23 @@ class SummaryStage:
     def _failed(self, cause: Envelope, request: SummaryRequested, error: str) -> Envelope:
         return failed_event(cause, request, error, self.summarizer.model)
 
-    async def _already_settled(self, conn, cause: Envelope, request: SummaryRequested) -> bool:
-        """Redelivered requests (restart, rebalance) must not pay for a second LLM call."""
+    async def _settled_row(self, conn, cause: Envelope, request: SummaryRequested) -> SettledRow | None:
         cur = await conn.execute(
-            "SELECT status, attempt FROM memory WHERE tenant_id = %s AND conversation_id = %s AND memory_id = %s",
+            "SELECT status, attempt, memory_text, generation_time_ms, prompt_version, model, source_event_ids, error"
+            " FROM memory WHERE tenant_id = %s AND conversation_id = %s AND memory_id = %s",
             (cause.tenant_id, cause.conversation_id, request.memory_id),
         )
         row = await cur.fetchone()
-        if row is None:
-            return False
-        status, attempt = row
-        # A row failed by an older attempt is revived by this one (projections/memory.py).
-        return status == "completed" or attempt > request.attempt or (status == "failed" and attempt >= request.attempt)
+        return None if row is None else SettledRow(*row)
+
+    def _again(self, cause: Envelope, request: SummaryRequested, row: SettledRow) -> Envelope:
+        """The stored result of a settled request, as its result event once more."""
+        if row.status == "completed":
+            output = SummaryOutput(text=row.text or "", prompt_version=row.prompt_version, model=row.model)
+            return completed_event(cause, request.model_copy(update={"attempt": row.attempt}), output,
+                                   (row.generation_time_ms or 0) / 1000, list(row.source_event_ids or []))
+        return failed_event(cause, request.model_copy(update={"attempt": row.attempt}), row.error or "failed",
+                            row.model)
 
     async def _inputs(self, cause: Envelope, request: SummaryRequested):
         """Previous summary text and the new messages (base end + 1 .. end), once projected."""
@@ -148,6 +159,47 @@ class SummaryStage:
         return False, previous, messages, (
             f"{len(messages)}/{expected} messages {first}..{request.end_seq}"
             + ("" if base_ready else f", base summary {request.base_memory_id} not completed"))
+
+
+@dataclass(frozen=True)
+class SettledRow:
+    """What the memory projection holds of a request (the columns `_settled_row` reads)."""
+
+    status: str
+    attempt: int
+    text: str | None
+    generation_time_ms: int | None
+    prompt_version: str
+    model: str
+    source_event_ids: list[str] | None
+    error: str | None
+
+
+Answer = Literal["compute", "skip", "completed", "failed"]
+
+
+def settled_answer(status: str | None, attempt: int | None, request_attempt: int) -> Answer:
+    """What the stage does with a request, given the memory row of its memory id (None: none yet).
+
+    A request comes again after a restart or a rebalance (redelivered) or from the fold's
+    request timeout (re-issued, attempt + 1). Neither may pay for a second LLM call on a
+    settled window, and neither may go unanswered: the fold re-issues when it has not seen the
+    result, and after a worker was SIGKILLed the partition's new owner resumed from a state
+    still waiting for a result that its log position was already past. Unanswered, the
+    re-issues left that conversation without summaries until the fold gave up after
+    `max_attempts` timeouts (tests/integration/test_two_workers.py). So a settled request gets
+    its stored result again; the fold and the projection ignore a result they already applied.
+    """
+    if status is None:
+        return "compute"
+    if status == "completed":
+        return "completed"
+    if attempt > request_attempt:
+        return "skip"  # a newer attempt was issued: its answer is the one the fold waits for
+    if status == "failed" and attempt == request_attempt:
+        return "failed"
+    # processing, or failed by an older attempt: this attempt computes (and revives the row).
+    return "compute"
 
 
 def first_new_seq(request: SummaryRequested) -> int:

@@ -1,6 +1,8 @@
-"""The faust app uses the transport whose consumer waits at most `kafka.fetch_max_wait_ms`."""
+"""The faust app's transport: the configured fetch wait, and the two takeover holes it closes."""
 
 from pathlib import Path
+
+from aiokafka import TopicPartition
 
 from memory_agent.settings import KafkaSettings, Settings
 from streams import kafka_transport
@@ -26,3 +28,44 @@ async def test_a_quiet_app_consumer_waits_longer(tmp_path: Path):
     thread._create_worker_consumer(app.transport)
     assert (thread._pace.busy_ms, thread._pace.idle_ms) == (25, 400)
     assert [runner.idle_fetch_max_wait_ms for runner in app.stage_runners] == [400]
+
+
+class FakeConsumer:
+    def __init__(self, committed):
+        self.committed, self.sought_to_beginning = committed, []
+
+    async def seek_to_committed(self):
+        return dict(self.committed)
+
+    async def seek_to_beginning(self, *partitions):
+        self.sought_to_beginning += partitions
+
+
+async def test_a_partition_never_committed_is_read_from_its_beginning_after_a_rebalance():
+    """aiokafka seeks only committed offsets > 0; records fetched during the rebalance of a
+    partition without one were skipped (a takeover lost a summary result)."""
+    stream, fresh, committed_zero = TopicPartition("memory", 0), TopicPartition("memory", 1), TopicPartition("memory", 2)
+    changelog = TopicPartition("app-window-state-changelog", 1)
+    consumer = FakeConsumer({stream: 17, fresh: None, committed_zero: 0, changelog: None})
+    result = await kafka_transport.seek_to_committed_or_beginning(consumer, {"app-window-state-changelog"})
+    assert sorted(consumer.sought_to_beginning) == [fresh, committed_zero]  # not the changelog: recovery's
+    assert result == consumer.committed
+
+
+class FakeBuffer:
+    """Like faust's ProducerBuffer on a busy loop: one flush sends a record or two, then gives up."""
+
+    def __init__(self, size):
+        self.size, self.flushes = size, 0
+
+    async def flush(self):
+        self.flushes += 1
+        self.size = max(0, self.size - 2)
+
+
+async def test_the_producer_flush_empties_the_buffer_before_offsets_are_committed(tmp_path: Path):
+    buffer = FakeBuffer(7)
+    await kafka_transport.drain(buffer)
+    assert buffer.size == 0 and buffer.flushes == 4
+    app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
+    assert isinstance(app.producer, kafka_transport._Producer)
