@@ -14,12 +14,14 @@ import uuid
 import httpx
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from memory_agent.client import MemoryClient
 from memory_agent.settings import ApiSettings, PrivacySettings
 from projections.migrate import migrate
 from schemas.codec import decode
+from schemas.envelope import InvalidEvent
 from streams.kafka_topics import ensure_topics
 from schemas.sealed import ERASED_CONTENT
 from tests.integration.conftest import API_KEYS, running_api, running_projectors, wait_until, worker_process
@@ -28,7 +30,9 @@ from tests.integration.test_lineage import until
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest
 
 ADMIN = "erasure-admin-key"
-KEYS = API_KEYS | {"alice-key": {"tenant": "tenant-a", "user": "alice"}, "bob-key": {"tenant": "tenant-a", "user": "bob"}}
+# Users unique to this run: their keys live in public.user_keys, shared by every test and run.
+ALICE, BOB = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
+KEYS = API_KEYS | {"alice-key": {"tenant": "tenant-a", "user": ALICE}, "bob-key": {"tenant": "tenant-a", "user": BOB}}
 MARK = f"zqxmark{uuid.uuid4().hex[:8]}"  # alice's words; one token for every tokenizer
 KEEP = f"bobkeep{uuid.uuid4().hex[:8]}"  # bob's
 ENV = SMALL_CHUNKS | {
@@ -89,6 +93,54 @@ async def counts(settings, conversation: str) -> dict[str, int]:
     return out
 
 
+async def topic_residue(settings, marker: str, *, raw: bool = False) -> dict[str, int]:
+    """Records holding `marker` per topic of the test's prefix (conversation log, memory topics of
+    every generation, context-served, dead letters, faust changelogs), each read as the service
+    reads it: decoded by schemas.codec (sealed text opened; a record whose key is destroyed is
+    skipped: "erased"), and anything that is not an event (changelogs, letters) as its raw bytes;
+    `raw`: the bytes only (what a reader without the keys sees)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        names = sorted(t for t in await admin.list_topics() if t.startswith(settings.kafka.topic_prefix + "."))
+        described = await admin.describe_topics(names)
+    finally:
+        await admin.close()
+    assert settings.kafka.conversation_topic in names and settings.kafka.memory_topic(settings.generation) in names
+    partitions = [TopicPartition(t["topic"], p["partition"]) for t in described for p in t["partitions"]]
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_auto_commit=False)
+    await consumer.start()
+    found: dict[str, int] = {}
+    try:
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        left = {tp: end for tp, end in (await consumer.end_offsets(partitions)).items() if end > 0}
+        while left:
+            for tp, records in (await consumer.getmany(timeout_ms=2000)).items():
+                for record in records:
+                    text = bytes(record.value or b"").decode("utf-8", "replace") if raw else readable(record)
+                    if marker in text:
+                        found[tp.topic] = found.get(tp.topic, 0) + 1
+                    if record.offset + 1 >= left.get(tp, 0):
+                        left.pop(tp, None)
+    finally:
+        await consumer.stop()
+    return found
+
+
+def readable(record) -> str:
+    """A record's text as the service's decode gives it."""
+    if record.value is None:
+        return ""
+    try:
+        event = decode(record.value, key=record.key)
+    except InvalidEvent as exc:
+        if exc.reason == "erased":
+            return ""  # nobody can open it
+        return record.value.decode("utf-8", "replace")
+    return orjson.dumps(event.payload.model_dump(mode="json")).decode() + record.value.decode("utf-8", "replace")
+
+
 async def log_texts(settings) -> tuple[bytes, str]:
     """Every record of the conversation topic: the raw bytes, and the texts as the service
     decodes them (schemas.codec.decode, which opens sealed messages)."""
@@ -121,8 +173,8 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
         async with worker_process(settings, extra_env=env) as worker, running_api(api_settings) as base:
             async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=60) as http:
                 async with MemoryClient(settings) as client:
-                    await say(client, "alice", "conv-a", MARK)
-                    await say(client, "bob", "conv-b", KEEP)
+                    await say(client, ALICE, "conv-a", MARK)
+                    await say(client, BOB, "conv-b", KEEP)
                 log = worker.log_path
                 for conversation in ("conv-a", "conv-b"):
                     await until(settings, "SELECT 1 FROM facts WHERE source_conversation_id = %s", (conversation,),
@@ -146,13 +198,16 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                     raw, texts = await log_texts(settings)
                     assert MARK not in raw.decode() and KEEP not in raw.decode()
                     assert MARK in texts and KEEP in texts
+                    before = await topic_residue(settings, MARK)  # derived events hold it, sealed
+                    assert settings.kafka.memory_topic(settings.generation) in before, before
+                    assert await topic_residue(settings, MARK, raw=True) == {}  # nothing in clear on any topic
 
                 # Only an operator or alice herself may erase alice.
-                assert (await http.delete("/v1/users/alice")).status_code == 403
-                assert (await http.delete("/v1/users/alice", headers={"X-API-Key": "bob-key"})).status_code == 403
-                assert (await http.delete("/v1/users/alice", headers={"X-Admin-Key": ADMIN,
+                assert (await http.delete(f"/v1/users/{ALICE}")).status_code == 403
+                assert (await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "bob-key"})).status_code == 403
+                assert (await http.delete(f"/v1/users/{ALICE}", headers={"X-Admin-Key": ADMIN,
                                                                       "X-API-Key": ""})).status_code == 400
-                answer = await http.delete("/v1/users/alice", params={"tenant_id": "tenant-a"},
+                answer = await http.delete(f"/v1/users/{ALICE}", params={"tenant_id": "tenant-a"},
                                            headers={"X-Admin-Key": ADMIN, "X-API-Key": ""})
                 assert answer.status_code == 202, answer.text
                 event_id = answer.json()["event_id"]
@@ -175,6 +230,9 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 if sealed:  # alice's key is destroyed: her events decode as erased, bob's as before
                     raw, texts = await log_texts(settings)
                     assert MARK not in texts and KEEP in texts and ERASED_CONTENT in texts
+                    # Every topic of the prefix, derived events included, read as the service would.
+                    assert await topic_residue(settings, MARK) == {}
+                    assert settings.kafka.memory_topic(settings.generation) in await topic_residue(settings, KEEP)
                     await replay_has_no_residue(settings, env)
 
 
@@ -192,6 +250,7 @@ async def replay_has_no_residue(settings, env: dict) -> None:
                     "bob's summary replayed", log, timeout=180)
         await until(replay, "SELECT 1 FROM erasures", (), "the erasure replayed", log)
         assert await residue(replay, MARK) == {}
+        assert await topic_residue(replay, MARK) == {}  # the replay's memory topic too
         assert (await residue(replay, KEEP)).get("facts")
         assert await rows(replay, "SELECT count(*) FROM projection_anomalies WHERE kind = 'invalid'") == [(0,)]
 
@@ -209,8 +268,8 @@ async def projectors_and_api(settings):
 async def test_erasing_a_conversation_is_its_owners_right(settings):
     async with projectors_and_api(settings) as (settings, http):
         async with MemoryClient(settings) as client:
-            await say(client, "alice", "conv-a", MARK)
-            await say(client, "alice", "conv-a2", KEEP)
+            await say(client, ALICE, "conv-a", MARK)
+            await say(client, ALICE, "conv-a2", KEEP)
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a2' AND seq = 11", (),
                     "messages projected")
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 11", (),
@@ -231,18 +290,18 @@ async def test_erasing_a_conversation_is_its_owners_right(settings):
 async def test_a_user_erased_from_another_owners_conversation_loses_only_its_messages(settings):
     async with projectors_and_api(settings) as (settings, http):
         async with MemoryClient(settings) as client:
-            for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
-                                                ("bob", f"Welcome {KEEP}."), ("alice", f"Bye {MARK}.")]):
+            for seq, (user, text) in enumerate([(BOB, "Hello all."), (ALICE, f"I am {MARK}."),
+                                                (BOB, f"Welcome {KEEP}."), (ALICE, f"Bye {MARK}.")]):
                 await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
                                             seq=seq, role="user", content=text)
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (),
                     "messages projected")
-        answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})  # herself
+        answer = await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "alice-key"})  # herself
         assert answer.status_code == 202, answer.text
         [(rederive, deleted)] = await until(settings, "SELECT rederive, deleted_rows FROM erasures", (),
                                             "the erasure applied")
         assert rederive == {"conv-b": [1, 3]} and deleted["messages"] == 2, (rederive, deleted)
         left = await rows(settings, "SELECT seq, user_id FROM messages WHERE conversation_id = 'conv-b' ORDER BY seq")
-        assert left == [(0, "bob"), (2, "bob")]
+        assert left == [(0, BOB), (2, BOB)]
         assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-b'") == [(1,)]
         assert await residue(settings, MARK) == {}
