@@ -28,7 +28,7 @@ from schemas.envelope import Envelope
 from schemas.limits import Limits, check_size
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
-from schemas.sealed import ERASED_CONTENT, SEALED, set_field_opener, set_opener, set_sealer
+from schemas.sealed import ERASED_CONTENT, SEALED, set_field_opener, set_opener, set_sealer, set_state_hooks
 
 _TABLE = """CREATE TABLE IF NOT EXISTS public.user_keys (
     tenant_id text NOT NULL, user_id text NOT NULL, key_id text NOT NULL, data_key bytea,
@@ -176,4 +176,6 @@ def install(settings: Settings) -> None:
     store, known = key_store(settings), participants(settings)
     set_opener(opener(store, known.learn))
     set_field_opener(sealing.field_opener(store))
-    set_sealer(sealing.sealer(store, known) if settings.privacy.encrypt_content else None)
+    seals = settings.privacy.encrypt_content
+    set_sealer(sealing.sealer(store, known) if seals else None)
+    set_state_hooks(sealing.state_sealer(store, known) if seals else None, sealing.state_opener(store))

@@ -44,33 +44,44 @@ def _aad(envelope: Envelope) -> bytes:
     return f"{envelope.type}\n{envelope.event_id}".encode()
 
 
-def seal_with(envelope: Envelope, fields: dict, keys: list[tuple[str, str, bytes]]) -> Envelope:
-    """`envelope` (its free text already taken out) with `fields` sealed under `keys`
-    [(user, key_id, key)]; no keys: a throwaway key (nobody can open it)."""
+def marker(plain: bytes, aad: bytes, keys: list[tuple[str, str, bytes]]) -> dict:
+    """{"v", "keys", "ct"}: `plain` sealed under `keys` [(user, key_id, key)]; no keys: a
+    throwaway key (nobody can open it)."""
     chosen = sorted(keys) or [("", "destroyed", AESGCM.generate_key(256))]
     nonce = os.urandom(12)
-    ct = AESGCM(combined_key([k for _, _, k in chosen])).encrypt(nonce, orjson.dumps(fields), _aad(envelope))
-    marker = {"v": 1, "keys": [[user, key_id] for user, key_id, _ in chosen],
-              "ct": base64.b64encode(nonce + ct).decode()}
-    return envelope.model_copy(update={"payload": {**envelope.payload, SEALED: marker}})
+    ct = AESGCM(combined_key([k for _, _, k in chosen])).encrypt(nonce, plain, aad)
+    return {"v": 1, "keys": [[user, key_id] for user, key_id, _ in chosen], "ct": base64.b64encode(nonce + ct).decode()}
+
+
+def unseal(sealed: object, tenant: str, aad: bytes, find) -> bytes:
+    """The plaintext of a `marker`; `find(tenant, user, key_id)` -> key or None. Raises
+    InvalidEvent("erased") when a key is gone or the ciphertext does not open."""
+    try:
+        if not isinstance(sealed, dict) or sealed.get("v") != 1:
+            raise ValueError(f"unknown seal {str(sealed)[:40]!r}")
+        keys = [find(tenant, user, key_id) for user, key_id in sealed["keys"]]
+        if not keys or any(k is None for k in keys):
+            raise InvalidEvent("erased", "a contributor's key is destroyed")
+        raw = base64.b64decode(sealed["ct"])
+        return AESGCM(combined_key(keys)).decrypt(raw[:12], raw[12:], aad)
+    except InvalidEvent:
+        raise
+    except (ValueError, InvalidTag, KeyError, TypeError) as exc:
+        raise InvalidEvent("erased", f"does not open: {type(exc).__name__}") from None
+
+
+def seal_with(envelope: Envelope, fields: dict, keys: list[tuple[str, str, bytes]]) -> Envelope:
+    """`envelope` (its free text already taken out) with `fields` sealed under `keys`."""
+    sealed = marker(orjson.dumps(fields), _aad(envelope), keys)
+    return envelope.model_copy(update={"payload": {**envelope.payload, SEALED: sealed}})
 
 
 def open_with(envelope: Envelope, find) -> dict:
-    """The plaintext fields of a sealed event; `find(tenant, user, key_id)` -> key or None.
-    Raises InvalidEvent("erased") when a key is gone or the ciphertext does not open."""
-    marker = envelope.payload.get(SEALED)
+    """The plaintext fields of a sealed event, or InvalidEvent("erased")."""
     try:
-        if not isinstance(marker, dict) or marker.get("v") != 1:
-            raise ValueError(f"unknown seal {str(marker)[:40]!r}")
-        keys = [find(envelope.tenant_id, user, key_id) for user, key_id in marker["keys"]]
-        if not keys or any(k is None for k in keys):
-            raise InvalidEvent("erased", f"{envelope.type} {envelope.event_id}: a contributor's key is destroyed")
-        raw = base64.b64decode(marker["ct"])
-        return orjson.loads(AESGCM(combined_key(keys)).decrypt(raw[:12], raw[12:], _aad(envelope)))
-    except (ValueError, InvalidTag, KeyError, TypeError) as exc:  # InvalidEvent is a ValueError: kept as is
-        if isinstance(exc, InvalidEvent):
-            raise
-        raise InvalidEvent("erased", f"{envelope.type} {envelope.event_id} does not open: {type(exc).__name__}") from None
+        return orjson.loads(unseal(envelope.payload.get(SEALED), envelope.tenant_id, _aad(envelope), find))
+    except InvalidEvent as exc:
+        raise InvalidEvent("erased", f"{envelope.type} {envelope.event_id}: {exc.detail}") from None
 
 
 class Participants:
@@ -133,14 +144,40 @@ def sealer(store, participants: Participants):
     """The hook of schemas.sealed.set_sealer: seal with every live contributor key."""
     def seal_(envelope: Envelope, fields: dict) -> Envelope:
         users = contributors(envelope, participants.of(envelope.tenant_id, envelope.conversation_id))
-        keys = []
-        for user in users:
-            found = store.live(envelope.tenant_id, user)
-            if found is not None:
-                keys.append((user, *found))
-        return seal_with(envelope, fields, keys)
+        return seal_with(envelope, fields, live_keys(store, envelope.tenant_id, users))
     return seal_
 
 
 def field_opener(store):
     return lambda envelope: open_with(envelope, store.get)
+
+
+def live_keys(store, tenant: str, users) -> list[tuple[str, str, bytes]]:
+    keys = []
+    for user in users:
+        found = store.live(tenant, user)
+        if found is not None:
+            keys.append((user, *found))
+    return keys
+
+
+def state_sealer(store, participants: Participants):
+    """Fold state (a changelog value) of one conversation, sealed with its participants' keys;
+    None (left plain) for a conversation nobody sealed a message in."""
+    def seal_(tenant: str, conversation: str, raw: bytes) -> bytes | None:
+        users = participants.of(tenant, conversation)
+        if not users:
+            return None
+        sealed = marker(raw, f"state\n{tenant}/{conversation}".encode(), live_keys(store, tenant, sorted(users)))
+        return orjson.dumps({SEALED: sealed})
+    return seal_
+
+
+def state_opener(store):
+    """A sealed fold state -> its bytes, or None when a contributor's key is destroyed."""
+    def open_(tenant: str, conversation: str, raw: bytes) -> bytes | None:
+        try:
+            return unseal(orjson.loads(raw).get(SEALED), tenant, f"state\n{tenant}/{conversation}".encode(), store.get)
+        except (InvalidEvent, orjson.JSONDecodeError, AttributeError):
+            return None
+    return open_

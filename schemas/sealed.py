@@ -53,7 +53,11 @@ SEALED_FIELDS: dict[str, tuple[str, ...]] = {
 Opener = Callable[[Any, Any], Any]  # (envelope, MessageAppended) -> MessageAppended
 Sealer = Callable[[Any, dict], Any]  # (envelope, plaintext fields) -> envelope with payload[SEALED]
 FieldOpener = Callable[[Any], dict]  # envelope -> plaintext fields; raises InvalidEvent("erased")
+StateSealer = Callable[[str, str, bytes], "bytes | None"]  # (tenant, conversation, bytes) -> sealed, None: plain
+StateOpener = Callable[[str, str, bytes], "bytes | None"]  # -> the bytes, None: erased
+_STATE_PREFIX = b'{"' + SEALED.encode() + b'":'
 _opener: list[Opener] = []
+_state: list = [None, None]  # [sealer, opener]
 _sealer: list[Sealer] = []
 _field_opener: list[FieldOpener] = []
 
@@ -69,6 +73,29 @@ def set_sealer(sealer: Sealer | None) -> None:
 
 def set_field_opener(opener: FieldOpener | None) -> None:
     _field_opener[:] = [opener] if opener is not None else []
+
+
+def set_state_hooks(sealer: StateSealer | None, opener: StateOpener | None) -> None:
+    _state[:] = [sealer, opener]
+
+
+def seal_state(key: bytes, raw: bytes) -> bytes:
+    """A fold's state for its changelog (key: tenant/conversation), sealed when this process seals."""
+    from schemas.envelope import parse_conversation_key  # noqa: PLC0415
+
+    parsed = parse_conversation_key(key) if _state[0] is not None else None
+    sealed = _state[0](*parsed, raw) if parsed else None
+    return raw if sealed is None else sealed
+
+
+def open_state(key: bytes, raw: bytes | None) -> bytes | None:
+    """The state's bytes; None (start afresh) when it is sealed and cannot be opened."""
+    if not raw or not raw.startswith(_STATE_PREFIX):
+        return raw
+    from schemas.envelope import parse_conversation_key  # noqa: PLC0415
+
+    parsed = parse_conversation_key(key)
+    return _state[1](*parsed, raw) if parsed and _state[1] is not None else None
 
 
 def is_sealed(payload: Any) -> bool:

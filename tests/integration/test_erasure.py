@@ -30,9 +30,12 @@ from tests.integration.test_lineage import until
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest
 
 ADMIN = "erasure-admin-key"
-# Users unique to this run: their keys live in public.user_keys, shared by every test and run.
+# A tenant and users unique to this run: user keys, conversation participants and LLM-cache
+# provenance live in public tables shared by every test and run.
+TENANT = f"tenant-e{uuid.uuid4().hex[:8]}"
 ALICE, BOB = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
-KEYS = API_KEYS | {"alice-key": {"tenant": "tenant-a", "user": ALICE}, "bob-key": {"tenant": "tenant-a", "user": BOB}}
+KEYS = API_KEYS | {"key-a": {"tenant": TENANT, "act_as": "any_user"}, "alice-key": {"tenant": TENANT, "user": ALICE},
+                   "bob-key": {"tenant": TENANT, "user": BOB}}
 MARK = f"zqxmark{uuid.uuid4().hex[:8]}"  # alice's words; one token for every tokenizer
 KEEP = f"bobkeep{uuid.uuid4().hex[:8]}"  # bob's
 ENV = SMALL_CHUNKS | {
@@ -61,7 +64,7 @@ def model(request: RecordedRequest) -> dict:
 
 async def say(client: MemoryClient, user: str, conversation: str, word: str) -> None:
     for seq, text in enumerate(lines(word)):
-        await client.append_message(tenant_id="tenant-a", conversation_id=conversation, user_id=user, subject_id="home",
+        await client.append_message(tenant_id=TENANT, conversation_id=conversation, user_id=user, subject_id="home",
                                     seq=seq, role="user" if seq % 2 == 0 else "assistant", content=text)
 
 
@@ -81,6 +84,13 @@ async def residue(settings, marker: str) -> dict[str, int]:
     archives = await rows(settings, "SELECT archive FROM topic_archives")
     found["topic_archives (gunzipped)"] = sum(marker in gzip.decompress(bytes(a)).decode() for (a,) in archives)
     return {k: v for k, v in found.items() if v}
+
+
+async def cache_sources(settings, conversation: str) -> list[tuple[str, str]]:
+    """(cache key, kind) of the LLM-cache entries a conversation's requests wrote or used."""
+    return await rows(settings, "SELECT s.cache_key, c.kind FROM public.llm_cache_sources s JOIN public.llm_cache c"
+                                " USING (cache_key) WHERE s.tenant_id = %s AND s.conversation_id = %s ORDER BY 1",
+                      (TENANT, conversation))
 
 
 async def counts(settings, conversation: str) -> dict[str, int]:
@@ -194,6 +204,8 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 bob_before = await counts(settings, "conv-b")
                 assert all(bob_before.values()), bob_before
                 bob_residue = await residue(settings, KEEP)
+                cached = {c: await cache_sources(settings, c) for c in ("conv-a", "conv-b")}
+                assert cached["conv-a"] and cached["conv-b"], cached  # entries record their conversation
                 if sealed:  # the log holds ciphertext only; the service's decode opens it
                     raw, texts = await log_texts(settings)
                     assert MARK not in raw.decode() and KEEP not in raw.decode()
@@ -207,7 +219,7 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 assert (await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "bob-key"})).status_code == 403
                 assert (await http.delete(f"/v1/users/{ALICE}", headers={"X-Admin-Key": ADMIN,
                                                                       "X-API-Key": ""})).status_code == 400
-                answer = await http.delete(f"/v1/users/{ALICE}", params={"tenant_id": "tenant-a"},
+                answer = await http.delete(f"/v1/users/{ALICE}", params={"tenant_id": TENANT},
                                            headers={"X-Admin-Key": ADMIN, "X-API-Key": ""})
                 assert answer.status_code == 202, answer.text
                 event_id = answer.json()["event_id"]
@@ -224,6 +236,12 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 assert await counts(settings, "conv-b") == bob_before
                 assert not any((await counts(settings, "conv-a")).values())
                 assert await residue(settings, KEEP) == bob_residue
+                # Every entry alice's requests wrote or used is gone by provenance (the gate's verdicts
+                # hold no marker: no text match finds them); bob's stay.
+                assert await cache_sources(settings, "conv-a") == []
+                assert await rows(settings, "SELECT count(*) FROM public.llm_cache WHERE cache_key = ANY(%s)",
+                                  ([k for k, _ in cached["conv-a"]],)) == [(0,)]
+                assert await cache_sources(settings, "conv-b") == cached["conv-b"]
                 # Alice's conversation is gone from the API too.
                 gone = await http.get("/v1/conversations/conv-a/context", headers={"X-API-Key": "alice-key"})
                 assert gone.status_code == 404, gone.text
@@ -292,7 +310,7 @@ async def test_a_user_erased_from_another_owners_conversation_loses_only_its_mes
         async with MemoryClient(settings) as client:
             for seq, (user, text) in enumerate([(BOB, "Hello all."), (ALICE, f"I am {MARK}."),
                                                 (BOB, f"Welcome {KEEP}."), (ALICE, f"Bye {MARK}.")]):
-                await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
+                await client.append_message(tenant_id=TENANT, conversation_id="conv-b", user_id=user,
                                             seq=seq, role="user", content=text)
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (),
                     "messages projected")

@@ -161,3 +161,19 @@ def test_pluck_and_restore_are_inverse_and_leave_the_input_alone():
     out, taken = sealed.pluck(payload, ("a", "b.c", "l[].t", "n", "missing"))
     assert out == {"b": {"d": 1}, "l": [{"k": 2}, {"k": 3}]} and payload["a"] == "x"
     assert sealed.restore(out, taken) == payload
+
+
+def test_a_fold_state_is_sealed_with_the_conversations_participants_and_starts_afresh_once_erased():
+    keys = MemoryKeys()
+    sealed.set_state_hooks(sealing.state_sealer(keys, Known(c={"alice", "bob"})), sealing.state_opener(keys))
+    try:
+        raw = b'{"format":1,"topics":{"title":"zqx8"}}'
+        stored = sealed.seal_state(b"t/c", raw)
+        assert b"zqx8" not in stored and sealed.open_state(b"t/c", stored) == raw
+        assert sealed.open_state(b"t/other", stored) is None  # bound to its conversation
+        assert sealed.seal_state(b"t/nobody-sealed-here", raw) == raw  # no participants: plain, as before
+        assert sealed.open_state(b"t/nobody-sealed-here", raw) == raw
+        keys.destroy("t", "alice")
+        assert sealed.open_state(b"t/c", stored) is None  # erased: the fold starts this conversation afresh
+    finally:
+        sealed.set_state_hooks(None, None)
