@@ -3,7 +3,7 @@
 `install`, which also hooks the sealing of derived free text (memory_agent/sealing.py).
 
 `KeyStore` is the port a KMS (AWS KMS, Vault transit) can replace; `PostgresKeyStore` keeps
-the keys in `public.user_keys` (raw 256-bit keys: no master-key wrapping yet). Destroying a
+the keys in `public.data_keys` (raw 256-bit keys: no master-key wrapping yet). Destroying a
 user's key overwrites it with NULL: every sealed copy of that user's messages, on the log and
 in its backups, then opens as ERASED_CONTENT."""
 
@@ -30,10 +30,12 @@ from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from schemas.sealed import ERASED_CONTENT, SEALED, set_field_opener, set_opener, set_sealer, set_state_hooks
 
-_TABLE = """CREATE TABLE IF NOT EXISTS public.user_keys (
-    tenant_id text NOT NULL, user_id text NOT NULL, key_id text NOT NULL, data_key bytea,
-    created_at timestamptz NOT NULL DEFAULT now(), destroyed_at timestamptz,
-    PRIMARY KEY (tenant_id, user_id))"""
+# One key per deployment (its topic prefix: two deployments on one database never share a key,
+# nor does an erasure in one destroy another's), tenant and user.
+_TABLE = """CREATE TABLE IF NOT EXISTS public.data_keys (
+    deployment text NOT NULL, tenant_id text NOT NULL, user_id text NOT NULL, key_id text NOT NULL,
+    data_key bytea, created_at timestamptz NOT NULL DEFAULT now(), destroyed_at timestamptz,
+    PRIMARY KEY (deployment, tenant_id, user_id))"""
 CACHE_S = 60.0  # a key destroyed elsewhere may still open events here for this long
 
 
@@ -45,10 +47,10 @@ class KeyStore(Protocol):
 
 
 class PostgresKeyStore:
-    """Keys in PostgreSQL (public schema), cached per process for CACHE_S."""
+    """Keys in PostgreSQL (public schema) for one deployment, cached per process for CACHE_S."""
 
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
+    def __init__(self, dsn: str, deployment: str = "") -> None:
+        self.dsn, self.deployment = dsn, deployment
         self._cache: dict[tuple[str, str, str | None], tuple[float, tuple[str, bytes] | None]] = {}
         self._lock = threading.Lock()
         self._conn: psycopg.Connection | None = None
@@ -72,9 +74,9 @@ class PostgresKeyStore:
     def _upsert(self, tenant: str, user: str) -> tuple[str, bytes | None]:
         """(key_id, key) of the user, created if it has none; key None when destroyed."""
         rows = self._execute(
-            "INSERT INTO public.user_keys (tenant_id, user_id, key_id, data_key) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (tenant_id, user_id) DO UPDATE SET key_id = public.user_keys.key_id"
-            " RETURNING key_id, data_key", (tenant, user, uuid.uuid4().hex, AESGCM.generate_key(256)))
+            "INSERT INTO public.data_keys (deployment, tenant_id, user_id, key_id, data_key) VALUES (%s, %s, %s, %s, %s)"
+            " ON CONFLICT (deployment, tenant_id, user_id) DO UPDATE SET key_id = public.data_keys.key_id"
+            " RETURNING key_id, data_key", (self.deployment, tenant, user, uuid.uuid4().hex, AESGCM.generate_key(256)))
         return rows[0][0], rows[0][1]
 
     def get_or_create(self, tenant: str, user: str) -> tuple[str, bytes]:
@@ -82,9 +84,9 @@ class PostgresKeyStore:
             key_id, data_key = self._upsert(tenant, user)
             if data_key is None:  # erased: a new key for what the user writes from now on
                 key_id, data_key = uuid.uuid4().hex, AESGCM.generate_key(256)
-                self._execute("UPDATE public.user_keys SET key_id = %s, data_key = %s, destroyed_at = NULL,"
-                              " created_at = now() WHERE tenant_id = %s AND user_id = %s",
-                              (key_id, data_key, tenant, user))
+                self._execute("UPDATE public.data_keys SET key_id = %s, data_key = %s, destroyed_at = NULL,"
+                              " created_at = now() WHERE deployment = %s AND tenant_id = %s AND user_id = %s",
+                              (key_id, data_key, self.deployment, tenant, user))
             return key_id, bytes(data_key)
         found = self._cached((tenant, user, None), load)
         self._cache[(tenant, user, "live")] = (time.monotonic(), found)  # a revived key seals derived text too
@@ -100,15 +102,16 @@ class PostgresKeyStore:
 
     def get(self, tenant: str, user: str, key_id: str) -> bytes | None:
         def load():
-            rows = self._execute("SELECT key_id, data_key FROM public.user_keys WHERE tenant_id = %s AND user_id = %s"
-                                 " AND key_id = %s", (tenant, user, key_id))
+            rows = self._execute("SELECT key_id, data_key FROM public.data_keys WHERE deployment = %s AND tenant_id = %s"
+                                 " AND user_id = %s AND key_id = %s", (self.deployment, tenant, user, key_id))
             return (rows[0][0], bytes(rows[0][1])) if rows and rows[0][1] is not None else None
         found = self._cached((tenant, user, key_id), load)
         return found[1] if found else None
 
     def destroy(self, tenant: str, user: str) -> bool:
-        rows = self._execute("UPDATE public.user_keys SET data_key = NULL, destroyed_at = now() WHERE tenant_id = %s"
-                             " AND user_id = %s AND data_key IS NOT NULL RETURNING key_id", (tenant, user))
+        rows = self._execute("UPDATE public.data_keys SET data_key = NULL, destroyed_at = now() WHERE deployment ="
+                             " %s AND tenant_id = %s AND user_id = %s AND data_key IS NOT NULL RETURNING key_id",
+                             (self.deployment, tenant, user))
         self._cache = {k: v for k, v in self._cache.items() if k[:2] != (tenant, user)}
         return bool(rows)
 
@@ -156,18 +159,24 @@ def opener(store: KeyStore, learn=None):
     return open_
 
 
-_stores: dict[str, PostgresKeyStore] = {}
-_participants: dict[str, sealing.Participants] = {}
+_stores: dict[tuple[str, str], PostgresKeyStore] = {}
+_participants: dict[tuple[str, str], sealing.Participants] = {}
+
+
+def _deployment(settings: Settings) -> tuple[str, str]:
+    return settings.postgres.dsn, settings.kafka.topic_prefix
 
 
 def key_store(settings: Settings) -> PostgresKeyStore:
-    """The process's key store for this database."""
-    return _stores.setdefault(settings.postgres.dsn, PostgresKeyStore(settings.postgres.dsn))
+    """The process's key store for this database and deployment (topic prefix)."""
+    where = _deployment(settings)
+    return _stores.setdefault(where, PostgresKeyStore(*where))
 
 
 def participants(settings: Settings) -> sealing.Participants:
-    """Who wrote in which conversation (memory_agent/sealing.py), per database."""
-    return _participants.setdefault(settings.postgres.dsn, sealing.Participants(settings.postgres.dsn, CACHE_S))
+    """Who wrote in which conversation (memory_agent/sealing.py), per database and deployment."""
+    where = _deployment(settings)
+    return _participants.setdefault(where, sealing.Participants(*where, cache_s=CACHE_S))
 
 
 def install(settings: Settings) -> None:

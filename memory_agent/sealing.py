@@ -4,7 +4,7 @@ and the sealer and field opener schemas/sealed.py calls from the one shared enco
 A derived text (a summary, a chunk and its facts, a topic title or compaction, a fact's
 content in a management event, a served query) may mix the words of every user who wrote in
 its conversation. It is sealed with the keys of all of them: the conversation's participants
-(`public.conversation_participants`, written by the message producer before a message is sent,
+(`public.sealing_participants`, per deployment, written by the message producer before a message is sent,
 and learnt by this process from every sealed message it opens), the envelope's user and the
 payload's owner. One AES-256-GCM ciphertext under a key derived (HKDF-SHA256) from every listed
 key: losing any one of them makes the text unreadable. A participant whose key is destroyed is
@@ -27,9 +27,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from schemas.envelope import Envelope, InvalidEvent
 from schemas.sealed import SEALED
 
-_TABLE = """CREATE TABLE IF NOT EXISTS public.conversation_participants (
-    tenant_id text NOT NULL, conversation_id text NOT NULL, user_id text NOT NULL,
-    first_seen timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (tenant_id, conversation_id, user_id))"""
+_TABLE = """CREATE TABLE IF NOT EXISTS public.sealing_participants (
+    deployment text NOT NULL, tenant_id text NOT NULL, conversation_id text NOT NULL, user_id text NOT NULL,
+    first_seen timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (deployment, tenant_id, conversation_id, user_id))"""
 _INFO = b"memory-agent sealed fields v1"
 
 
@@ -88,8 +88,8 @@ class Participants:
     """Who wrote in which conversation: PostgreSQL, cached per process for `cache_s`, plus
     what this process learnt from the sealed messages it opened."""
 
-    def __init__(self, dsn: str, cache_s: float = 60.0) -> None:
-        self.dsn, self.cache_s = dsn, cache_s
+    def __init__(self, dsn: str, deployment: str = "", *, cache_s: float = 60.0) -> None:
+        self.dsn, self.deployment, self.cache_s = dsn, deployment, cache_s
         self._cache: dict[tuple[str, str], tuple[float, set[str]]] = {}
         self._recorded: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
@@ -109,8 +109,8 @@ class Participants:
         """A producer: `user` writes in `conversation` (once per process)."""
         if (tenant, conversation, user) in self._recorded:
             return
-        self._execute("INSERT INTO public.conversation_participants (tenant_id, conversation_id, user_id)"
-                      " VALUES (%s, %s, %s) ON CONFLICT DO NOTHING", (tenant, conversation, user))
+        self._execute("INSERT INTO public.sealing_participants (deployment, tenant_id, conversation_id, user_id)"
+                      " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", (self.deployment, tenant, conversation, user))
         self._recorded.add((tenant, conversation, user))
         self.learn(tenant, conversation, user)
 
@@ -123,8 +123,9 @@ class Participants:
         hit = self._cache.get((tenant, conversation))
         if hit is not None and time.monotonic() - hit[0] < self.cache_s:
             return hit[1]
-        users = {u for (u,) in self._execute("SELECT user_id FROM public.conversation_participants WHERE tenant_id = %s"
-                                             " AND conversation_id = %s", (tenant, conversation))}
+        users = {u for (u,) in self._execute("SELECT user_id FROM public.sealing_participants WHERE deployment = %s"
+                                             " AND tenant_id = %s AND conversation_id = %s",
+                                             (self.deployment, tenant, conversation))}
         if hit is not None:
             users |= hit[1]  # learnt here meanwhile
         self._cache[(tenant, conversation)] = (time.monotonic(), users)
