@@ -14,6 +14,7 @@ an event whose every contributor is erased is sealed under a throwaway key, unre
 from __future__ import annotations
 
 import base64
+import functools
 import os
 import threading
 import time
@@ -35,8 +36,12 @@ _INFO = b"memory-agent sealed fields v1"
 
 def combined_key(keys: list[bytes]) -> bytes:
     """One AES-256 key from every contributor's key (in the listed order)."""
-    if len(keys) == 1:
-        return keys[0]
+    return keys[0] if len(keys) == 1 else _derived(tuple(keys))
+
+
+@functools.lru_cache(maxsize=1024)
+def _derived(keys: tuple[bytes, ...]) -> bytes:
+    # Reached only with every component key in hand (a destroyed one is refused before).
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_INFO).derive(b"".join(keys))
 
 

@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from api.app import create_app
 from memory_agent import privacy
-from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings, Settings
+from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings, PrivacySettings, Settings
 from memory_agent.worker import run_projectors
 from projections.migrate import migrate
 from streams.kafka_topics import ensure_topics
@@ -47,6 +47,17 @@ async def settings(stack) -> AsyncIterator[Settings]:
     await ensure_topics(settings)
     yield settings
     await drop_everything(settings)
+
+
+SEALING = pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+
+
+def sealed_variant(settings: Settings, sealed: bool) -> Settings:
+    """`settings` with sealing (docs/lineage.md, crypto-shredding) on or off for this test, its
+    API and its worker processes (`worker_process` passes it on)."""
+    settings = settings.model_copy(update={"privacy": PrivacySettings(encrypt_content=sealed)})
+    privacy.install(settings)
+    return settings
 
 
 async def drop_everything(settings: Settings) -> None:
