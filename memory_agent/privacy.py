@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import base64
 import os
-import threading
 import time
 import uuid
 from typing import Protocol
 
 import orjson
-import psycopg
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -52,16 +50,7 @@ class PostgresKeyStore:
     def __init__(self, dsn: str, deployment: str = "") -> None:
         self.dsn, self.deployment = dsn, deployment
         self._cache: dict[tuple[str, str, str | None], tuple[float, tuple[str, bytes] | None]] = {}
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection | None = None
-
-    def _execute(self, sql: str, params=()) -> list[tuple]:
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self.dsn, autocommit=True)
-                self._conn.execute(_TABLE)
-            cur = self._conn.execute(sql, params)
-            return cur.fetchall() if cur.description else []
+        self._execute = sealing.SyncDatabase(dsn, _TABLE).execute
 
     def _cached(self, key, load):
         hit = self._cache.get(key)

@@ -89,6 +89,26 @@ def open_with(envelope: Envelope, find) -> dict:
         raise InvalidEvent("erased", f"{envelope.type} {envelope.event_id}: {exc.detail}") from None
 
 
+class SyncDatabase:
+    """One autocommit connection for the key lookups, which run inside the synchronous decode
+    and encode (any thread); `ddl` creates the table on each new connection."""
+
+    def __init__(self, dsn: str, ddl: str) -> None:
+        self.dsn, self.ddl = dsn, ddl
+        self._lock = threading.Lock()
+        self._conn = None
+
+    def execute(self, sql: str, params=()) -> list[tuple]:
+        import psycopg  # noqa: PLC0415
+
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = psycopg.connect(self.dsn, autocommit=True)
+                self._conn.execute(self.ddl)
+            cur = self._conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+
 class Participants:
     """Who wrote in which conversation: PostgreSQL, cached per process for `cache_s`, plus
     what this process learnt from the sealed messages it opened."""
@@ -97,18 +117,7 @@ class Participants:
         self.dsn, self.deployment, self.cache_s = dsn, deployment, cache_s
         self._cache: dict[tuple[str, str], tuple[float, set[str]]] = {}
         self._recorded: set[tuple[str, str, str]] = set()
-        self._lock = threading.Lock()
-        self._conn = None
-
-    def _execute(self, sql: str, params) -> list[tuple]:
-        import psycopg  # noqa: PLC0415
-
-        with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self.dsn, autocommit=True)
-                self._conn.execute(_TABLE)
-            cur = self._conn.execute(sql, params)
-            return cur.fetchall() if cur.description else []
+        self._execute = SyncDatabase(dsn, _TABLE).execute
 
     def record(self, tenant: str, conversation: str, user: str) -> None:
         """A producer: `user` writes in `conversation` (once per process)."""
