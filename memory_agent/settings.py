@@ -433,7 +433,8 @@ class WorkerSettings(BaseModel):
 
 
 class PrivacySettings(BaseModel):
-    """Crypto-shredding (docs/lineage.md): message content sealed with its author's key."""
+    """Crypto-shredding (docs/lineage.md): the free text of events (messages, derived texts,
+    served queries, the topic fold's state) sealed with the keys of the users it came from."""
 
     encrypt_content: bool = False
 

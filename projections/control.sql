@@ -45,3 +45,17 @@ CREATE TABLE IF NOT EXISTS public.embedding_cache (
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (model, dimensions, text_sha256)
 );
+
+-- Where each LLM-cache entry came from (memory_agent/llm/provenance.py): one row per entry and
+-- conversation whose stage request wrote or used it, so an erasure finds the entries by
+-- provenance. The model and prompt version are the entry's own columns.
+CREATE TABLE IF NOT EXISTS public.llm_cache_sources (
+    cache_key       text        NOT NULL,
+    tenant_id       text        NOT NULL,
+    conversation_id text        NOT NULL,
+    user_id         text        NOT NULL,
+    event_id        text        NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (cache_key, tenant_id, conversation_id)
+);
+CREATE INDEX IF NOT EXISTS llm_cache_sources_conversation ON public.llm_cache_sources (tenant_id, conversation_id);

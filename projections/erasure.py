@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 from aiokafka.structs import ConsumerRecord
 
+from memory_agent.llm import provenance as llm_provenance
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
 from projections.decoding import events_of
@@ -247,6 +248,9 @@ async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
         await delete("llm_cache", "DELETE FROM public.llm_cache c WHERE EXISTS (SELECT 1 FROM"
                      " jsonb_path_query(c.output, 'strict $.**') v WHERE jsonb_typeof(v) = 'string'"
                      " AND (v #>> '{}') = ANY(%s::text[]))", (texts,))
+    # public.llm_cache by provenance: entries a request of an erased conversation wrote or used
+    # (memory_agent/llm/provenance.py, crypto branch).
+    counts["llm_cache"] = counts.get("llm_cache", 0) + await llm_provenance.erase(conn, tenant, [*whole, *partial])
     await conn.execute(
         "INSERT INTO erasures (event_id, tenant_id, kind, erased_user_id, conversation_ids, deleted_rows, rederive,"
         " requested_by, requested_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",

@@ -90,6 +90,8 @@ class ServedContextProjector:
             try:
                 event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
             except InvalidEvent as error:
+                if error.reason == "erased":
+                    continue  # a served query sealed with a destroyed key: skipped
                 letters.append(DeadLetter(record, error.reason, error.detail))
                 continue
             if event.type != CONTEXT_SERVED:

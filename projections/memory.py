@@ -83,6 +83,8 @@ class MemoryProjector:
                 try:
                     event = decode(record.value, key=record.key, limits=self.limits)
                 except InvalidEvent as exc:
+                    if exc.reason == "erased":
+                        continue  # sealed text whose key is destroyed: skipped, not dead-lettered
                     letters.append(DeadLetter(record, exc.reason, exc.detail))
                     continue
                 if event.type in (SUMMARY_REQUESTED, SUMMARY_COMPLETED, SUMMARY_FAILED):

@@ -77,6 +77,8 @@ class MessagesProjector:
         anomalies: list[tuple] = []
         for record, event in decoded:
             if isinstance(event, InvalidEvent):
+                if event.reason == "erased":
+                    continue  # sealed text whose key is destroyed (a management event): skipped
                 letters.append(DeadLetter(record, event.reason, event.detail))
                 anomalies.append(_anomaly("invalid", None, record, f"{event.reason}: {event.detail}"))
                 continue

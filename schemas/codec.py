@@ -25,7 +25,7 @@ from schemas.limits import (
     raw_needs_walk,
 )
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
-from schemas.sealed import open_payload
+from schemas.sealed import SEALED, open_fields, open_payload, seal_fields
 
 __all__ = ["DEFAULT_MAX_CONTENT_CHARS", "DEFAULT_MAX_EVENT_BYTES", "UNCHECKED", "Event", "Limits", "decode",
            "encode", "encode_checked", "new_event", "validate"]
@@ -44,7 +44,8 @@ class Event:
 
 
 def encode(envelope: Envelope) -> bytes:
-    return orjson.dumps(envelope.model_dump(mode="json"))
+    """The Kafka value of an event; its free text sealed when this process seals (schemas/sealed.py)."""
+    return orjson.dumps(seal_fields(envelope).model_dump(mode="json"))
 
 
 _TYPE_PREFIX = b'{"type":"'
@@ -165,7 +166,8 @@ def validate(
         version += 1
     try:
         envelope = Envelope.model_validate(data)
-        payload = spec.payload.model_validate(envelope.payload)
+        fields = open_fields(envelope) if SEALED in envelope.payload else envelope.payload  # InvalidEvent "erased"
+        payload = spec.payload.model_validate(fields)
     except ValidationError as exc:
         raise InvalidEvent("invalid_field", _describe(exc)) from None
     if spec.requires_seq and envelope.seq is None:

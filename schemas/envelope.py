@@ -75,6 +75,8 @@ class InvalidEvent(ValueError):
         "invalid_text",
         "key_missing",
         "key_mismatch",
+        # Sealed free text whose key was destroyed (docs/lineage.md): skipped, never dead-lettered.
+        "erased",
     )
 
     def __init__(self, reason: str, detail: str) -> None:

@@ -35,6 +35,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent import metrics
+from memory_agent.llm import provenance as llm_provenance
 from projections import dead_letter
 from projections.dead_letter import DeadLetter
 from projections.fetch_pace import FetchPace
@@ -239,7 +240,8 @@ class StageRunner:
             events = [event for _, event in batch]
             for attempt in range(1, self.stage.max_attempts + 1):
                 try:
-                    results = await self.handle_through_outages(events, tp)
+                    with llm_provenance.serving(events):  # LLM-cache entries record these requests
+                        results = await self.handle_through_outages(events, tp)
                     break
                 except Exception as exc:  # a bug or an outage the handler did not turn into a result
                     self._errors.inc()

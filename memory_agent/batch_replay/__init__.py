@@ -169,6 +169,9 @@ async def _partitions_of_the_log(settings: Settings) -> int:
 def _child(settings: Settings, taken, partitions: int) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLogger().level))
+    from memory_agent import privacy  # noqa: PLC0415 - a spawned child: sealed events open here too
+
+    privacy.install(settings)
     asyncio.run(run_batch_replay(settings, _Claims(taken, partitions)))
 
 

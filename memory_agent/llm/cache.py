@@ -1,4 +1,5 @@
-"""LLM results cached in PostgreSQL by (model, prompt version, input hash), shared by generations."""
+"""LLM results cached in PostgreSQL by (model, prompt version, input hash), shared by generations;
+each entry's provenance in public.llm_cache_sources (memory_agent/llm/provenance.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import orjson
 from psycopg.types.json import Jsonb, set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
+from memory_agent.llm import provenance
 from memory_agent.llm.port import ChatMessage, JsonOutput, SummaryCall, SummaryOutput
 
 log = logging.getLogger(__name__)
@@ -56,6 +58,8 @@ class LlmCache:
     async def get(self, key: str, kind: str) -> Any | None:
         async with await self._connection() as conn:
             row = await (await conn.execute("SELECT output FROM public.llm_cache WHERE cache_key = %s", (key,))).fetchone()
+            if row is not None:
+                await provenance.record(conn, [key])  # served to another request: its source too
         if row is not None:
             self._count(kind, hits=1)
         return row[0] if row else None
@@ -65,6 +69,7 @@ class LlmCache:
         async with await self._connection() as conn:
             cur = await conn.execute("SELECT cache_key, output FROM public.llm_cache WHERE cache_key = ANY(%s)", (keys,))
             found = dict(await cur.fetchall())
+            await provenance.record(conn, list(found))
         if found:
             self._count(kind, hits=len(found))
         return found
@@ -76,6 +81,7 @@ class LlmCache:
                 " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (cache_key) DO NOTHING",
                 (key, kind, model, prompt_version, Jsonb(output)),
             )
+            await provenance.record(conn, [key])  # the conversations this stage was answering
         self._count(kind, calls=1)
 
     async def forget(self, key: str) -> None:

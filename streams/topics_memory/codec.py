@@ -12,6 +12,7 @@ import orjson
 
 from streams.topics_memory.inbox import Inbox
 from domain.topics.state import TopicsState
+from schemas.sealed import open_state, seal_state
 
 FORMAT = 1
 
@@ -46,7 +47,9 @@ def unpack_vector(text: str) -> tuple[float, ...]:
     return tuple(np.frombuffer(base64.b64decode(text), dtype="<f4").tolist())  # Python floats
 
 
-def dumps(state: AgentState) -> bytes:
+def dumps(state: AgentState, key: bytes | None = None) -> bytes:
+    """The changelog value; with the conversation's `key`, sealed when this process seals
+    (titles and summaries are its users' words: schemas/sealed.py)."""
     topics = state.topics.to_dict()
     for topic, data in zip(state.topics.topics, topics["topics"]):
         data["centroid"] = pack_vector(topic.centroid)
@@ -54,7 +57,8 @@ def dumps(state: AgentState) -> bytes:
     for item in inbox["queue"]:
         if item["embedding"] is not None:
             item["embedding"] = pack_vector(item["embedding"])
-    return orjson.dumps({"format": FORMAT, "topics": topics, "inbox": inbox, "clock": state.clock})
+    raw = orjson.dumps({"format": FORMAT, "topics": topics, "inbox": inbox, "clock": state.clock})
+    return raw if key is None else seal_state(key, raw)
 
 
 def loads(raw: bytes | None, conversation_id: str) -> AgentState:
@@ -86,7 +90,7 @@ class DecodedCache:
         if hit is not None and raw is not None and hit[0] is raw:
             self._items.move_to_end(key)
             return hit[1]
-        state = loads(raw, conversation_id)
+        state = loads(open_state(key, raw), conversation_id)  # a state sealed by an erased key: afresh
         if raw is not None:
             self.put(key, raw, state)
         return state

@@ -49,7 +49,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
                 for envelope in outgoing:
                     await ctx.memory_events.send(key=key, value=encode(envelope))
                 if new_state != state:
-                    raw = codec.dumps(new_state)
+                    raw = codec.dumps(new_state, key)
                     states[key] = raw
                     decoded.put(key, raw, new_state)
 

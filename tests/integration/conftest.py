@@ -15,7 +15,8 @@ import uvicorn
 from aiokafka.admin import AIOKafkaAdminClient
 
 from api.app import create_app
-from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings, Settings
+from memory_agent import privacy
+from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings, PrivacySettings, Settings
 from memory_agent.worker import run_projectors
 from projections.migrate import migrate
 from streams.kafka_topics import ensure_topics
@@ -41,10 +42,22 @@ def make_settings(stack, **overrides) -> Settings:
 @pytest.fixture
 async def settings(stack) -> AsyncIterator[Settings]:
     settings = make_settings(stack)
+    privacy.install(settings)  # this test's sealing (MEMORY_PRIVACY__ENCRYPT_CONTENT=true runs the suite sealed)
     await asyncio.to_thread(migrate, settings)
     await ensure_topics(settings)
     yield settings
     await drop_everything(settings)
+
+
+SEALING = pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+
+
+def sealed_variant(settings: Settings, sealed: bool) -> Settings:
+    """`settings` with sealing (docs/lineage.md, crypto-shredding) on or off for this test, its
+    API and its worker processes (`worker_process` passes it on)."""
+    settings = settings.model_copy(update={"privacy": PrivacySettings(encrypt_content=sealed)})
+    privacy.install(settings)
+    return settings
 
 
 async def drop_everything(settings: Settings) -> None:
@@ -138,6 +151,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MEMORY_POSTGRES__DSN=settings.postgres.dsn,
         MEMORY_API__API_KEYS=json.dumps(settings.api.model_dump(mode="json")["api_keys"]),
         MEMORY_LOG_LEVEL="INFO",
+        MEMORY_PRIVACY__ENCRYPT_CONTENT=str(settings.privacy.encrypt_content).lower(),
         MEMORY_STATE_DIR=f"/tmp/memory-agent-test/{settings.generation}",
     )
     return env

@@ -32,9 +32,15 @@ from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
 from tests.integration.test_lineage import until
 from tests.integration.test_memory_projector import send_memory_events
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest
+from tests.support.topic_reader import topic_residue
 
 ADMIN = "erasure-admin-key"
-KEYS = API_KEYS | {"alice-key": {"tenant": "tenant-a", "user": "alice"}, "bob-key": {"tenant": "tenant-a", "user": "bob"}}
+# A tenant and users unique to this run: user keys, conversation participants and LLM-cache
+# provenance live in public tables shared by every test and run.
+TENANT = f"tenant-e{uuid.uuid4().hex[:8]}"
+ALICE, BOB = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
+KEYS = API_KEYS | {"key-a": {"tenant": TENANT, "act_as": "any_user"}, "alice-key": {"tenant": TENANT, "user": ALICE},
+                   "bob-key": {"tenant": TENANT, "user": BOB}}
 MARK = f"zqxmark{uuid.uuid4().hex[:8]}"  # alice's words; one token for every tokenizer
 KEEP = f"bobkeep{uuid.uuid4().hex[:8]}"  # bob's
 ENV = SMALL_CHUNKS | {
@@ -63,7 +69,7 @@ def model(request: RecordedRequest) -> dict:
 
 async def say(client: MemoryClient, user: str, conversation: str, word: str) -> None:
     for seq, text in enumerate(lines(word)):
-        await client.append_message(tenant_id="tenant-a", conversation_id=conversation, user_id=user, subject_id="home",
+        await client.append_message(tenant_id=TENANT, conversation_id=conversation, user_id=user, subject_id="home",
                                     seq=seq, role="user" if seq % 2 == 0 else "assistant", content=text)
 
 
@@ -83,6 +89,13 @@ async def residue(settings, marker: str) -> dict[str, int]:
     archives = await rows(settings, "SELECT archive FROM topic_archives")
     found["topic_archives (gunzipped)"] = sum(marker in gzip.decompress(bytes(a)).decode() for (a,) in archives)
     return {k: v for k, v in found.items() if v}
+
+
+async def cache_sources(settings, conversation: str) -> list[tuple[str, str]]:
+    """(cache key, kind) of the LLM-cache entries a conversation's requests wrote or used."""
+    return await rows(settings, "SELECT s.cache_key, c.kind FROM public.llm_cache_sources s JOIN public.llm_cache c"
+                                " USING (cache_key) WHERE s.tenant_id = %s AND s.conversation_id = %s ORDER BY 1",
+                      (TENANT, conversation))
 
 
 async def counts(settings, conversation: str) -> dict[str, int]:
@@ -127,8 +140,8 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
         async with worker_process(settings, extra_env=env) as worker, running_api(api_settings) as base:
             async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=60) as http:
                 async with MemoryClient(settings) as client:
-                    await say(client, "alice", "conv-a", MARK)
-                    await say(client, "bob", "conv-b", KEEP)
+                    await say(client, ALICE, "conv-a", MARK)
+                    await say(client, BOB, "conv-b", KEEP)
                 log = worker.log_path
                 for conversation in ("conv-a", "conv-b"):
                     await until(settings, "SELECT 1 FROM facts WHERE source_conversation_id = %s", (conversation,),
@@ -148,17 +161,22 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 bob_before = await counts(settings, "conv-b")
                 assert all(bob_before.values()), bob_before
                 bob_residue = await residue(settings, KEEP)
+                cached = {c: await cache_sources(settings, c) for c in ("conv-a", "conv-b")}
+                assert cached["conv-a"] and cached["conv-b"], cached  # entries record their conversation
                 if sealed:  # the log holds ciphertext only; the service's decode opens it
                     raw, texts = await log_texts(settings)
                     assert MARK not in raw.decode() and KEEP not in raw.decode()
                     assert MARK in texts and KEEP in texts
+                    before = await topic_residue(settings, MARK)  # derived events hold it, sealed
+                    assert settings.kafka.memory_topic(settings.generation) in before, before
+                    assert await topic_residue(settings, MARK, raw=True) == {}  # nothing in clear on any topic
 
                 # Only an operator or alice herself may erase alice.
-                assert (await http.delete("/v1/users/alice")).status_code == 403
-                assert (await http.delete("/v1/users/alice", headers={"X-API-Key": "bob-key"})).status_code == 403
-                assert (await http.delete("/v1/users/alice", headers={"X-Admin-Key": ADMIN,
+                assert (await http.delete(f"/v1/users/{ALICE}")).status_code == 403
+                assert (await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "bob-key"})).status_code == 403
+                assert (await http.delete(f"/v1/users/{ALICE}", headers={"X-Admin-Key": ADMIN,
                                                                       "X-API-Key": ""})).status_code == 400
-                answer = await http.delete("/v1/users/alice", params={"tenant_id": "tenant-a"},
+                answer = await http.delete(f"/v1/users/{ALICE}", params={"tenant_id": TENANT},
                                            headers={"X-Admin-Key": ADMIN, "X-API-Key": ""})
                 assert answer.status_code == 202, answer.text
                 event_id = answer.json()["event_id"]
@@ -175,12 +193,21 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 assert await counts(settings, "conv-b") == bob_before
                 assert not any((await counts(settings, "conv-a")).values())
                 assert await residue(settings, KEEP) == bob_residue
+                # Every entry alice's requests wrote or used is gone by provenance (the gate's verdicts
+                # hold no marker: no text match finds them); bob's stay.
+                assert await cache_sources(settings, "conv-a") == []
+                assert await rows(settings, "SELECT count(*) FROM public.llm_cache WHERE cache_key = ANY(%s)",
+                                  ([k for k, _ in cached["conv-a"]],)) == [(0,)]
+                assert await cache_sources(settings, "conv-b") == cached["conv-b"]
                 # Alice's conversation is gone from the API too.
                 gone = await http.get("/v1/conversations/conv-a/context", headers={"X-API-Key": "alice-key"})
                 assert gone.status_code == 404, gone.text
                 if sealed:  # alice's key is destroyed: her events decode as erased, bob's as before
                     raw, texts = await log_texts(settings)
                     assert MARK not in texts and KEEP in texts and ERASED_CONTENT in texts
+                    # Every topic of the prefix, derived events included, read as the service would.
+                    assert await topic_residue(settings, MARK) == {}
+                    assert settings.kafka.memory_topic(settings.generation) in await topic_residue(settings, KEEP)
                     await replay_has_no_residue(settings, env)
 
 
@@ -198,6 +225,7 @@ async def replay_has_no_residue(settings, env: dict) -> None:
                     "bob's summary replayed", log, timeout=180)
         await until(replay, "SELECT 1 FROM erasures", (), "the erasure replayed", log)
         assert await residue(replay, MARK) == {}
+        assert await topic_residue(replay, MARK) == {}  # the replay's memory topic too
         assert (await residue(replay, KEEP)).get("facts")
         assert await rows(replay, "SELECT count(*) FROM projection_anomalies WHERE kind = 'invalid'") == [(0,)]
 
@@ -215,8 +243,8 @@ async def projectors_and_api(settings):
 async def test_erasing_a_conversation_is_its_owners_right(settings):
     async with projectors_and_api(settings) as (settings, http):
         async with MemoryClient(settings) as client:
-            await say(client, "alice", "conv-a", MARK)
-            await say(client, "alice", "conv-a2", KEEP)
+            await say(client, ALICE, "conv-a", MARK)
+            await say(client, ALICE, "conv-a2", KEEP)
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a2' AND seq = 11", (),
                     "messages projected")
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 11", (),
@@ -237,19 +265,19 @@ async def test_erasing_a_conversation_is_its_owners_right(settings):
 async def test_a_user_erased_from_another_owners_conversation_loses_only_its_messages(settings):
     async with projectors_and_api(settings) as (settings, http):
         async with MemoryClient(settings) as client:
-            for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
-                                                ("bob", f"Welcome {KEEP}."), ("alice", f"Bye {MARK}.")]):
-                await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
+            for seq, (user, text) in enumerate([(BOB, "Hello all."), (ALICE, f"I am {MARK}."),
+                                                (BOB, f"Welcome {KEEP}."), (ALICE, f"Bye {MARK}.")]):
+                await client.append_message(tenant_id=TENANT, conversation_id="conv-b", user_id=user,
                                             seq=seq, role="user", content=text)
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (),
                     "messages projected")
-        answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})  # herself
+        answer = await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "alice-key"})  # herself
         assert answer.status_code == 202, answer.text
         [(rederive, deleted)] = await until(settings, "SELECT rederive, deleted_rows FROM erasures", (),
                                             "the erasure applied")
         assert rederive == {"conv-b": [1, 3]} and deleted["messages"] == 2, (rederive, deleted)
         left = await rows(settings, "SELECT seq, user_id FROM messages WHERE conversation_id = 'conv-b' ORDER BY seq")
-        assert left == [(0, "bob"), (2, "bob")]
+        assert left == [(0, BOB), (2, BOB)]
         assert await rows(settings, "SELECT count(*) FROM conversations WHERE conversation_id = 'conv-b'") == [(1,)]
         assert await residue(settings, MARK) == {}
 

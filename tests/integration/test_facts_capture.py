@@ -13,7 +13,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from memory_agent.client import MemoryClient
 from schemas import facts_events as fe
-from tests.integration.conftest import running_api, scalar, wait_until, worker_process
+from tests.integration.conftest import SEALING, running_api, scalar, wait_until, sealed_variant, worker_process
+from tests.support.topic_reader import topic_residue
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest
 
 SMALL_CHUNKS = {  # a chunk of the 4 oldest messages once more than 6 are unsummarized
@@ -110,7 +111,9 @@ async def recorded_events(settings) -> list[bytes]:
 
 
 @pytest.mark.asyncio
-async def test_sessions_produce_chunks_and_facts_that_merge_and_supersede(settings):
+@SEALING
+async def test_sessions_produce_chunks_and_facts_that_merge_and_supersede(settings, sealed):
+    settings = sealed_variant(settings, sealed)
     model = ScriptedModel()
     with FakeOpenAI(json_responder=model) as fake:
         env = fake.env(llm=True, embeddings=True) | SMALL_CHUNKS | {"MEMORY_FACTS__GATE_MODEL": "fake-gate"}
@@ -140,6 +143,9 @@ async def test_sessions_produce_chunks_and_facts_that_merge_and_supersede(settin
             facts = await facts_by_content(settings)
             assert sorted(facts) == ["The user lives in Lisbon.", "The user lives in Porto.",
                                      "The user's daughter Ana plays the piano."]
+            if sealed:  # chunk summaries and facts are sealed on the memory topic, opened by the projector
+                assert await topic_residue(settings, "daughter Ana", raw=True) == {}
+                assert settings.kafka.memory_topic(settings.generation) in await topic_residue(settings, "daughter Ana")
             lisbon, porto = facts["The user lives in Lisbon."], facts["The user lives in Porto."]
             # s2 repeated Lisbon: merged (importance up, tags joined, s2's events added), no new row.
             assert lisbon[1:4] == (5, ["home"], True) and lisbon[4] == "s1" and lisbon[5] == 8

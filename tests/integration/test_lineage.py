@@ -13,7 +13,8 @@ import pytest
 
 from domain.lineage import version_of
 from memory_agent.client import MemoryClient
-from tests.integration.conftest import running_api, settings_env, wait_until, worker_process
+from tests.integration.conftest import SEALING, running_api, settings_env, wait_until, sealed_variant, worker_process
+from tests.support.topic_reader import topic_residue
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest
 
@@ -67,7 +68,9 @@ async def explain(settings, base: str, *args: str) -> tuple[int, str]:
 
 
 @pytest.mark.asyncio
-async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was_served(settings):
+@SEALING
+async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was_served(settings, sealed):
+    settings = sealed_variant(settings, sealed)
     with FakeOpenAI(json_responder=model) as fake:
         env = fake.env(llm=True, embeddings=True) | SMALL_CHUNKS
         api_settings = settings.model_copy(update={"embedding": fake.embedding_settings()})
@@ -97,6 +100,10 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                     settings, "SELECT payload, turn_seq, user_id FROM served_contexts WHERE conversation_id = 'conv-a'",
                     (), "the served context projected", log)
                 assert (turn_seq, user) == (7, "alice")
+                if sealed:  # no topic holds the fact, the summary source or the served query in clear
+                    for text in ("Lisbon", QUERY):
+                        assert await topic_residue(settings, text, raw=True) == {}, text
+                    assert settings.kafka.memory_topic(settings.generation) in await topic_residue(settings, LISBON)
                 assert payload["gap_seqs"] == [m["seq"] for m in served["messages"]]
                 assert (payload["summary"] or {}).get("memory_id") == (served["summary"] or {}).get("memory_id")
                 assert {(i["kind"], i["id"]): i["version"] for i in payload["retrieved"]} == {

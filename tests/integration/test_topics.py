@@ -12,7 +12,8 @@ import pytest
 
 from memory_agent.client import MemoryClient
 from streams.topics_memory.fold import make_title
-from tests.integration.conftest import running_api, scalar, wait_until, worker_process
+from tests.integration.conftest import SEALING, running_api, scalar, wait_until, sealed_variant, worker_process
+from tests.support.topic_reader import topic_residue
 from tests.support.fake_openai import FakeOpenAI
 
 CONVERSATION_ID = "three-subjects"
@@ -97,7 +98,9 @@ def topic_summaries(fake: FakeOpenAI) -> list:
 
 
 @pytest.mark.asyncio
-async def test_three_subjects_three_topics_compaction_archive_and_restore(settings):
+@SEALING
+async def test_three_subjects_three_topics_compaction_archive_and_restore(settings, sealed):
+    settings = sealed_variant(settings, sealed)
     placed = "SELECT last_seq FROM topic_conversations WHERE conversation_id = 'three-subjects'"
     car_summary_upto = "SELECT summary_upto_seq FROM topics WHERE topic_id = 'three-subjects:topic-2'"
     with FakeOpenAI(latency_s=0.05) as fake:
@@ -128,6 +131,10 @@ async def test_three_subjects_three_topics_compaction_archive_and_restore(settin
 
             context = (await http.get(f"/v1/conversations/{CONVERSATION_ID}/context")).json()["active_topic"]
             assert context["topic_id"] == f"{CONVERSATION_ID}:topic-2" and context["restored"] is True
+            if sealed:  # the car topic's title and contents: sealed on every topic, fold state included
+                car_words = CONVERSATION[2][1][:40]
+                assert await topic_residue(settings, car_words, raw=True) == {}
+                assert settings.kafka.memory_topic(settings.generation) in await topic_residue(settings, car_words)
             assert [m["seq"] for m in context["restored_messages"]] == [4, 5, 6, 7, 8]
             assert [m["content"] for m in context["restored_messages"]] == [text_of(s) for s in range(4, 9)]
             assert [m["seq"] for m in context["messages"]] == [9, 10, 11, 16, 17]
