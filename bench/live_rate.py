@@ -32,8 +32,8 @@ import uuid
 import psycopg
 
 from bench.backbone_bench import produce
-from bench.common import bench_settings, drop, drop_topics, machine, prepare, report, scalar
-from bench.system_bench import Lag, cpu_seconds, start_workers, stop_workers
+from bench.common import bench_settings, machine, prepare, report, scalar
+from bench.system_bench import Lag, clean_up, cpu_seconds, start_workers, stop_workers
 from memory_agent.client import MemoryClient
 from tests.support.fake_openai import FakeOpenAI
 
@@ -131,13 +131,7 @@ async def run(args) -> dict:
     finally:
         if processes:
             await stop_workers(processes)
-        if fake is not None:
-            fake.stop()
-        await drop(settings)
-        await drop_topics(settings.kafka.bootstrap_servers, settings.kafka.topic_prefix)
-        with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:  # this run's salted texts only
-            conn.execute("DELETE FROM public.embedding_cache WHERE created_at >= to_timestamp(%s)"
-                         " AND model = 'stub-shake256'", (started_at,))
+        await clean_up(settings, fake, started_at)
 
 
 async def main() -> None:

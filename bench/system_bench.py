@@ -92,6 +92,18 @@ class Lag:
         return behind, len(groups)
 
 
+async def clean_up(settings, fake, started_at: float) -> None:
+    """After a run: the fake LLM stopped, the run's schema and topics dropped, and the stub
+    embeddings of its salted texts removed from the shared embedding cache."""
+    if fake is not None:
+        fake.stop()
+    await drop(settings)
+    await drop_topics(settings.kafka.bootstrap_servers, settings.kafka.topic_prefix)
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:  # this run's salted texts only
+        conn.execute("DELETE FROM public.embedding_cache WHERE created_at >= to_timestamp(%s)"
+                     " AND model = 'stub-shake256'", (started_at,))
+
+
 async def start_workers(settings, count: int, env: dict) -> list:
     processes = []
     for index in range(count):
@@ -228,13 +240,7 @@ async def run(args, models: str, workers: int) -> dict:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
-        if fake is not None:
-            fake.stop()
-        await drop(settings)
-        await drop_topics(settings.kafka.bootstrap_servers, settings.kafka.topic_prefix)
-        with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:  # this run's salted texts only
-            conn.execute("DELETE FROM public.embedding_cache WHERE created_at >= to_timestamp(%s)"
-                         " AND model = 'stub-shake256'", (started_at,))
+        await clean_up(settings, fake, started_at)
 
 
 async def main() -> None:
