@@ -8,6 +8,7 @@ from memory_agent.settings import Settings
 from schemas import topic_events as te
 from schemas.codec import Event
 from schemas.envelope import Envelope
+from schemas.erasure_events import REDERIVE_REQUESTED
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import inbox as box
 from streams.topics_memory.codec import AgentState
@@ -30,7 +31,7 @@ from domain.topics.state import TopicsState
 # Everything else on the two topics is skipped before the state is even loaded.
 RELEVANT = frozenset({MESSAGE_APPENDED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED,
                       te.TOPIC_COMPACTED, te.TOPIC_COMPACTION_FAILED, te.TOPIC_TICKED,
-                      te.TOPIC_MESSAGE_RECALLED, te.TOPIC_BACKLOG_READ})
+                      te.TOPIC_MESSAGE_RECALLED, te.TOPIC_BACKLOG_READ, REDERIVE_REQUESTED})
 PLACED_ROLES = ("user", "assistant")  # system and tool messages belong to no topic
 
 
@@ -73,7 +74,12 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
     e, p, out = event.envelope, event.payload, []
     emit = dict(prompt_version=config.prompt_version, model=config.model)
     inbox, requests = state.inbox, ()
-    if event.type == MESSAGE_APPENDED:
+    if event.type == REDERIVE_REQUESTED:
+        if p.erasure_event_id == state.last_rederive:
+            return state, []
+        state = rederived(state, p.erasure_event_id)
+        inbox = state.inbox
+    elif event.type == MESSAGE_APPENDED:
         if p.role not in PLACED_ROLES:
             return state, []
         if e.seq <= state.topics.last_seq or inbox.find(e.seq) is not None:
@@ -125,6 +131,21 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
     out += [to_event(r, _cause(e, state.topics.last_seq if state.topics.last_seq >= 0 else None), state.topics,
                      state.clock, **emit) for r in reads]
     return state, out
+
+
+def rederived(state: AgentState, erasure_id: str) -> AgentState:
+    """After an erasure deleted this conversation's topics (another user's messages in it were
+    erased): the topics are derived again from the messages that remain. The working set
+    starts afresh (topic numbers go on, so no id is reused) and every message seen so far
+    becomes the inbox's backlog: the recall stage reads the remaining ones back from the
+    projected log, in order, with their embeddings, and the fold places them as if they had
+    just arrived. Messages arriving meanwhile queue behind them (the backlog keeps log order)."""
+    seen = max([state.topics.last_seq] + [w.seq for w in state.inbox.queue]
+               + ([state.inbox.backlog.last_seq] if state.inbox.backlog is not None else []))
+    topics = TopicsState(conversation_id=state.topics.conversation_id,
+                         next_topic_number=state.topics.next_topic_number)
+    inbox = box.Inbox(backlog=box.Backlog(0, seen)) if seen >= 0 else box.Inbox()
+    return AgentState(topics, inbox, clock=0.0, last_rederive=erasure_id)
 
 
 def _without_text(topics: TopicsState, seq: int) -> TopicsState:

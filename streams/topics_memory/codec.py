@@ -24,6 +24,7 @@ class AgentState:
     topics: TopicsState = field(default_factory=TopicsState)
     inbox: Inbox = field(default_factory=Inbox)
     clock: float = 0.0  # newest message event time seen: decay and eviction run on it
+    last_rederive: str = ""  # the erasure the topics were last derived again for (redelivery: nothing)
 
 
 _PACKED: dict[int, tuple[Any, str]] = {}
@@ -57,7 +58,8 @@ def dumps(state: AgentState, key: bytes | None = None) -> bytes:
     for item in inbox["queue"]:
         if item["embedding"] is not None:
             item["embedding"] = pack_vector(item["embedding"])
-    raw = orjson.dumps({"format": FORMAT, "topics": topics, "inbox": inbox, "clock": state.clock})
+    raw = orjson.dumps({"format": FORMAT, "topics": topics, "inbox": inbox, "clock": state.clock,
+                        "last_rederive": state.last_rederive})
     return raw if key is None else seal_state(key, raw)
 
 
@@ -74,7 +76,8 @@ def loads(raw: bytes | None, conversation_id: str) -> AgentState:
     for item in inbox.get("queue", ()):
         if isinstance(item.get("embedding"), str):
             item["embedding"] = unpack_vector(item["embedding"])
-    return AgentState(TopicsState.from_dict(topics), Inbox.from_dict(inbox), float(data.get("clock", 0.0)))
+    return AgentState(TopicsState.from_dict(topics), Inbox.from_dict(inbox), float(data.get("clock", 0.0)),
+                      str(data.get("last_rederive", "")))
 
 
 class DecodedCache:

@@ -287,11 +287,11 @@ def mixed_lines() -> list[tuple[str, str, str]]:
     out = []
     for seq in range(20):
         if seq % 2:
-            out.append(("bob", "assistant", f"Reply number {seq}."))
+            out.append((BOB, "assistant", f"Reply number {seq}."))
         elif seq in (10, 14):
-            out.append(("alice", "user", f"Alice here: my word is {MARK}, number {seq}."))
+            out.append((ALICE, "user", f"Alice here: my word is {MARK}, number {seq}."))
         else:
-            out.append(("bob", "user", f"Bob says {KEEP} number {seq}."))
+            out.append((BOB, "user", f"Bob says {KEEP} number {seq}."))
     return out
 
 
@@ -310,7 +310,7 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
             async def write(seqs: range) -> None:
                 for seq in seqs:
                     user, role, text = mixed_lines()[seq]
-                    await client.append_message(tenant_id="tenant-a", conversation_id="conv-m", user_id=user,
+                    await client.append_message(tenant_id=TENANT, conversation_id="conv-m", user_id=user,
                                                 subject_id="home", seq=seq, role=role, content=text)
             await write(range(0, 8))  # a summary that ends before alice's first message: kept
             await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'conv-m' AND status = 'completed'"
@@ -328,10 +328,14 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
                 " AND status = 'completed' AND end_sequence < 10 ORDER BY memory_id DESC LIMIT 1")
             chunks_before = await rows(settings, "SELECT message_range_start, chunk_id, content FROM conversation_chunks"
                                                  " WHERE conversation_id = 'conv-m' ORDER BY 1")
+            await until(settings, "SELECT 1 FROM topic_messages WHERE conversation_id = 'conv-m' AND seq = 19", (),
+                        "seq 19 placed in a topic", log, timeout=180)
+            topics_before = {t for (t,) in await rows(settings, "SELECT topic_id FROM topics"
+                                                                " WHERE conversation_id = 'conv-m'")}
             assert [c[0] for c in chunks_before] == [0, 4, 8, 12], chunks_before
 
             async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-                answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})
+                answer = await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "alice-key"})
                 assert answer.status_code == 202, answer.text
                 [(rederive,)] = await until(settings, "SELECT rederive FROM erasures WHERE event_id = %s",
                                             (answer.json()["event_id"],), "the erasure applied", log)
@@ -355,6 +359,13 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
                 # Bob's kept summary is as it was, and nothing of alice is left anywhere.
                 assert await rows(settings, "SELECT memory_text FROM memory WHERE conversation_id = 'conv-m'"
                                             " AND memory_id = %s", (kept_id,)) == [(kept_text,)]
+                # Topics are derived again too: the remaining messages read back and placed anew.
+                await until(settings, "SELECT 1 FROM topic_messages WHERE conversation_id = 'conv-m' AND seq = 19"
+                            " AND topic_id <> ALL(%s::text[])", (sorted(topics_before),),
+                            "seq 19 placed in a topic derived again", log, timeout=180)
+                placed = [seq for (seq,) in await rows(settings, "SELECT seq FROM topic_messages"
+                                                                 " WHERE conversation_id = 'conv-m' ORDER BY seq")]
+                assert placed and 10 not in placed and 14 not in placed, placed
                 assert await residue(settings, MARK) == {}
                 context = await http.get("/v1/conversations/conv-m/context", headers={"X-API-Key": "bob-key"})
                 assert context.status_code == 200, context.text
@@ -363,7 +374,7 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
 
 
 def summary_events(conversation: str, memory_id: int, end: int, text: str, sources: list[str]):
-    common = dict(tenant_id="tenant-a", conversation_id=conversation, user_id="system")
+    common = dict(tenant_id=TENANT, conversation_id=conversation, user_id="system")
     return [new_event(SUMMARY_REQUESTED, SummaryRequested(memory_id=memory_id, start_seq=0, end_seq=end,
                                                           prompt_version="p", model="m"), **common),
             new_event(SUMMARY_COMPLETED, SummaryCompleted(memory_id=memory_id, start_seq=0, end_seq=end, text=text,
@@ -373,14 +384,14 @@ def summary_events(conversation: str, memory_id: int, end: int, text: str, sourc
 
 def chunk_event(settings, conversation: str, owner: str, text: str, sources: list[str]):
     vector = ids.to_vector([1.0] + [0.0] * (settings.embedding.dimensions - 1), "fake")
-    fact = fe.RecordedFact(fact_id=ids.fact_id("tenant-a", conversation, 0, 4, text), category="other",
+    fact = fe.RecordedFact(fact_id=ids.fact_id(TENANT, conversation, 0, 4, text), category="other",
                            content=text, embedding=vector)
-    payload = fe.ChunkRecorded(chunk_id=ids.chunk_id("tenant-a", conversation, 0, 4), start_seq=0, end_seq_exclusive=4,
+    payload = fe.ChunkRecorded(chunk_id=ids.chunk_id(TENANT, conversation, 0, 4), start_seq=0, end_seq_exclusive=4,
                                owner_user_id=owner, summary=text, embedding=vector, facts=[fact],
                                gate=fe.GateVerdict(worth_remembering=True, method="off"), extractor="test", model="m",
                                prompt_version="p", source_event_ids=sources, observed_at=datetime.now(UTC),
                                generation_time_ms=1)
-    return new_event(fe.CHUNK_RECORDED, payload, tenant_id="tenant-a", conversation_id=conversation, user_id=owner,
+    return new_event(fe.CHUNK_RECORDED, payload, tenant_id=TENANT, conversation_id=conversation, user_id=owner,
                      seq=3)
 
 
@@ -390,16 +401,16 @@ async def test_derived_events_in_flight_do_not_bring_erased_rows_back(settings):
     docs/lineage.md): the tombstones of the applied erasure drop them; bob's clean ones pass."""
     async with projectors_and_api(settings) as (settings, http):
         async with MemoryClient(settings) as client:
-            await say(client, "alice", "conv-a", MARK)
-            for seq, (user, text) in enumerate([("bob", "Hello all."), ("alice", f"I am {MARK}."),
-                                                ("bob", f"Welcome {KEEP}."), ("bob", "Bye.")]):
-                await client.append_message(tenant_id="tenant-a", conversation_id="conv-b", user_id=user,
+            await say(client, ALICE, "conv-a", MARK)
+            for seq, (user, text) in enumerate([(BOB, "Hello all."), (ALICE, f"I am {MARK}."),
+                                                (BOB, f"Welcome {KEEP}."), (BOB, "Bye.")]):
+                await client.append_message(tenant_id=TENANT, conversation_id="conv-b", user_id=user,
                                             seq=seq, role="user", content=text)
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 11", (), "projected")
         await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-b' AND seq = 3", (), "projected")
         events = dict(await rows(settings, "SELECT conversation_id || ':' || seq, event_id FROM messages"))
         alice_a = [events[f"conv-a:{s}"] for s in range(4)]
-        answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})
+        answer = await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "alice-key"})
         assert answer.status_code == 202, answer.text
         await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (answer.json()["event_id"],),
                     "the erasure applied")
@@ -407,7 +418,7 @@ async def test_derived_events_in_flight_do_not_bring_erased_rows_back(settings):
 
         # Results of requests made before the erasure arrive now, and then bob's clean ones.
         late = [*summary_events("conv-a", 1, 3, f"About {MARK}.", alice_a),
-                chunk_event(settings, "conv-a", "alice", f"Alice said {MARK}.", alice_a),
+                chunk_event(settings, "conv-a", ALICE, f"Alice said {MARK}.", alice_a),
                 *summary_events("conv-b", 1, 3, f"Mixed {MARK} and {KEEP}.",
                                 [events["conv-b:0"], events["conv-b:1"], events["conv-b:2"]]),
                 *summary_events("conv-b", 2, 2, f"Only {KEEP}.", [events["conv-b:0"], events["conv-b:2"]])]

@@ -371,3 +371,37 @@ def test_a_backlog_of_thousands_keeps_the_state_small_and_places_every_message_i
     assert len([e for e in d.out if e.type == te.TOPIC_CREATED]) >= 4
 
 
+
+
+def test_an_erasure_in_the_conversation_derives_its_topics_again_from_the_remaining_messages():
+    """After an erasure deleted a mixed conversation's topics, the fold starts afresh and reads
+    every message seen so far back from the projected log (the erased ones are gone from it):
+    the remaining messages are placed again, in order, under new topic ids; a redelivered
+    request changes nothing."""
+    from schemas.erasure_events import REDERIVE_REQUESTED, RederiveRequested
+
+    d = Driver()
+    d.turn(0, axis(0), "lisbon flat")
+    d.turn(2, axis(1), "marker words of the erased user")
+    before = {t.topic_id for t in d.state.topics.topics}
+    assert len(before) == 2 and d.state.topics.last_seq == 3
+
+    request = event(REDERIVE_REQUESTED, RederiveRequested(erasure_event_id="er-1", first_seq=2, erased_seqs=[2]), None)
+    emitted = d.feed(request)
+    assert emitted == [(te.TOPIC_BACKLOG_REQUESTED, te.TopicBacklogRequested(from_seq=0, upto_seq=3, limit=100,
+                                                                             attempt=1, final=False))]
+    assert d.state.topics.topics == () and d.state.topics.last_seq == -1 and d.state.last_rederive == "er-1"
+    assert d.feed(request) == []  # redelivered: nothing again
+
+    # The recall stage answers with what remains (seq 2, the erased user's, is gone).
+    d.recall(0, "user", "lisbon flat", after_seq=-1, embedding=axis(0))
+    d.recall(1, "assistant", "answer 1", after_seq=0)
+    d.recall(3, "assistant", "answer 3", after_seq=1)
+    d.backlog_read(through_seq=3, last_recalled_seq=3)
+    assert d.state.inbox.backlog is None and d.state.topics.last_seq == 3
+    [topic] = d.state.topics.topics
+    assert topic.topic_id not in before  # numbering went on: no id of a deleted topic comes back
+    assert [m.seq for m in topic.messages] == [0, 1, 3]
+    d.say(4, "user", "a new question")  # live messages go on after the re-derivation
+    d.embed(4, axis(0))
+    assert d.state.topics.last_seq == 4
