@@ -14,6 +14,12 @@ from schemas.limits import Limits
 def events_of(records: Sequence[ConsumerRecord], types: Collection[str], limits: Limits) -> list[Event]:
     """The records' events of `types`, in order. Others are skipped unparsed when their type can
     be peeked; invalid records are skipped too (the topic's main projector dead-letters them)."""
+    return [event for _, event in records_of(records, types, limits)]
+
+
+def records_of(records: Sequence[ConsumerRecord], types: Collection[str],
+               limits: Limits) -> list[tuple[ConsumerRecord, Event]]:
+    """`events_of`, each event with its record."""
     events = []
     for record in records:
         kind = peek_type(record.value)
@@ -24,5 +30,5 @@ def events_of(records: Sequence[ConsumerRecord], types: Collection[str], limits:
         except InvalidEvent:
             continue
         if event.type in types:
-            events.append(event)
+            events.append((record, event))
     return events

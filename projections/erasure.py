@@ -24,7 +24,7 @@ from aiokafka.structs import ConsumerRecord
 from memory_agent.llm import provenance as llm_provenance
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
-from projections.decoding import events_of
+from projections.decoding import records_of
 from schemas import erasure_events as ee
 from schemas.codec import Event
 from schemas.limits import Limits
@@ -50,8 +50,8 @@ class ErasureProjector:
         return [settings.kafka.conversation_topic]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
-        for event in events_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
-            await _erase_yielding(conn, event)
+        for record, event in records_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
+            await _erase_yielding(conn, event, record)
         return []
 
 
@@ -92,7 +92,8 @@ async def _install_tombstone_triggers(conn: psycopg.AsyncConnection) -> None:
             sql.Identifier(f"{table}_drop_erased"), sql.SQL(events), sql.Identifier(table), when))
 
 
-async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, attempts: int = 240) -> None:
+async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRecord | None = None,
+                          attempts: int = 240) -> None:
     """`erase` after locking `_LOCKED` for writes (SHARE ROW EXCLUSIVE: writers wait, readers do
     not), in a savepoint where any lock wait gives up after LOCK_TIMEOUT_MS: rolled back (its
     locks released) and tried again with backoff. The erasure never waits long enough for another
@@ -102,7 +103,7 @@ async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, attempts:
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
                 await conn.execute(f"LOCK TABLE {', '.join(_LOCKED)} IN SHARE ROW EXCLUSIVE MODE")
-                await erase(conn, event)
+                await erase(conn, event, record)
                 await _install_tombstone_triggers(conn)
                 await conn.execute("SET LOCAL lock_timeout = 0")
             return
@@ -152,8 +153,10 @@ async def _tombstones(conn, erasure_id: str, tenant: str, whole: list[str], part
             (tenant, conversation, erasure_id, tenant, conversation, seqs))
 
 
-async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
-    """Delete what `event` erases; idempotent (a second delivery finds nothing left)."""
+async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRecord | None = None) -> dict[str, int]:
+    """Delete what `event` erases; idempotent (a second delivery finds nothing left). `record`:
+    where the event is on the log, recorded so that the messages projector can tell the erased
+    user's messages written before it from those written after (projections/erased_messages.py)."""
     e = event.envelope
     tenant = e.tenant_id
     done = await conn.execute("SELECT 1 FROM erasures WHERE event_id = %s", (e.event_id,))
@@ -253,9 +256,10 @@ async def erase(conn: psycopg.AsyncConnection, event: Event) -> dict[str, int]:
     counts["llm_cache"] = counts.get("llm_cache", 0) + await llm_provenance.erase(conn, tenant, [*whole, *partial])
     await conn.execute(
         "INSERT INTO erasures (event_id, tenant_id, kind, erased_user_id, conversation_ids, deleted_rows, rederive,"
-        " requested_by, requested_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        " requested_by, requested_at, log_partition, log_offset, logged_at)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, to_timestamp(%s / 1000.0)) ON CONFLICT DO NOTHING",
         (e.event_id, tenant, "user" if user is not None else "conversation", user, sorted(set(whole) | set(partial)),
          orjson.dumps({k: v for k, v in counts.items() if v}).decode(), orjson.dumps(partial).decode(),
-         e.user_id, e.occurred_at))
+         e.user_id, e.occurred_at, *((record.partition, record.offset, record.timestamp) if record else (None,) * 3)))
     log.info("erasure %s (%s) in %s: %s", e.event_id, event.type, tenant, {k: v for k, v in counts.items() if v})
     return counts

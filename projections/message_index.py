@@ -13,6 +13,7 @@ from aiokafka.structs import ConsumerRecord
 from memory_agent.embeddings import Embedder, EmbeddingError, make_embedder
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
+from projections.erased_messages import erased_messages
 from schemas.codec import decode
 from schemas.envelope import InvalidEvent
 from schemas.registry import MESSAGE_APPENDED
@@ -76,11 +77,14 @@ class MessageIndexProjector:
             if event.type != MESSAGE_APPENDED or p.role not in INDEXED_ROLES or not p.content.strip():
                 continue
             found.setdefault((e.tenant_id, e.conversation_id, e.seq),
-                             (e.user_id, e.subject_id, e.occurred_at, p.content, e.event_id))
+                             (e.user_id, e.subject_id, e.occurred_at, p.content, e.event_id, record))
         return found
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         found = self.messages(records)
+        # Written before an erasure already applied (domain/erasure.py): never embedded.
+        for key in await erased_messages(conn, {k: (*k[:2], v[0], v[5]) for k, v in found.items()}):
+            del found[key]
         by_tenant: dict[str, list[tuple[str, str, int]]] = {}
         for k in found:
             by_tenant.setdefault(k[0], []).append(k)

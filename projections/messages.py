@@ -14,6 +14,7 @@ from memory_agent import metrics
 from memory_agent.settings import Settings
 from projections.db import copy_insert
 from projections.dead_letter import DeadLetter
+from projections.erased_messages import erased_messages
 from schemas.codec import Event, decode
 from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
@@ -90,13 +91,34 @@ class MessagesProjector:
                 unique[candidate.key] = candidate
             else:
                 self._same_or_conflict(earlier.event.envelope.event_id, candidate, letters, anomalies)
+        dropped = await self._drop_erased(conn, unique) if unique else []
+        inserted = await self._insert(conn, list(unique.values())) if unique else set()
         if unique:
-            inserted = await self._insert(conn, list(unique.values()))
             await self._check_not_inserted(conn, unique, inserted, letters, anomalies)
-            await self._update_conversations(conn, [c for k, c in unique.items() if k in inserted], anomalies)
+        if inserted or dropped:
+            await self._update_conversations(conn, [c for k, c in unique.items() if k in inserted], anomalies,
+                                             dropped)
         if anomalies:
             await _record_anomalies(conn, anomalies)
         return letters
+
+    async def _drop_erased(self, conn, unique: dict[tuple[str, str, int], _Candidate]) -> list[_Candidate]:
+        """Messages written before an erasure that was applied before this projector reached them
+        (domain/erasure.py) are not projected: removed from `unique` and returned, their ids
+        recorded in `erased_messages` (the stages count them as gaps)."""
+        erased = await erased_messages(conn, {k: (*k[:2], c.event.envelope.user_id, c.record)
+                                              for k, c in unique.items()})
+        if not erased:
+            return []
+        dropped = [unique.pop(k) for k in erased]
+        rows = [(*c.key, c.event.envelope.event_id, erased[c.key]) for c in dropped]
+        await conn.execute(
+            "INSERT INTO erased_messages (tenant_id, conversation_id, seq, event_id, erasure_event_id)"
+            " SELECT * FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[], %s::text[]) ON CONFLICT DO NOTHING",
+            [list(column) for column in zip(*rows)])
+        log.info("%d message(s) not projected: written before their erasure (%s)", len(rows),
+                 ", ".join(sorted(set(erased.values()))))
+        return dropped
 
     def _same_or_conflict(self, existing_event_id, candidate, letters, anomalies) -> None:
         tenant, conversation, seq = candidate.key
@@ -138,12 +160,19 @@ class MessagesProjector:
                 existing = f"(event id {candidate.event.envelope.event_id} used at another seq)"
             self._same_or_conflict(existing, candidate, letters, anomalies)
 
-    async def _update_conversations(self, conn, inserted: list[_Candidate], anomalies) -> None:
-        if not inserted:
-            return
+    async def _update_conversations(self, conn, inserted: list[_Candidate], anomalies,
+                                    dropped: list[_Candidate] = ()) -> None:
+        """`conversations` for the inserted messages. A dropped (erased) seq is a seq the log
+        had: it moves `last_seq` of a conversation that has a row or gets one now (so it is
+        not counted as a gap), but creates no row and counts no message."""
         by_conversation: dict[tuple[str, str], list[_Candidate]] = {}
         for c in inserted:
             by_conversation.setdefault(c.key[:2], []).append(c)
+        counted = {c.key for c in inserted}
+        for c in dropped:
+            by_conversation.setdefault(c.key[:2], []).append(c)
+        for candidates in by_conversation.values():
+            candidates.sort(key=lambda c: (c.record.partition, c.record.offset))  # log order
         keys = sorted(by_conversation)
         cursor = await conn.execute(
             "SELECT tenant_id, conversation_id, last_seq FROM conversations"
@@ -154,20 +183,32 @@ class MessagesProjector:
         rows = []
         for key in keys:
             candidates = by_conversation[key]
+            projected = [c for c in candidates if c.key in counted]
+            if not projected and key not in last_seq:
+                continue  # only erased messages of a conversation without a row: nothing to say
             previous = last_seq.get(key, -1)
             gaps = 0
             for c in candidates:  # in log order: a late seq fills a gap, it is not one
                 seq = c.key[2]
-                if seq > previous + 1:
-                    missing = seq - previous - 1
+                missing = seq - previous - 1
+                if missing > 0:  # seqs not projected because of their erasure are no gap
+                    missing -= await _erased_between(conn, key, previous + 1, seq - 1)
+                if missing > 0:
                     gaps += missing
                     detail = f"seq {previous + 1}..{seq - 1} missing before seq {seq}"
                     log.warning("gap in %s/%s: %s", key[0], key[1], detail)
                     anomalies.append(_anomaly("gap", c.key, c.record, detail))
                 previous = max(previous, seq)
             metrics.SEQ_GAPS.inc(gaps)
-            first = candidates[0].event.envelope
-            rows.append((key[0], key[1], first.user_id, first.subject_id, previous, len(candidates), gaps))
+            if not projected:  # only erased messages: a row that exists moves on, none is created
+                await conn.execute("UPDATE conversations SET last_seq = GREATEST(last_seq, %s), gap_count = gap_count"
+                                   " + %s, updated_at = now() WHERE tenant_id = %s AND conversation_id = %s",
+                                   (previous, gaps, *key))
+                continue
+            first = projected[0].event.envelope
+            rows.append((key[0], key[1], first.user_id, first.subject_id, previous, len(projected), gaps))
+        if not rows:
+            return
         columns = list(zip(*rows))
         await conn.execute(
             "INSERT INTO conversations (tenant_id, conversation_id, user_id, subject_id, last_seq,"
@@ -179,6 +220,14 @@ class MessagesProjector:
             " gap_count = conversations.gap_count + EXCLUDED.gap_count, updated_at = now()",
             [list(c) for c in columns],
         )
+
+
+async def _erased_between(conn, key: tuple[str, str], first: int, last: int) -> int:
+    """How many seqs first..last of a conversation were not projected because of their erasure
+    (asked only when a gap is seen, which is rare)."""
+    cur = await conn.execute("SELECT count(*) FROM erased_messages WHERE tenant_id = %s AND conversation_id = %s"
+                             " AND seq BETWEEN %s AND %s", (*key, first, last))
+    return (await cur.fetchone())[0]
 
 
 def _row(c: _Candidate) -> tuple:

@@ -191,7 +191,13 @@ class ChunkStage:
                     (cause.tenant_id, cause.conversation_id, start, end),
                 )
                 rows = await cur.fetchall()
-            inputs = inputs_of(conversation, rows, start, end)
+                erased = 0
+                if len(rows) < end - start:  # seqs never projected: written before their erasure
+                    cur = await conn.execute(
+                        "SELECT count(*) FROM erased_messages WHERE tenant_id = %s AND conversation_id = %s"
+                        " AND seq >= %s AND seq < %s", (cause.tenant_id, cause.conversation_id, start, end))
+                    erased = (await cur.fetchone())[0]
+            inputs = inputs_of(conversation, rows, start, end, erased)
             if inputs is not None:
                 return inputs
             if time.monotonic() >= deadline:
@@ -200,11 +206,12 @@ class ChunkStage:
             await asyncio.sleep(0.05)
 
 
-def inputs_of(conversation: tuple | None, rows: list[tuple], start: int, end: int) -> ChunkInputs | None:
+def inputs_of(conversation: tuple | None, rows: list[tuple], start: int, end: int, erased: int = 0) -> ChunkInputs | None:
     """A range's inputs from its projected rows: the conversation's (user_id, subject_id,
     last_seq) and the messages' (seq, event_id, role, content, occurred_at) in seq order;
-    None while the projection has not caught up (a seq the log never had is a gap, not a wait)."""
-    complete = len(rows) == end - start or (conversation is not None and conversation[2] >= end - 1)
+    None while the projection has not caught up (a seq the log never had is a gap, not a wait,
+    and so are the `erased` seqs never projected because their erasure came first)."""
+    complete = len(rows) + erased >= end - start or (conversation is not None and conversation[2] >= end - 1)
     if conversation is None or not rows or not complete:
         return None
     return ChunkInputs(

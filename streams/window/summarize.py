@@ -58,6 +58,8 @@ class SummaryStage:
                 ready, previous, messages, _ = await self._read_inputs(conn, cause, request)
             if not ready:
                 previous, messages = await self._inputs(cause, request)
+            if not messages and previous is None:  # nothing to summarize: no LLM call on nothing
+                raise InputsNotReady("every message of the window was erased")
             output = await self.summarizer.summarize_window(
                 previous_summary=previous,
                 new_messages=[ChatMessage(seq, role, content, at) for seq, _, role, content, at in messages],
@@ -149,10 +151,11 @@ class SummaryStage:
         messages = await cur.fetchall()
         base_ready = request.base_memory_id is None or previous is not None
         if len(messages) < expected:  # an erased user's messages are gaps, not waits (docs/lineage.md)
-            cur = await conn.execute(
-                "SELECT count(DISTINCT s) FROM erasure_rederive, unnest(erased_seqs) s WHERE tenant_id = %s"
-                " AND conversation_id = %s AND s BETWEEN %s AND %s",
-                (cause.tenant_id, cause.conversation_id, first, request.end_seq))
+            cur = await conn.execute(  # and those not projected at all (written before their erasure)
+                "SELECT count(*) FROM (SELECT s FROM erasure_rederive, unnest(erased_seqs) s WHERE tenant_id = %(t)s"
+                " AND conversation_id = %(c)s AND s BETWEEN %(a)s AND %(b)s UNION SELECT seq FROM erased_messages"
+                " WHERE tenant_id = %(t)s AND conversation_id = %(c)s AND seq BETWEEN %(a)s AND %(b)s) gaps",
+                {"t": cause.tenant_id, "c": cause.conversation_id, "a": first, "b": request.end_seq})
             expected -= (await cur.fetchone())[0]
         if base_ready and len(messages) == expected:
             return True, previous, messages, None

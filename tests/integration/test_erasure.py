@@ -19,15 +19,19 @@ from aiokafka import AIOKafkaConsumer
 
 from memory_agent.client import MemoryClient
 from memory_agent.settings import ApiSettings, PrivacySettings
+from projections.erasure import ErasureProjector
 from projections.migrate import migrate
+from projections.runner import ProjectorRunner
 from domain.facts import ids
 from schemas import facts_events as fe
+from schemas.erasure_events import CONVERSATION_ERASED, ConversationErased
 from schemas.codec import decode, new_event
 from schemas.events import SummaryCompleted, SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_REQUESTED
 from streams.kafka_topics import ensure_topics
 from schemas.sealed import ERASED_CONTENT
-from tests.integration.conftest import API_KEYS, running_api, running_projectors, wait_until, worker_process
+from tests.integration.conftest import (API_KEYS, running_api, running_projectors, sealed_variant, wait_until,
+                                       worker_process)
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
 from tests.integration.test_lineage import until
 from tests.integration.test_memory_projector import send_memory_events
@@ -433,3 +437,84 @@ async def test_derived_events_in_flight_do_not_bring_erased_rows_back(settings):
         assert await rows(settings, "SELECT memory_id, status, memory_text, error FROM memory"
                                     " WHERE conversation_id = 'conv-b' ORDER BY memory_id") == [
             (1, "failed", None, "its inputs were erased"), (2, "completed", f"Only {KEEP}.", None)]
+
+
+@contextlib.asynccontextmanager
+async def erasure_projector_alone(settings):
+    """Only the erasure projector, as in a replay where it reaches `user.erased` first (it skips
+    every message; the messages projector still has the whole log to read)."""
+    runner = ProjectorRunner(settings, ErasureProjector(settings))
+    task = asyncio.create_task(runner.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
+async def test_messages_reached_after_their_erasure_are_not_projected_and_later_ones_are(settings, sealed):
+    """The race of docs/lineage.md: the erasure is applied before the messages projector reaches
+    messages written before it. They leave no row, no embedding, no marker; what the user (or
+    the conversation) gets after the erasure is projected."""
+    settings = sealed_variant(settings.model_copy(update={
+        "api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN]),
+        "embedding": settings.embedding.model_copy(update={"provider": "stub"})}), sealed)
+    again = f"zqxagain{uuid.uuid4().hex[:8]}"  # alice's words after her erasure
+    async with MemoryClient(settings) as client:
+        await say(client, ALICE, "conv-a", MARK)  # hers, 12 messages
+        for seq, (user, text) in enumerate([(BOB, "Hello all."), (ALICE, f"I am {MARK}."),
+                                            (BOB, f"Welcome {KEEP}."), (BOB, "Bye.")]):
+            await client.append_message(tenant_id=TENANT, conversation_id="conv-b", user_id=user,
+                                        seq=seq, role="user", content=text)
+        for seq in range(3):  # bob's conversation erased by a conversation.erased (same partition)
+            await client.append_message(tenant_id=TENANT, conversation_id="conv-c", user_id=BOB, seq=seq,
+                                        role="user", content=f"Gone {MARK} {seq}.")
+        dropped_c = new_event(CONVERSATION_ERASED, ConversationErased(erased_conversation_id="conv-c"),
+                              tenant_id=TENANT, conversation_id="conv-c", user_id=BOB)
+        await client.append(dropped_c)
+        await client.append_message(tenant_id=TENANT, conversation_id="conv-c", user_id=BOB, seq=3,
+                                    role="user", content=f"After the erasure {KEEP}.")
+    async with erasure_projector_alone(settings), running_api(settings) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            answer = await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "alice-key"})
+        assert answer.status_code == 202, answer.text
+        erasure = answer.json()["event_id"]
+        [(partition, offset, logged_at)] = await until(
+            settings, "SELECT log_partition, log_offset, logged_at FROM erasures WHERE event_id = %s", (erasure,),
+            "the erasure applied")
+        assert partition is not None and offset is not None and logged_at is not None
+        await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (dropped_c.event_id,),
+                    "the conversation erasure applied")
+    assert await rows(settings, "SELECT count(*) FROM messages") == [(0,)]  # nothing projected yet
+
+    # After the erasure alice writes again (with sealing: under a new key), in a new conversation and in bob's.
+    async with MemoryClient(settings) as client:
+        await client.append_message(tenant_id=TENANT, conversation_id="conv-new", user_id=ALICE, seq=0,
+                                    role="user", content=f"Back again {again}.")
+        await client.append_message(tenant_id=TENANT, conversation_id="conv-b", user_id=ALICE, seq=4,
+                                    role="user", content=f"Back in bob's {again}.")
+    async with running_projectors(settings):
+        for conversation, seq in (("conv-new", 0), ("conv-b", 4), ("conv-c", 3)):
+            await until(settings, "SELECT 1 FROM messages WHERE conversation_id = %s AND seq = %s",
+                        (conversation, seq), f"{conversation}:{seq} projected")
+            await until(settings, "SELECT 1 FROM message_embeddings WHERE conversation_id = %s AND seq = %s",
+                        (conversation, seq), f"{conversation}:{seq} embedded")
+        assert await rows(settings, "SELECT conversation_id, seq, user_id FROM messages ORDER BY 1, 2") == [
+            ("conv-b", 0, BOB), ("conv-b", 2, BOB), ("conv-b", 3, BOB), ("conv-b", 4, ALICE),
+            ("conv-c", 3, BOB), ("conv-new", 0, ALICE)]
+        assert await rows(settings, "SELECT conversation_id, seq FROM message_embeddings ORDER BY 1, 2") == [
+            ("conv-b", 0), ("conv-b", 2), ("conv-b", 3), ("conv-b", 4), ("conv-c", 3), ("conv-new", 0)]
+        assert await residue(settings, MARK) == {}
+        assert set((await residue(settings, again))) == {"messages"}  # her new words are memory
+        assert await rows(settings, "SELECT conversation_id, count(*), min(erasure_event_id), max(erasure_event_id)"
+                                    " FROM erased_messages GROUP BY 1 ORDER BY 1") == [
+            ("conv-a", 12, erasure, erasure), ("conv-b", 1, erasure, erasure),
+            ("conv-c", 3, dropped_c.event_id, dropped_c.event_id)]
+        # Bob's conversation: seq 1 is a seq the log had, not a gap; alice's has no row at all.
+        assert await rows(settings, "SELECT conversation_id, user_id, last_seq, message_count, gap_count"
+                                    " FROM conversations ORDER BY 1") == [
+            ("conv-b", BOB, 4, 4, 0), ("conv-c", BOB, 3, 1, 0), ("conv-new", ALICE, 0, 1, 0)]
+        assert await rows(settings, "SELECT count(*) FROM projection_anomalies") == [(0,)]
