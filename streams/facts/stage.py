@@ -200,6 +200,8 @@ class ChunkStage:
             inputs = inputs_of(conversation, rows, start, end, erased)
             if inputs is not None:
                 return inputs
+            if erased >= end - start:  # nothing will come: fail at once, not after the wait
+                raise InputsNotReady(f"every message {start}..{end - 1} was erased")
             if time.monotonic() >= deadline:
                 raise InputsNotReady(f"after {self.inputs_wait_s}s: {len(rows)}/{end - start} messages "
                                      f"{start}..{end - 1} projected")

@@ -1,6 +1,10 @@
-"""domain/erasure.py: which messages an applied erasure covers (docs/lineage.md)."""
+"""domain/erasure.py: which messages an applied erasure covers, and the chunk stage counting
+the seqs it dropped as gaps (docs/lineage.md)."""
+
+from datetime import UTC, datetime
 
 from domain.erasure import AppliedErasure, LogPosition, erased_by, written_before
+from streams.facts.stage import inputs_of
 
 ERASURE = LogPosition(partition=2, offset=100, timestamp_ms=1_000_000)
 
@@ -38,3 +42,13 @@ def test_a_conversation_erasure_covers_that_conversation_only():
     assert erased_by([conversation], "t", "conv-a", "bob", LogPosition(2, 50, 5_000_000)) == "e2"
     assert erased_by([conversation], "t", "conv-a", "bob", LogPosition(2, 150, 0)) is None
     assert erased_by([conversation], "t", "conv-c", "alice", LogPosition(2, 50, 0)) is None
+
+
+def test_a_chunk_range_counts_seqs_dropped_by_their_erasure_as_gaps_not_waits():
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [(0, "e0", "user", "hi", at), (2, "e2", "user", "there", at)]
+    owner = ("bob", None, 2)  # last_seq 2: the range 0..3 is not complete by last_seq
+    assert inputs_of(owner, rows, 0, 4) is None  # seqs 1 and 3 still to come
+    assert inputs_of(owner, rows, 0, 4, erased=1) is None
+    inputs = inputs_of(owner, rows, 0, 4, erased=2)  # 1 and 3 were dropped: nothing to wait for
+    assert inputs is not None and [m.seq for m in inputs.messages] == [0, 2] and inputs.event_ids == ["e0", "e2"]
