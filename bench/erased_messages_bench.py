@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import time
-import uuid
 from datetime import UTC, datetime
 
 import psycopg
 from aiokafka.structs import ConsumerRecord
 
-from bench.common import bench_settings
+from bench.common import bench_settings, drop, machine
 from projections.erased_messages import erased_messages
 from projections.messages import MessagesProjector
 from projections.migrate import migrate
@@ -83,21 +81,23 @@ async def measure(settings, erasures: int) -> dict[str, float]:
     return results
 
 
+async def run(settings, erasures: int) -> dict[str, float]:
+    await asyncio.to_thread(migrate, settings)
+    try:
+        return await measure(settings, erasures)
+    finally:
+        await drop(settings)
+        async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+            await conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s",
+                               (settings.kafka.topic_prefix,))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--erasures", type=int, default=1000)
     args = parser.parse_args()
-    settings = bench_settings(f"erased-{uuid.uuid4().hex[:4]}")
-    migrate(settings)
-    try:
-        results = asyncio.run(measure(settings, args.erasures))
-    finally:
-        with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{settings.pg_schema}" CASCADE')
-            conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s",
-                         (settings.kafka.topic_prefix,))
-    print(f"best of 9, per batch; {platform.platform()}")
-    for name, seconds in results.items():
+    print(f"best of 9, per batch; {machine()}")
+    for name, seconds in asyncio.run(run(bench_settings("erased-messages"), args.erasures)).items():
         print(f"  {name:62s} {seconds * 1e3:8.3f} ms")
 
 
