@@ -161,7 +161,7 @@ class MessagesProjector:
             self._same_or_conflict(existing, candidate, letters, anomalies)
 
     async def _update_conversations(self, conn, inserted: list[_Candidate], anomalies,
-                                    dropped: list[_Candidate] = ()) -> None:
+                                    dropped: Sequence[_Candidate] = ()) -> None:
         """`conversations` for the inserted messages. A dropped (erased) seq is a seq the log
         had: it moves `last_seq` of a conversation that has a row or gets one now (so it is
         not counted as a gap), but creates no row and counts no message."""
