@@ -137,7 +137,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
         mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
         norm = float(np.linalg.norm(mean))
         topic = replace(best, centroid=tuple(float(x) for x in mean / norm), embedding_count=count, mean_norm=norm,
-                        messages=best.messages + (entry,), message_count=best.message_count + 1,
+                        messages=_with_message(best.messages, entry), message_count=best.message_count + 1,
                         last_active_at=now, access_count=best.access_count + 1,
                         importance=_importance(msg.importance, best.importance))
         joined_with: float | None = similarity
@@ -161,9 +161,17 @@ def _join_active(state: TopicsState, msg: AssistantMessage | UnmatchedUserMessag
         return replace(state, unassigned_count=state.unassigned_count + 1), (MessageUnassigned(msg.seq, reason),)
     role = "user" if isinstance(msg, UnmatchedUserMessage) else "assistant"
     entry = TopicMessage(msg.seq, role, msg.content, msg.timestamp)
-    topic = replace(topic, messages=topic.messages + (entry,), message_count=topic.message_count + 1,
+    topic = replace(topic, messages=_with_message(topic.messages, entry), message_count=topic.message_count + 1,
                     last_active_at=now)
     return state.with_topic(topic), (MessageAssigned(topic.topic_id, msg.seq, None),)
+
+
+def _with_message(messages: tuple[TopicMessage, ...], entry: TopicMessage) -> tuple[TopicMessage, ...]:
+    """The active messages stay in seq order (compaction takes the oldest): a late one goes in its place."""
+    if not messages or messages[-1].seq < entry.seq:
+        return messages + (entry,)
+    at = next(i for i, m in enumerate(messages) if m.seq > entry.seq)
+    return messages[:at] + (entry,) + messages[at:]
 
 
 def _on_result(state: TopicsState, result: CompactionDone | CompactionFailed, now: float,
@@ -234,9 +242,9 @@ def step(state: TopicsState, observed: Observed, now: float, config: TopicConfig
     wall = now if wall is None else wall
     commands: tuple[Command, ...] = ()
     if isinstance(observed, (UserMessage, AssistantMessage, UnmatchedUserMessage)):
-        if observed.seq <= state.last_seq:  # redelivery: already applied
+        if not state.never_placed(observed.seq):  # redelivery: already applied
             return state, ()
-        state = replace(state, last_seq=observed.seq)
+        state = state.placing(observed.seq)  # a late seq (one passed over) joins its topic in seq order
         if isinstance(observed, UserMessage):
             state, commands = _on_user(state, observed, now, config)
         else:
