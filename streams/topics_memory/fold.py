@@ -120,7 +120,9 @@ def _activate(state: TopicsState, topic: Topic) -> Stepped:
     return replace(state, active_topic_id=topic.topic_id), commands
 
 
-def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConfig) -> Stepped:
+def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConfig, late: bool = False) -> Stepped:
+    """Join the best topic or start one; it becomes the active topic, unless the message is
+    late (older than the fold's position) and a newer turn's topic is active."""
     unit = unit_vector(msg.embedding)
     shift = announces_new_subject(msg.content)
     best, similarity = best_match(state, unit, 0.0 if shift else config.active_topic_bonus)
@@ -149,7 +151,10 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
                       importance=_importance(msg.importance, config.default_importance))
         state = replace(state, next_topic_number=number + 1)
         created, joined_with = (TopicCreated(topic.topic_id, title, msg.seq),), None
-    state, activation = _activate(state.with_topic(topic), topic)
+    if late and state.active_topic is not None:
+        state, activation = state.with_topic(topic), ()
+    else:
+        state, activation = _activate(state.with_topic(topic), topic)
     return state, created + activation + (MessageAssigned(topic.topic_id, msg.seq, joined_with),)
 
 
@@ -244,9 +249,10 @@ def step(state: TopicsState, observed: Observed, now: float, config: TopicConfig
     if isinstance(observed, (UserMessage, AssistantMessage, UnmatchedUserMessage)):
         if not state.never_placed(observed.seq):  # redelivery: already applied
             return state, ()
+        late = observed.seq < state.last_seq
         state = state.placing(observed.seq)  # a late seq (one passed over) joins its topic in seq order
         if isinstance(observed, UserMessage):
-            state, commands = _on_user(state, observed, now, config)
+            state, commands = _on_user(state, observed, now, config, late)
         else:
             state, commands = _join_active(state, observed, now)
     elif isinstance(observed, (CompactionDone, CompactionFailed)):

@@ -458,6 +458,15 @@ def test_a_late_message_waiting_behind_a_later_one_is_placed_after_it():
     assert te.TOPIC_MESSAGE_UNASSIGNED not in d.types() and d.state.topics.skipped == ((3, 3),)
 
 
+def test_a_late_message_on_another_subject_starts_its_topic_but_the_newer_turn_stays_active():
+    d = Driver()
+    d.turn(0, axis(0))
+    d.turn(4, axis(0))
+    late = d.say(2, "user", "another subject") + d.embed(2, axis(1))
+    assert kinds(late) == [te.TOPIC_EMBEDDING_REQUESTED, te.TOPIC_CREATED, te.TOPIC_MESSAGE_ASSIGNED]  # not activated
+    assert d.state.topics.active_topic_id == "c:topic-1" and len(d.state.topics.topics) == 2
+
+
 def test_a_message_older_than_the_deferred_range_is_held_not_swallowed():
     d = Driver(config(max_waiting_messages=1))
     d.turn(0, axis(0))
