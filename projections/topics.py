@@ -36,8 +36,10 @@ ON CONFLICT (tenant_id, conversation_id, topic_id) DO UPDATE
    SET importance = EXCLUDED.importance, access_count = EXCLUDED.access_count,
        message_count = EXCLUDED.message_count, last_active_at = EXCLUDED.last_active_at,
        snapshot_seq = EXCLUDED.snapshot_seq, updated_at = now()
- WHERE topics.snapshot_seq < EXCLUDED.snapshot_seq
+ WHERE (topics.message_count, topics.snapshot_seq) < (EXCLUDED.message_count, EXCLUDED.snapshot_seq)
 """
+# The newest snapshot wins: every assignment counts one message more, also a late message's
+# (a seq the fold passed over, placed after newer ones: docs/topics.md), whose seq is lower.
 # Never re-add a message the archive already holds (a re-asserted assignment after a crash).
 _INSERT_MESSAGE = f"""
 INSERT INTO topic_messages (tenant_id, conversation_id, seq, topic_id, role, content, occurred_at, similarity,

@@ -79,13 +79,20 @@ class Topic:
         return cls(**known)
 
 
+MAX_SKIPPED = 64  # seq ranges passed over that a topic fold remembers (the oldest are forgotten)
+
+
 @dataclass(frozen=True)
 class TopicsState:
     conversation_id: str = ""
     topics: tuple[Topic, ...] = ()  # the working set, in creation order
     active_topic_id: str | None = None
     next_topic_number: int = 1  # topic ids come from this counter, so replays repeat them
-    last_seq: int = -1  # highest message seq seen: redelivered messages are ignored
+    last_seq: int = -1  # highest message seq placed: at or below it, a message is a redelivery...
+    # ...unless it falls in one of these (first, last) seq ranges the fold passed over without
+    # seeing them (a producer's gap, or a takeover that delivered later messages first): such a
+    # message is placed when it comes. The newest MAX_SKIPPED ranges are kept.
+    skipped: tuple[tuple[int, int], ...] = ()
     evicted_count: int = 0
     unassigned_count: int = 0
 
@@ -102,6 +109,24 @@ class TopicsState:
             return replace(self, topics=self.topics + (topic,))
         return replace(self, topics=tuple(topic if t.topic_id == topic.topic_id else t for t in self.topics))
 
+    def never_placed(self, seq: int) -> bool:
+        """A seq the fold has not placed (nor seen): above its position, or in a range it skipped."""
+        return seq > self.last_seq or any(first <= seq <= last for first, last in self.skipped)
+
+    def placing(self, seq: int) -> TopicsState:
+        """The position after placing `seq` (one never placed): a newer seq moves it on and
+        remembers the seqs passed over; an older one (late) is taken out of its skipped range."""
+        if seq > self.last_seq:
+            skipped = self.skipped + (((self.last_seq + 1, seq - 1),) if seq > self.last_seq + 1 else ())
+            return replace(self, last_seq=seq, skipped=skipped[-MAX_SKIPPED:])
+        skipped: list[tuple[int, int]] = []
+        for first, last in self.skipped:
+            if first <= seq <= last:
+                skipped += [r for r in ((first, seq - 1), (seq + 1, last)) if r[0] <= r[1]]
+            else:
+                skipped.append((first, last))
+        return replace(self, skipped=tuple(skipped[-MAX_SKIPPED:]))
+
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["topics"] = [t.to_dict() for t in self.topics]
@@ -111,6 +136,7 @@ class TopicsState:
     def from_dict(cls, data: dict[str, Any]) -> TopicsState:
         known = _known(cls, data)
         known["topics"] = tuple(Topic.from_dict(t) for t in known.get("topics", ()))
+        known["skipped"] = tuple((int(first), int(last)) for first, last in known.get("skipped", ()))
         return cls(**known)
 
 

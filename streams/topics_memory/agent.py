@@ -20,7 +20,6 @@ from streams.topics_memory.protocol import (
     AssistantMessage,
     CompactionDone,
     CompactionFailed,
-    MessageUnassigned,
     Observed,
     Tick,
     UnmatchedUserMessage,
@@ -82,7 +81,7 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
     elif event.type == MESSAGE_APPENDED:
         if p.role not in PLACED_ROLES:
             return state, []
-        if e.seq <= state.topics.last_seq or inbox.find(e.seq) is not None:
+        if not state.topics.never_placed(e.seq) or inbox.find(e.seq) is not None:
             return state, _reassert(state, e)
         item = Waiting(e.seq, p.role, p.content, e.occurred_at.timestamp(), e.user_id, e.subject_id,
                        _importance(p.metadata))
@@ -120,9 +119,7 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
     state = replace(state, inbox=inbox)
     for item in ready:
         cause = _cause(e, item.seq, item.user_id, item.subject_id)
-        if item.seq <= state.topics.last_seq:  # a producer wrote this seq after a later one
-            late = MessageUnassigned(item.seq, f"arrived after seq {state.topics.last_seq}")
-            out.append(to_event(late, cause, state.topics, state.clock, **emit))
+        if not state.topics.never_placed(item.seq):  # placed meanwhile (or passed over too long ago)
             continue
         clock = max(state.clock, item.timestamp)  # monotone, even if producers' clocks disagree
         topics, commands = step(state.topics, _observed(item), clock, config.fold, wall=wall)
@@ -153,9 +150,10 @@ def _without_text(topics: TopicsState, seq: int) -> TopicsState:
     events carry the text, the stages read it from the projected log, and the changelog row
     stays small (20 topics x 12 messages of up to 32k characters would not fit a Kafka record)."""
     for topic in topics.topics:
-        if topic.messages and topic.messages[-1].seq == seq and topic.messages[-1].content:
-            messages = topic.messages[:-1] + (replace(topic.messages[-1], content=""),)
-            return topics.with_topic(replace(topic, messages=messages))
+        for at, message in enumerate(topic.messages):  # the newest, or a late one in its seq place
+            if message.seq == seq and message.content:
+                messages = topic.messages[:at] + (replace(message, content=""),) + topic.messages[at + 1:]
+                return topics.with_topic(replace(topic, messages=messages))
     return topics
 
 

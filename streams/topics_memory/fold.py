@@ -120,7 +120,9 @@ def _activate(state: TopicsState, topic: Topic) -> Stepped:
     return replace(state, active_topic_id=topic.topic_id), commands
 
 
-def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConfig) -> Stepped:
+def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConfig, late: bool = False) -> Stepped:
+    """Join the best topic or start one; it becomes the active topic, unless the message is
+    late (older than the fold's position) and a newer turn's topic is active."""
     unit = unit_vector(msg.embedding)
     shift = announces_new_subject(msg.content)
     best, similarity = best_match(state, unit, 0.0 if shift else config.active_topic_bonus)
@@ -137,7 +139,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
         mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
         norm = float(np.linalg.norm(mean))
         topic = replace(best, centroid=tuple(float(x) for x in mean / norm), embedding_count=count, mean_norm=norm,
-                        messages=best.messages + (entry,), message_count=best.message_count + 1,
+                        messages=_with_message(best.messages, entry), message_count=best.message_count + 1,
                         last_active_at=now, access_count=best.access_count + 1,
                         importance=_importance(msg.importance, best.importance))
         joined_with: float | None = similarity
@@ -149,7 +151,10 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
                       importance=_importance(msg.importance, config.default_importance))
         state = replace(state, next_topic_number=number + 1)
         created, joined_with = (TopicCreated(topic.topic_id, title, msg.seq),), None
-    state, activation = _activate(state.with_topic(topic), topic)
+    if late and state.active_topic is not None:
+        state, activation = state.with_topic(topic), ()
+    else:
+        state, activation = _activate(state.with_topic(topic), topic)
     return state, created + activation + (MessageAssigned(topic.topic_id, msg.seq, joined_with),)
 
 
@@ -161,9 +166,17 @@ def _join_active(state: TopicsState, msg: AssistantMessage | UnmatchedUserMessag
         return replace(state, unassigned_count=state.unassigned_count + 1), (MessageUnassigned(msg.seq, reason),)
     role = "user" if isinstance(msg, UnmatchedUserMessage) else "assistant"
     entry = TopicMessage(msg.seq, role, msg.content, msg.timestamp)
-    topic = replace(topic, messages=topic.messages + (entry,), message_count=topic.message_count + 1,
+    topic = replace(topic, messages=_with_message(topic.messages, entry), message_count=topic.message_count + 1,
                     last_active_at=now)
     return state.with_topic(topic), (MessageAssigned(topic.topic_id, msg.seq, None),)
+
+
+def _with_message(messages: tuple[TopicMessage, ...], entry: TopicMessage) -> tuple[TopicMessage, ...]:
+    """The active messages stay in seq order (compaction takes the oldest): a late one goes in its place."""
+    if not messages or messages[-1].seq < entry.seq:
+        return messages + (entry,)
+    at = next(i for i, m in enumerate(messages) if m.seq > entry.seq)
+    return messages[:at] + (entry,) + messages[at:]
 
 
 def _on_result(state: TopicsState, result: CompactionDone | CompactionFailed, now: float,
@@ -234,11 +247,12 @@ def step(state: TopicsState, observed: Observed, now: float, config: TopicConfig
     wall = now if wall is None else wall
     commands: tuple[Command, ...] = ()
     if isinstance(observed, (UserMessage, AssistantMessage, UnmatchedUserMessage)):
-        if observed.seq <= state.last_seq:  # redelivery: already applied
+        if not state.never_placed(observed.seq):  # redelivery: already applied
             return state, ()
-        state = replace(state, last_seq=observed.seq)
+        late = observed.seq < state.last_seq
+        state = state.placing(observed.seq)  # a late seq (one passed over) joins its topic in seq order
         if isinstance(observed, UserMessage):
-            state, commands = _on_user(state, observed, now, config)
+            state, commands = _on_user(state, observed, now, config, late)
         else:
             state, commands = _join_active(state, observed, now)
     elif isinstance(observed, (CompactionDone, CompactionFailed)):

@@ -133,13 +133,17 @@ def _request(item: Waiting, wall: float) -> tuple[Waiting, EmbeddingRequested]:
 
 def admit(inbox: Inbox, item: Waiting, wall: float, config: InboxConfig) -> Stepped:
     """Queue a new message (a user message asks for its embedding), or defer it when the
-    inbox is full or already deferring (log order). A known seq changes nothing."""
+    inbox is full or already deferring (log order). A known seq changes nothing. A message
+    older than the deferred range (late: delivered after newer ones) is held whatever the
+    bounds: reading it back with the range would read the messages between again."""
     if inbox.knows(item.seq):
         return inbox, ()
-    if inbox.backlog is not None:
+    late = inbox.backlog is not None and item.seq < inbox.backlog.first_seq
+    if inbox.backlog is not None and not late:
         return replace(inbox, backlog=replace(inbox.backlog, last_seq=max(inbox.backlog.last_seq, item.seq))), ()
     held = sum(held_size(w) for w in inbox.queue)
-    if inbox.queue and (len(inbox.queue) >= config.max_waiting or held + held_size(item) > config.max_waiting_chars):
+    if not late and inbox.queue and (
+            len(inbox.queue) >= config.max_waiting or held + held_size(item) > config.max_waiting_chars):
         return replace(inbox, backlog=Backlog(item.seq, item.seq)), ()  # back-pressure: read it back later
     commands: tuple[Command, ...] = ()
     if item.role == "user" and not item.ready:

@@ -160,3 +160,31 @@ async def test_the_recall_stage_reads_a_range_back_in_order_and_waits_for_the_pr
         assert [(r.payload.seq, r.payload.after_seq) for r in recalled] == [(4, 3), (5, 4), (6, 5)]
         assert all(len(r.payload.embedding) == 384 for r in recalled[:2]) and recalled[2].payload.embedding is None
         assert done.payload.through_seq == 6 and done.payload.count == 3
+
+
+@pytest.mark.asyncio
+async def test_messages_delivered_after_later_ones_are_placed_once(settings):
+    """What a takeover did to the survivor's fold (tests/integration/test_two_workers.py), made
+    on purpose: seqs 6-9 reach the log after 10-15. Each of the 16 is placed in a topic once,
+    none is filed as late (docs/topics.md, "Late messages are placed, once")."""
+    order = [*range(0, 6), *range(10, 16), *range(6, 10)]
+    turns = chat(16)
+    async with MemoryClient(settings) as client:
+        for seq in order:
+            role, content = turns[seq]
+            await client.enqueue(client.message_event(
+                tenant_id="tenant-a", conversation_id="late-order", user_id="alice", seq=seq, role=role,
+                content=content))
+        await client.flush()
+    env = WORKER_ENV | {"MEMORY_EMBEDDING__PROVIDER": "stub"}
+    async with worker_process(settings, extra_env=env, log_name="topics-late") as worker:
+        async def settled() -> bool:
+            if worker.returncode is not None:
+                raise AssertionError(f"the worker exited (log {worker.log_path})")
+            placed = await scalar(settings, "SELECT count(*) FROM topic_messages")
+            unassigned = await scalar(settings, "SELECT count(*) FROM topic_unassigned")
+            return placed + unassigned >= 16
+        await wait_until(settled, 240, "every message placed or named")
+    assert await scalar(settings, "SELECT count(*) FROM topic_unassigned") == 0
+    assert await scalar(settings, "SELECT count(DISTINCT seq) FROM topic_messages") == 16
+    assert await scalar(settings, "SELECT sum(message_count) FROM topics") == 16  # none counted twice

@@ -23,10 +23,11 @@ from tests.support.fake_openai import FakeOpenAI
 CONVERSATIONS = 12
 PER_CONVERSATION = 40  # seqs 0-39
 TOTAL = CONVERSATIONS * PER_CONVERSATION
-# Known failure, left out of the default suite: after a takeover some first-half messages reach
-# the survivor's topic fold after later ones (a partition read again from its beginning once a
-# rebalance finds no committed offset, probably), and the fold files them as late, unplaced (2 of 10 runs;
-# docs/scaling.md). MEMORY_TEST_KNOWN_FAILURES=1 checks topic placement too.
+# Known failure, left out of the default suite: around a rebalance one of a conversation's messages can
+# never reach the topic fold (it places the next ones and records the seq as
+# passed over, `skipped` in its state); a message that comes late is placed now, one that never
+# comes is not read back yet (1 of 4 runs on a loaded core; docs/scaling.md).
+# MEMORY_TEST_KNOWN_FAILURES=1 checks topic placement too.
 TOPICS_TOO = bool(os.environ.get("MEMORY_TEST_KNOWN_FAILURES"))
 SETTLED = {
     "messages": "SELECT count(*) FROM messages",
@@ -172,6 +173,8 @@ async def _diagnosis(settings) -> list[str]:
         states = await _changelog(settings, table)
         out += [f"{table} {key.decode(errors='replace')} @{where}: {value[:600]!r}"
                 for key, history in sorted(states.items()) for where, value in history[-1:]]
+    topic_states = await _changelog(settings, "topic-state")
+    out.append(f"seqs the topic folds passed over: {_passed_over(topic_states)}")
     windows = await _changelog(settings, "window-state")
     stuck = [key for key, history in windows.items() if b'"in_flight":{' in history[-1][1]]
     for key in stuck:
@@ -181,6 +184,21 @@ async def _diagnosis(settings) -> list[str]:
     memory = await rows(settings, "SELECT conversation_id, memory_id, start_sequence, end_sequence, status, attempt"
                                   " FROM memory ORDER BY 1, 2")
     return out + [f"memory {row}" for row in memory]
+
+
+def _passed_over(states: dict) -> dict:
+    """Per conversation, the seq ranges its topic fold placed later messages over (`skipped`)."""
+    import orjson
+
+    out = {}
+    for key, history in states.items():
+        try:
+            skipped = (orjson.loads(history[-1][1]).get("topics") or {}).get("skipped")
+        except orjson.JSONDecodeError:
+            continue  # sealed
+        if skipped:
+            out[key.decode(errors="replace")] = skipped
+    return out
 
 
 async def _changelog(settings, table: str) -> dict[bytes, tuple[str, bytes]]:

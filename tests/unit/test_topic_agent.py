@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
 from dataclasses import replace
@@ -16,6 +17,7 @@ from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import codec
 from streams.topics_memory import inbox as box
+from domain.topics.state import MAX_SKIPPED, TopicsState
 from streams.topics_memory.agent import AgentConfig, handle, needs_tick
 
 DIM = 8
@@ -405,3 +407,74 @@ def test_an_erasure_in_the_conversation_derives_its_topics_again_from_the_remain
     d.say(4, "user", "a new question")  # live messages go on after the re-derivation
     d.embed(4, axis(0))
     assert d.state.topics.last_seq == 4
+
+
+def test_the_position_remembers_the_seqs_it_passed_over_and_takes_each_once():
+    """The pure rule: at or below the fold's position a seq is a redelivery, unless the fold
+    passed over it without seeing it; the newest MAX_SKIPPED such ranges are kept."""
+    state = TopicsState().placing(0).placing(3).placing(4).placing(9)
+    assert (state.last_seq, state.skipped) == (9, ((1, 2), (5, 8)))
+    assert [s for s in range(11) if state.never_placed(s)] == [1, 2, 5, 6, 7, 8, 10]
+    state = state.placing(6)  # late: taken out of its range, the position stays
+    assert (state.last_seq, state.skipped) == (9, ((1, 2), (5, 5), (7, 8)))
+    assert not state.never_placed(6) and state.never_placed(5)
+    assert TopicsState.from_dict(json.loads(json.dumps(state.to_dict()))) == state  # through the changelog
+    many = TopicsState()
+    for seq in range(0, 4 * MAX_SKIPPED, 2):
+        many = many.placing(seq)
+    assert len(many.skipped) == MAX_SKIPPED and many.skipped[-1] == (4 * MAX_SKIPPED - 3,) * 2
+    assert not many.never_placed(1)  # passed over too long ago: taken for a redelivery
+
+
+def test_after_a_takeover_earlier_messages_delivered_after_later_ones_are_all_placed_once():
+    """What a survivor's fold saw in tests/integration/test_two_workers.py: a conversation's
+    later messages first, then the earlier ones it had never seen. Each is placed, none twice,
+    none unassigned; a second redelivery of all of them changes nothing."""
+    d = Driver()
+    d.turn(0, axis(0))
+    d.turn(6, axis(0))  # seqs 2-5 not delivered yet
+    d.turn(2, axis(0))  # ...then they come
+    d.turn(4, axis(0))
+    placed = [decode(encode(e)).payload.seq for e in d.out if e.type == te.TOPIC_MESSAGE_ASSIGNED]
+    assert sorted(placed) == list(range(8)) and len(placed) == 8
+    assert te.TOPIC_MESSAGE_UNASSIGNED not in d.types()
+    (topic,) = d.state.topics.topics
+    assert [m.seq for m in topic.messages] == list(range(8)) and topic.message_count == 8  # in seq order
+    assert d.state.topics.last_seq == 7 and d.state.topics.skipped == ()
+    for seq in range(8):  # redelivered again: where each went is said again, nothing placed
+        again = d.say(seq, "user" if seq % 2 == 0 else "assistant", "again")
+        assert kinds(again) == [te.TOPIC_MESSAGE_ASSIGNED] and again[0][1].content_from_log
+    assert d.state.topics.topics[0].message_count == 8
+
+
+def test_a_late_message_waiting_behind_a_later_one_is_placed_after_it():
+    """Both held in the inbox (the later one delivered first): it used to be filed as late."""
+    d = Driver()
+    d.turn(0, axis(0))
+    d.say(4, "user", "later")
+    d.say(2, "user", "earlier")
+    placed = d.embed(4, axis(0)) + d.embed(2, axis(0))
+    assert [p.seq for t, p in placed if t == te.TOPIC_MESSAGE_ASSIGNED] == [4, 2]
+    assert te.TOPIC_MESSAGE_UNASSIGNED not in d.types() and d.state.topics.skipped == ((3, 3),)
+
+
+def test_a_late_message_on_another_subject_starts_its_topic_but_the_newer_turn_stays_active():
+    d = Driver()
+    d.turn(0, axis(0))
+    d.turn(4, axis(0))
+    late = d.say(2, "user", "another subject") + d.embed(2, axis(1))
+    assert kinds(late) == [te.TOPIC_EMBEDDING_REQUESTED, te.TOPIC_CREATED, te.TOPIC_MESSAGE_ASSIGNED]  # not activated
+    assert d.state.topics.active_topic_id == "c:topic-1" and len(d.state.topics.topics) == 2
+
+
+def test_a_message_older_than_the_deferred_range_is_held_not_swallowed():
+    d = Driver(config(max_waiting_messages=1))
+    d.turn(0, axis(0))
+    d.say(4, "user", "held")
+    d.say(5, "assistant", "deferred")
+    assert d.state.inbox.backlog == box.Backlog(5, 5)
+    assert kinds(d.say(2, "user", "late")) == [te.TOPIC_EMBEDDING_REQUESTED]  # held past the bound
+    assert [w.seq for w in d.state.inbox.queue] == [4, 2] and d.state.inbox.backlog == box.Backlog(5, 5)
+    placed = d.embed(4, axis(0)) + d.embed(2, axis(0))
+    assert [p.seq for t, p in placed if t == te.TOPIC_MESSAGE_ASSIGNED] == [4, 2]
+    assert placed[-1][0] == te.TOPIC_BACKLOG_REQUESTED  # then the deferred range, as before
