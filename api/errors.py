@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import psycopg
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -28,6 +28,15 @@ RETRY = {"Retry-After": "1"}
 
 def _loc(loc: Any) -> str:
     return ".".join(str(part) for part in loc)
+
+
+def one_line(text: str, field: str) -> str:
+    """Whitespace runs (every character `str.split` counts, control separators too) as one
+    space; a text that is nothing else is refused with the usual 422 shape."""
+    normalized = " ".join(text.split())
+    if not normalized:
+        raise HTTPException(422, detail={"reason": "invalid_request", "message": f"{field}: is blank"})
+    return normalized
 
 
 async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

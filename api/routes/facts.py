@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.errors import one_line
 from api.auth import Principal, named_user
 from api.deps import ConnDep, PrincipalDep, append_or_503
 from projections import fact_queries as q
@@ -181,7 +182,7 @@ async def edit_fact(fact_id: str, body: ContentIn, request: Request, principal: 
     """Rewrite the content (owner only); the new wording is embedded here so every replay gets the same vector."""
     user = _acting_user(principal, "edit fact", x_user_id)
     row = await _owned(conn, principal.tenant, fact_id, user)
-    content = " ".join(body.content.split())
+    content = one_line(body.content, "content")
     embedder = embedder_for(request.app.state)  # the one retrieval uses: one model per API process
     try:
         vector = to_vector((await embedder.embed_documents([content]))[0], embedder.model)

@@ -15,6 +15,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.errors import one_line
 from api.auth import named_user
 from api.deps import ConnDep, PrincipalDep, append_or_503
 from api.routes.search import UserHeader
@@ -75,7 +76,7 @@ async def store_memory(body: MemoryIn, request: Request, principal: PrincipalDep
     if x_user_id and body.user_id and x_user_id != body.user_id:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="X-User-Id and user_id name different users")
     user, tenant = named_user(principal, x_user_id or body.user_id, "store memory"), principal.tenant
-    content = " ".join(body.content.split())
+    content = one_line(body.content, "content")
     embedder = embedder_for(request.app.state)
     try:
         vector = to_vector((await embedder.embed_documents([content]))[0], embedder.model)
