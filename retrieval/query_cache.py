@@ -4,33 +4,23 @@ follow-up embedded with the same earlier turns) is not run through the model twi
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
 
 import numpy as np
 
 from memory_agent.embeddings import Embedder
+from memory_agent.embeddings.port import DelegatingEmbedder
 
 
-class CachedQueryEmbedder:
+class CachedQueryEmbedder(DelegatingEmbedder):
     """An Embedder whose embed_query keeps the last `size` vectors by (model, text), least
     recently used out first. Documents are not cached (they are embedded once, by the worker).
     The vectors are returned read-only: a caller cannot change what the next one gets."""
 
     def __init__(self, inner: Embedder, size: int = 512) -> None:
-        self.inner, self.size = inner, size
+        super().__init__(inner)
+        self.size = size
         self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self.hits = self.misses = 0
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
-
-    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return await self.inner.embed_documents(texts)
 
     async def embed_query(self, text: str) -> np.ndarray:
         key = (self.inner.model, text)
@@ -47,6 +37,3 @@ class CachedQueryEmbedder:
             if len(self._vectors) > self.size:
                 self._vectors.popitem(last=False)
         return vector
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()

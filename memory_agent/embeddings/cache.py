@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent.embeddings.port import Embedder
+from memory_agent.embeddings.port import DelegatingEmbedder, Embedder
 from memory_agent.metrics import EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_TEXTS
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class EmbeddingStore:
             await self._pool.close()
 
 
-class CachedEmbedder:
+class CachedEmbedder(DelegatingEmbedder):
     """An Embedder that asks `store` first for documents; misses go to `inner` in one call.
 
     `store=None` only meters the model (calls, texts, CPU). A store that fails (PostgreSQL
@@ -82,17 +82,10 @@ class CachedEmbedder:
 
     def __init__(self, inner: Embedder, store: EmbeddingStore | None, *, document_prefix: str = "",
                  retry_after_s: float = 30.0) -> None:
-        self.inner, self.store, self.document_prefix = inner, store, document_prefix
+        super().__init__(inner)
+        self.store, self.document_prefix = store, document_prefix
         self.retry_after_s = retry_after_s
         self._store_down_until = 0.0
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    @property
-    def dimensions(self) -> int:
-        return self.inner.dimensions
 
     async def _embed(self, texts: list[str]) -> np.ndarray:
         EMBEDDING_MODEL_CALLS.labels("documents").inc()

@@ -36,6 +36,31 @@ class Embedder(Protocol):
     async def aclose(self) -> None: ...
 
 
+class DelegatingEmbedder:
+    """An Embedder wrapping `inner`: model, dimensions and every call go to it unless a subclass
+    says otherwise (the caches of documents and of queries override one side each)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return await self.inner.embed_documents(texts)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        return await self.inner.embed_query(text)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 def l2_normalise(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero), as float32."""
     vectors = np.asarray(vectors, dtype=np.float32)
