@@ -115,6 +115,8 @@ def in_third_person(sentence: str, name: str) -> str:
             else:
                 word = _THEY[low]
                 conjugate, plural = low == "i", True
+            if low == "i" and next((t.lower() for t in reversed(out) if not t.isspace()), "") == "and":
+                conjugate = False  # "my wife and I are": a compound subject keeps its plural verb
             named = named or low not in ("my", "mine")
             start = not "".join(out).strip()
             if name == USER_NAME and not start:

@@ -29,6 +29,11 @@ _NOT_A_FACT = re.compile(
     r"|^i(?:'m| am) (?:so |really |very |just )?(?:glad|happy|sorry|excited|thrilled|proud) (?:for|to hear|that) you")
 _INTERJECTION = re.compile(r"^(?:(?:yes|yeah|yep|no|oh|ah|well|so|haha|wow|ok|okay|honestly|actually|hey|hi"
                            r"|aww|omg|lol)\b[,!.]?\s+)+", re.IGNORECASE)
+# A lead-in before a colon that only announces what follows ("Different subject:", "Quick update:",
+# "Now something else entirely:"): up to six words, none of them first person, then ": " and the
+# statement. "My favourite dishes: ramen" keeps its subject; "at 10:30" has no space after the colon.
+_LEAD_IN = re.compile(r"^(?P<lead>(?:[A-Za-z][\w'\-]*[,]?\s+){0,5}[A-Za-z][\w'\-]*)\s*:\s+(?=\S)")
+_FIRST_PERSON_WORD = re.compile(r"\b(?:i|we|my|our|me|us|mine|ours)\b|\bi'", re.IGNORECASE)
 _RULES = tuple((category, frozenset(words.split())) for category, words in (
     # first match wins; the order resolves overlaps ("my daughter was born" is a milestone)
     ("milestone", "born graduated graduation retired promoted anniversary birthday moved died passed engaged"
@@ -132,12 +137,23 @@ def tags_of(text: str, keyword: str | None, skip: str | None, limit: int = 5) ->
     return tuple(dict.fromkeys(tags))[:limit]
 
 
+def strip_lead_in(sentence: str) -> str:
+    """The sentence without an announcing lead-in ("Different subject: I'm training..." -> "I'm
+    training..."); unchanged when the part before the colon speaks of the speaker."""
+    match = _LEAD_IN.match(sentence)
+    if match is None or _FIRST_PERSON_WORD.search(match.group("lead")):
+        return sentence
+    rest = sentence[match.end():]
+    return rest[0].upper() + rest[1:]
+
+
 def fact_sentences(spoken: Spoken, at: datetime | None) -> list[str]:
     """A human speaker's first-person statements, rewritten by name and dated."""
     if spoken.speaker is None:
         return []
     found = []
     for sentence in split_sentences(spoken.text):
+        sentence = strip_lead_in(sentence)
         lowered = sentence.lower().replace("\u2019", "'")
         words = _words(lowered)
         content = [w for w in words if w not in _NOISE]

@@ -138,3 +138,29 @@ def test_related_memories_mix_recent_unprojected_facts_with_stored_ones():
               ExistingFact("r2", "Caroline adopted Oscar in Lisbon.")]
     picked = pick_related(stored, recent, "lisbon | oscar", 3)
     assert [f.fact_id for f in picked] == ["r2", "s1", "s2"]  # no shared word: r1 left out; s1 once
+
+
+@pytest.mark.parametrize("sentence, kept", [
+    ("Different subject: I'm training for the Lyon half marathon.", "I'm training for the Lyon half marathon."),
+    ("Now something else entirely: my wife and I are planning a trip.", "My wife and I are planning a trip."),
+    ("Quick update: we moved to Porto.", "We moved to Porto."),
+    ("My favourite dishes: ramen and sushi.", "My favourite dishes: ramen and sushi."),  # the lead-in is the subject
+    ("I have two cats: Tom and Jerry.", "I have two cats: Tom and Jerry."),
+    ("At 10:30 I leave for work.", "At 10:30 I leave for work."),  # a time, not a lead-in
+])
+def test_an_announcing_lead_in_is_not_part_of_the_fact(sentence, kept):
+    from streams.facts.offline import strip_lead_in
+    assert strip_lead_in(sentence) == kept
+
+
+def test_a_fact_after_a_change_of_subject_reads_as_a_fact_about_the_speaker():
+    from domain.speakers import Spoken
+    from streams.facts.offline import fact_sentences
+    facts = fact_sentences(Spoken("The user", "Now something else entirely: my wife and I are planning two weeks "
+                                  "in Japan.", False), None)
+    assert facts == ["The user's wife and the user are planning two weeks in Japan."]
+
+
+def test_a_compound_subject_with_i_keeps_its_plural_verb():
+    assert in_third_person("Tom and I are neighbours.", "Caroline") == "Tom and Caroline are neighbours."
+    assert in_third_person("I am a nurse.", "Caroline") == "Caroline is a nurse."
