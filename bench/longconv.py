@@ -360,7 +360,32 @@ def _inference(s: _Story, count: int = 2) -> None:
         s.ask(plant, "inference", question.format(**slots), answer.format(**slots))
 
 
-STORIES = (_pets, _move, _job, _sibling, _music, _club, _vehicle, _trips)
+RESTAURANTS = ["Casa Lumo", "The Tin Pelican", "Osteria Verde", "Le Petit Phare", "Bistro Kalma", "The Saltbox"]
+BOARD_GAMES = ["Carcassonne", "Azul", "Wingspan", "Ticket to Ride", "Codenames", "Dixit", "Patchwork"]
+STARTERS = ["Doughlores", "Clint Yeastwood", "Breadley", "Bubbles", "Sir Loafalot", "Crumbledore"]
+
+
+def _asked(s: _Story) -> None:
+    """Answers to the other person's questions, given tersely: the words of a later question are
+    in the question that was asked then, the answer only in the reply after it (the way people,
+    and assistants, answer in chats)."""
+    restaurant, game, starter = s.pick(RESTAURANTS), s.pick(BOARD_GAMES), s.pick(STARTERS)
+    asked = [
+        ("Where did you two end up going for your anniversary dinner?",
+         f"{restaurant}, the little place by the river. Perfect evening.",
+         s.say(f"Where did {s.p} go for the anniversary dinner?", f"Which restaurant did {s.p} pick for the "
+               "anniversary?"), restaurant),
+        ("Which board game did you buy for game night in the end?", f"{game}. Everyone got hooked!",
+         s.say(f"Which board game did {s.p} buy for game night?", f"What game did {s.p} get for game night?"), game),
+        ("Did you ever give your sourdough starter a name?", f"Of course, {starter}. It's basically a pet now.",
+         s.say(f"What is {s.p}'s sourdough starter called?", f"What did {s.p} name the sourdough starter?"), starter),
+    ]
+    for session, (question, reply, later, answer) in zip(s.sessions(2), s.rng.sample(asked, 2)):
+        plant = s.plant(session, _Line(s.o, question), _Line(s.p, reply))
+        s.ask(plant, "single", later, answer, (plant, 1))
+
+
+STORIES = (_pets, _move, _job, _sibling, _music, _club, _vehicle, _trips, _asked)
 
 
 def _small_talk(rng: random.Random, speaker: str, other: str, said: set[int]) -> list[_Line]:

@@ -57,6 +57,8 @@ class SearchRow:
     role: str | None = None  # messages
     lexemes: list[str] | None = None  # the query's lexemes the row contains (keyword scoring)
     doc_lexemes: int = 0  # distinct lexemes of the row (its length, for keyword scoring)
+    reply: str | None = None  # messages that end with a question: the next message of the conversation
+    reply_role: str | None = None
 
 
 _FIELDS = [f.name for f in fields(SearchRow)]
@@ -94,20 +96,31 @@ _FACT_COLUMNS = (
     "'fact' AS kind, t.fact_id AS item_id, t.content, t.updated_at AS timestamp, t.importance, t.category,"
     " t.memory_type, t.visibility, t.owner_user_id, t.source_conversation_id AS conversation_id,"
     " NULL::int AS range_start, NULL::int AS range_end, t.valid_from AS occurred_start,"
-    " t.valid_from AS occurred_end, NULL AS role"
+    " t.valid_from AS occurred_end, NULL AS role, NULL::text AS reply, NULL::text AS reply_role"
 )
 _CHUNK_COLUMNS = (
     "'chunk' AS kind, t.chunk_id AS item_id, t.content, COALESCE(t.occurred_end, t.created_at) AS timestamp,"
     " NULL::int AS importance, NULL AS category, NULL AS memory_type, NULL AS visibility,"
     " t.user_id AS owner_user_id, t.conversation_id, t.message_range_start AS range_start,"
     " t.message_range_end AS range_end, COALESCE(t.occurred_start, t.created_at) AS occurred_start,"
-    " COALESCE(t.occurred_end, t.created_at) AS occurred_end, NULL AS role"
+    " COALESCE(t.occurred_end, t.created_at) AS occurred_end, NULL AS role, NULL::text AS reply,"
+    " NULL::text AS reply_role"
 )
 _MESSAGE_COLUMNS = (
     "'message' AS kind, t.conversation_id || ':' || t.seq AS item_id, t.content, t.occurred_at AS timestamp,"
     " NULL::int AS importance, NULL AS category, NULL AS memory_type, NULL AS visibility,"
     " t.user_id AS owner_user_id, t.conversation_id, t.seq AS range_start, t.seq + 1 AS range_end,"
-    " t.occurred_at AS occurred_start, t.occurred_at AS occurred_end, t.role"
+    " t.occurred_at AS occurred_start, t.occurred_at AS occurred_end, t.role, r.content AS reply,"
+    " r.role AS reply_role"
+)
+# A message that ends with a question is found with its answer: the next message of the
+# conversation (a person's reply, not a system or tool message), unless that one is in the
+# response's verbatim gap or at/after the turn (the model sees it there already).
+_QUESTION = r"t.content ~ '\?[\s\"'')\]]*$'"
+_REPLY_JOIN = (
+    f" LEFT JOIN messages r ON {_QUESTION} AND r.tenant_id = t.tenant_id AND r.conversation_id = t.conversation_id"
+    " AND r.seq = t.seq + 1 AND r.role IN ('user', 'assistant')"
+    " AND (r.conversation_id <> %(conversation)s OR r.seq < %(before)s)"
 )
 
 
@@ -212,6 +225,7 @@ def _message_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
         f" {_surfaced('message', _MESSAGE_ID)}"
         f" FROM messages t LEFT JOIN message_embeddings e"
         f" ON e.tenant_id = t.tenant_id AND e.conversation_id = t.conversation_id AND e.seq = t.seq"
+        f"{_REPLY_JOIN}"
         f" WHERE t.tenant_id = %(tenant)s AND t.role IN ('user', 'assistant')"
         f" AND (t.conversation_id, t.seq) IN (SELECT * FROM vec UNION SELECT * FROM kw)"
     )

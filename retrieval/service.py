@@ -6,13 +6,14 @@ import asyncio
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import psycopg
 
+from domain.speakers import split_prefix
 from retrieval.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings, Settings
@@ -52,6 +53,9 @@ class RetrievalConfig:
     # its similarity is scaled by (words / informative_lexemes) ** informative_power.
     informative_lexemes: int = 6
     informative_power: float = 0.5
+    # A message that ends with a question comes with the reply that follows it, cut to this
+    # many characters (0: questions alone). The answer is what the caller asks about again.
+    reply_chars: int = 240
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
@@ -60,7 +64,8 @@ class RetrievalConfig:
         return cls(scoring, s.candidate_k, s.last_messages, s.context_message_chars, s.query_chars,
                    s.keyword_max_terms, s.keyword_max_doc_fraction, s.keyword_weight,
                    max(s.ef_search, s.candidate_k), method, s.candidates_per_100_tokens, s.max_candidate_k,
-                   s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes)
+                   s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes,
+                   reply_chars=s.reply_chars)
 
     def k_for(self, budget_tokens: int) -> int:
         """Hits per search per table for this budget (a bigger budget needs more candidates)."""
@@ -148,10 +153,55 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
+def message_text(row: SearchRow, config: RetrievalConfig, lexemes: Sequence[str] = ()) -> str:
+    """A message's line content: its best sentences, and for a question the reply after it
+    ("Which database should we use? → assistant: PostgreSQL: ..."), which is scored with the
+    question (the reply is then not a candidate of its own: see pair_replies)."""
+    text = snippet(row.content, lexemes, config.message_chars)
+    if not row.reply or config.reply_chars <= 0:
+        return text
+    reply = " ".join(snippet(row.reply, lexemes, config.reply_chars).split())
+    # "Name: text" chats name their speakers; otherwise the role does ("PostgreSQL: ..." is no name).
+    named = split_prefix(row.content)[0] is not None and split_prefix(reply)[0] is not None
+    speaker = "" if named or not row.reply_role else f"{row.reply_role}: "
+    return f"{text} → {speaker}{reply}"
+
+
+def reply_key(row: SearchRow) -> str | None:
+    """The candidate key of the reply a question row carries, if it carries one."""
+    if row.kind != "message" or not row.reply or row.range_start is None:
+        return None
+    return key("message", f"{row.conversation_id}:{row.range_start + 1}")
+
+
+def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[SearchRow]:
+    """Each reply is shown once: a question row that carries a reply which the searches found
+    on its own too keeps it only if the question is the more relevant of the two (the reply's
+    own row goes); otherwise the reply stands alone and the question goes without it."""
+    if config.reply_chars <= 0:
+        return list(rows)
+    by_key = {key(r.kind, r.item_id): r for r in rows}
+
+    def rel(row: SearchRow) -> float:
+        return relevance(row, config.method, config.keyword_weight, config.informative_lexemes,
+                         config.informative_power)
+
+    carried: set[str] = set()
+    out: list[SearchRow] = []
+    for row in rows:
+        reply = by_key.get(reply_key(row) or "")
+        if reply is not None and rel(reply) > rel(row):
+            row = replace(row, reply=None, reply_role=None)
+        elif reply is not None:
+            carried.add(key(reply.kind, reply.item_id))
+        out.append(row)
+    return [r for r in out if key(r.kind, r.item_id) not in carried]
+
+
 def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: Sequence[str] = ()) -> list[Candidate]:
     return [
         Candidate(key(r.kind, r.item_id), r.kind,
-                  snippet(r.content, lexemes, config.message_chars) if r.kind == "message" else r.content,
+                  message_text(r, config, lexemes) if r.kind == "message" else r.content,
                   relevance(r, config.method, config.keyword_weight, config.informative_lexemes,
                             config.informative_power), r.timestamp.timestamp(), r.importance,
                   r.category, r.visibility, r.range_start, r.range_end, _ts(r.occurred_start), _ts(r.occurred_end),
@@ -266,7 +316,8 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     current = request.query if request.query and request.query.strip() else None
     k = config.k_for(request.budget_tokens)
     vector = await query_vector(embedder, text, current is not None, config.context_weight)
-    rows = await search_rows(conn, scope, text, embedder, config, current, common, k, vector)
+    rows = pair_replies(await search_rows(conn, scope, text, embedder, config, current, common, k, vector),
+                                  config)
     by_key = {key(r.kind, r.item_id): r for r in rows}
     visible = {k for k, r in by_key.items() if still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
     lexemes = sorted({lexeme for r in rows for lexeme in (r.lexemes or ())})

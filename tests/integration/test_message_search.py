@@ -246,3 +246,32 @@ async def test_the_index_is_idempotent_and_skips_system_messages(settings):
 async def _offset_at(settings, n: int) -> bool:
     return (await scalar(settings, "SELECT sum(next_offset) FROM projector_offsets"
                                    " WHERE projector = 'message_index'") or 0) >= n
+
+
+@pytest.mark.asyncio
+async def test_a_retrieved_question_comes_with_its_answer_once_and_never_from_the_gap(settings):
+    """A question found by meaning carries the reply that follows it (the answer is what the
+    caller asks about again); the reply is not a second item; a reply inside the verbatim gap
+    is not attached (the model sees it there)."""
+    lines = FILLER * 2 + [
+        "Melanie: Which database did your team pick for the bookshop orders?",
+        "Caroline: Postgres, because the order history needs real transactions.",
+    ] + FILLER * 3 + [
+        "Melanie: And which city did your sister Priya move to last spring?",
+        "Caroline: Porto, she works at the aquarium there.",
+    ]
+    await ingest(settings, "c1", lines)
+    async with running_projectors(settings):
+        await indexed(settings, len(lines))
+    last = len(lines) - 1
+    await summarised(settings, "c1", last - 1)  # the gap is the last message: Priya's answer
+    async with running_api(settings) as base:
+        retrieved = (await context(base, "c1", query="Which database did the team pick for the bookshop orders?",
+                                   before_seq=last + 1))["retrieved"]
+        question = next(i for i in retrieved["items"] if i["kind"] == "message" and "database" in i["content"])
+        assert question["message_range"] == [8, 9]
+        assert question["line"].endswith("→ Caroline: Postgres, because the order history needs real transactions.")
+        assert ("c1", 9) not in messages_in(retrieved)  # carried by the question, not an item of its own
+        sister = (await context(base, "c1", query="Which city did Priya move to?", before_seq=last + 1))["retrieved"]
+        asked = next(i for i in sister["items"] if i["kind"] == "message" and "Priya" in i["content"])
+        assert "→" not in asked["line"] and "aquarium" not in sister["text"]

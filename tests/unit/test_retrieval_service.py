@@ -133,3 +133,37 @@ def test_budget_scales_the_candidates_per_search():
     config = RetrievalConfig(candidate_k=20, candidates_per_100_tokens=5, max_candidate_k=200)
     assert config.k_for(100) == 20 and config.k_for(500) == 25 and config.k_for(2000) == 100
     assert config.k_for(8000) == 200
+
+
+def message_row(seq: int, cosine: float, content: str, reply: str | None = None) -> SearchRow:
+    return SearchRow("message", f"c1:{seq}", content, cosine, 0.0, True, False, None, NOW, conversation_id="c1",
+                     range_start=seq, range_end=seq + 1, role="user", doc_lexemes=20,
+                     reply=reply, reply_role="assistant" if reply else None)
+
+
+def test_a_question_carries_its_reply_and_the_reply_is_not_shown_twice():
+    from retrieval.service import message_text, pair_replies
+    config = RetrievalConfig()
+    question = message_row(4, 0.6, "Which database should we use?", reply="PostgreSQL: transactional and mature.")
+    answer = message_row(5, 0.4, "PostgreSQL: transactional and mature.")
+    rows = pair_replies([question, answer, message_row(9, 0.3, "Unrelated.")], config)
+    assert [r.item_id for r in rows] == ["c1:4", "c1:9"]
+    assert message_text(rows[0], config) == "Which database should we use? → assistant: PostgreSQL: transactional and mature."
+
+
+def test_a_reply_more_relevant_than_its_question_stands_alone():
+    from retrieval.service import message_text, pair_replies
+    config = RetrievalConfig()
+    question = message_row(0, 0.2, "How was your day?", reply="I adopted a beagle named Biscuit.")
+    answer = message_row(1, 0.7, "I adopted a beagle named Biscuit.")
+    rows = pair_replies([question, answer], config)
+    assert [r.item_id for r in rows] == ["c1:0", "c1:1"]
+    assert message_text(rows[0], config) == "How was your day?"
+
+
+def test_replies_can_be_turned_off():
+    from retrieval.service import message_text, pair_replies
+    config = RetrievalConfig(reply_chars=0)
+    question = message_row(4, 0.6, "Which database?", reply="PostgreSQL.")
+    assert message_text(pair_replies([question], config)[0], config) == "Which database?"
+    assert RetrievalConfig.from_settings(RetrievalSettings(reply_chars=0)).reply_chars == 0
