@@ -28,7 +28,9 @@ _KEEP = frozenset(  # verb forms that do not change with the person
     "can could will would shall should may might must was had did went got saw took made met said told bought"
     " ran won lost felt found gave left thought knew grew wrote brought built kept spent sent taught caught held"
     " heard paid sat stood understood became chose drove ate fell flew forgot hid rode sang swam threw woke wore"
-    " broke spoke stole began came read put set let cut hit hurt quit shut cost".split())
+    " broke spoke stole began came read put set let cut hit hurt quit shut cost sold slept meant dealt lent"
+    " lit led fed fought sought shot spun struck swore tore bit dug hung bent built burnt learnt dreamt"
+    " knelt leapt spelt spilt sped wound froze shook drew sank stank shrank rang slid split spread".split())
 _IRREGULAR = {"am": "is", "'m": "is", "have": "has", "'ve": "has", "do": "does", "go": "goes", "don't": "doesn't",
               "haven't": "hasn't", "'d": "would", "'ll": "will", "are": "is", "were": "was", "aren't": "isn't",
               "weren't": "wasn't"}

@@ -34,6 +34,12 @@ _INTERJECTION = re.compile(r"^(?:(?:yes|yeah|yep|no|oh|ah|well|so|haha|wow|ok|ok
 # statement. "My favourite dishes: ramen" keeps its subject; "at 10:30" has no space after the colon.
 _LEAD_IN = re.compile(r"^(?P<lead>(?:[A-Za-z][\w'\-]*[,]?\s+){0,5}[A-Za-z][\w'\-]*)\s*:\s+(?=\S)")
 _FIRST_PERSON_WORD = re.compile(r"\b(?:i|we|my|our|me|us|mine|ours)\b|\bi'", re.IGNORECASE)
+# "Our mobile app needs it too": a short statement about something named only in an earlier
+# message says nothing on its own (an LLM would resolve it; this rule cannot), so it is left out.
+# Dangling: a sentence that starts with it/this/that as its subject ("It was my first
+# marathon"), or ends on a bare it/them/this/that ("... needs it too."), with few content words.
+_DANGLING = re.compile(r"^(?:it|this|that)\b(?!'| is\b)|\b(?:it|them|this|that)(?: too| as well| also)?\W*$")
+_DANGLING_MAX_CONTENT = 4
 _RULES = tuple((category, frozenset(words.split())) for category, words in (
     # first match wins; the order resolves overlaps ("my daughter was born" is a milestone)
     ("milestone", "born graduated graduation retired promoted anniversary birthday moved died passed engaged"
@@ -158,6 +164,8 @@ def fact_sentences(spoken: Spoken, at: datetime | None) -> list[str]:
         words = _words(lowered)
         content = [w for w in words if w not in _NOISE]
         if not _FIRST_PERSON.match(lowered) or _NOT_A_FACT.search(lowered) or len(content) < 2:
+            continue
+        if len(content) <= _DANGLING_MAX_CONTENT and _DANGLING.search(lowered):
             continue
         sentence = _INTERJECTION.sub("", sentence) or sentence  # "Yes, I was..." -> "I was..."
         text = annotate(in_third_person(sentence, spoken.speaker), at)

@@ -164,3 +164,22 @@ def test_a_fact_after_a_change_of_subject_reads_as_a_fact_about_the_speaker():
 def test_a_compound_subject_with_i_keeps_its_plural_verb():
     assert in_third_person("Tom and I are neighbours.", "Caroline") == "Tom and Caroline are neighbours."
     assert in_third_person("I am a nurse.", "Caroline") == "Caroline is a nurse."
+
+
+@pytest.mark.parametrize("sentence, kept", [
+    ("Our mobile app needs it too.", False),  # "it" is in an earlier message: nothing on its own
+    ("It was my first marathon.", False),
+    ("I finally finished it!", False),
+    ("It's my birthday on 12 May.", True),
+    ("I adopted a cat and named it Oscar.", True),  # the antecedent is in the sentence
+    ("I sold it to a collector in Berlin last spring for 300 euros.", True),  # enough said besides
+])
+def test_a_short_statement_about_something_only_an_earlier_message_names_is_not_a_fact(sentence, kept):
+    from domain.speakers import Spoken
+    from streams.facts.offline import fact_sentences
+    assert bool(fact_sentences(Spoken("The user", sentence, False), None)) == kept
+
+
+def test_irregular_past_forms_stay_as_they_are_in_the_third_person():
+    assert in_third_person("I sold my old bike and slept for ten hours.", "Caroline") == \
+        "Caroline sold Caroline's old bike and slept for ten hours."
