@@ -206,7 +206,9 @@ class TopicBacklogRead(Payload):
     last_recalled_seq: StrictInt = Field(ge=-1)
     count: StrictInt = Field(ge=0)
     attempt: StrictInt = Field(default=1, ge=1)
-    missing: StrictInt = Field(default=0, ge=0)  # final attempt only: not in the projected log after the wait
+    # Not in the projected log: a backlog read says so on its final attempt only; a gap read when
+    # the log is past them (or on its final attempt).
+    missing: StrictInt = Field(default=0, ge=0)
     gap: StrictBool = False  # the answer to a gap read (`ranges`): `missing` seqs are given up
 
 
