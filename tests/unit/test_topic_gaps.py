@@ -163,3 +163,27 @@ def test_a_stale_read_answer_does_not_undo_anything():
     tick(d)
     before = d.state
     assert gap_read(d, 3, 5) == [] and d.state.gaps.cursor == 5 and d.state.gaps.asked == before.gaps.asked
+
+
+def test_a_gap_read_is_answered_once_the_projection_holds_the_ranges_or_is_past_them():
+    from datetime import datetime as dt
+
+    from streams.topics_memory.recall import Row, gap_complete
+
+    request = te.TopicBacklogRequested(from_seq=10, upto_seq=14, limit=3, ranges=[[10, 14]])
+    row = Row(10, "user", "x", dt.now(UTC), "u", None, {})
+    assert not gap_complete([row], request, 13)  # the projection has not reached 14 yet
+    assert gap_complete([row], request, 14) and gap_complete([], request, 20)
+    assert gap_complete([row, row, row], request, 12)  # a full read: settled through its last row
+
+
+def test_the_erasure_check_takes_a_faust_message_s_seconds_and_a_record_s_milliseconds():
+    from types import SimpleNamespace
+
+    from domain.erasure import LogPosition
+    from streams.topics_memory.erased import position
+
+    assert position(SimpleNamespace(partition=2, offset=7, timestamp=1_750_000_000.123)) == LogPosition(
+        2, 7, 1_750_000_000_123)
+    assert position(SimpleNamespace(partition=2, offset=7, timestamp=1_750_000_000_123)) == LogPosition(
+        2, 7, 1_750_000_000_123)
