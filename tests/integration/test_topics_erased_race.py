@@ -55,7 +55,8 @@ async def test_messages_erased_before_the_topic_fold_reaches_them_leave_no_word_
             [(active,)] = await rows(settings, "SELECT count(*) FROM topic_messages WHERE conversation_id = 'conv-b'")
             [(archived,)] = await rows(settings, "SELECT coalesce(sum(message_count), 0) FROM topic_archives"
                                                  " WHERE conversation_id = 'conv-b'")
-            [(given_up,)] = await rows(settings, "SELECT count(*) FROM erased_messages WHERE conversation_id = 'conv-a'")
+            [(given_up,)] = await rows(settings, "SELECT count(*) FROM erased_messages"
+                                                 " WHERE conversation_id = 'conv-a'")
             return active + archived == len(bob_lines) - 1 and given_up == 12
 
         await wait_until(bob_placed, 180, f"bob's five messages placed (log {worker.log_path})")

@@ -95,10 +95,10 @@ def gap_read(d: Driver, from_seq: int, through_seq: int, missing: int = 0) -> li
 
 
 def recalled(d: Driver, seq: int) -> list:
-    role = "user" if seq % 2 == 0 else "assistant"
-    payload = te.TopicMessageRecalled(seq=seq, after_seq=seq - 1, role=role, content=f"m {seq}",
-                                      occurred_at=datetime.fromtimestamp(T0 + seq, UTC),
-                                      embedding=axis(0) if role == "user" else None, model="m" if role == "user" else None)
+    user = seq % 2 == 0
+    payload = te.TopicMessageRecalled(seq=seq, after_seq=seq - 1, role="user" if user else "assistant",
+                                      content=f"m {seq}", occurred_at=datetime.fromtimestamp(T0 + seq, UTC),
+                                      embedding=axis(0) if user else None, model="m" if user else None)
     return d.feed(event(te.TOPIC_MESSAGE_RECALLED, payload, seq, T0 + seq))
 
 
