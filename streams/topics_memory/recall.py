@@ -44,17 +44,18 @@ def _importance(metadata: dict[str, Any]) -> float | None:
     return None
 
 
-def complete(rows: list[Row], request: te.TopicBacklogRequested) -> bool:
-    """The projection holds the whole range asked for: `limit` rows, or the last seq the fold
-    saw (the messages projection applies a conversation's messages in log order)."""
-    return len(rows) >= request.limit or (bool(rows) and rows[-1].seq >= request.upto_seq)
+def complete(rows: list[Row], request: te.TopicBacklogRequested, newest: int | None = None) -> bool:
+    """The projection holds all it ever will of the range asked for: `limit` rows, or the last
+    seq asked for, or a later seq of the conversation (`newest`: the highest seq projected or
+    left out as erased, `erased_messages`: the messages projector applies a conversation's
+    messages in log order, and an erased seq is a gap, not a wait, as for the summary and chunk
+    stages)."""
+    return (len(rows) >= request.limit or (bool(rows) and rows[-1].seq >= request.upto_seq)
+            or (newest is not None and newest >= request.upto_seq))
 
 
-def gap_complete(rows: list[Row], request: te.TopicBacklogRequested, newest: int | None) -> bool:
-    """A gap read can be answered: `limit` rows, or the projection holds the last seq asked
-    for or a later one (it applies a conversation's messages in log order: what it does not
-    hold of the ranges by then, it will not get)."""
-    return len(rows) >= request.limit or (newest is not None and newest >= request.upto_seq)
+_NEWEST = ("SELECT GREATEST((SELECT max(seq) FROM messages WHERE tenant_id = %(t)s AND conversation_id = %(c)s),"
+           " (SELECT max(seq) FROM erased_messages WHERE tenant_id = %(t)s AND conversation_id = %(c)s))")
 
 
 class BacklogStage:
@@ -86,7 +87,7 @@ class BacklogStage:
         for row in placed:
             out.append(self._recalled(cause, row, after, vectors, error))
             after = row.seq
-        missing = 0 if complete(rows, request) else 1  # only a final read goes on with a gap
+        missing = 0 if complete(rows, request) else 1  # a final read going on with a gap (or an erased seq)
         done = te.TopicBacklogRead(from_seq=request.from_seq, through_seq=through, last_recalled_seq=after,
                                    count=len(placed), attempt=request.attempt, missing=missing)
         out.append(new_event(te.TOPIC_BACKLOG_READ, done, tenant_id=cause.tenant_id,
@@ -139,10 +140,9 @@ class BacklogStage:
                     (cause.tenant_id, cause.conversation_id, *[s for r in ranges for s in r], request.limit),
                 )
                 rows = [Row(*r) for r in await cur.fetchall()]
-                cur = await conn.execute("SELECT max(seq) FROM messages WHERE tenant_id = %s AND conversation_id = %s",
-                                         (cause.tenant_id, cause.conversation_id))
+                cur = await conn.execute(_NEWEST, {"t": cause.tenant_id, "c": cause.conversation_id})
                 newest = (await cur.fetchone())[0]
-            if gap_complete(rows, request, newest):
+            if complete(rows, request, newest):
                 return rows
             if time.monotonic() >= deadline:
                 return rows if request.final else None
@@ -161,7 +161,11 @@ class BacklogStage:
                     (cause.tenant_id, cause.conversation_id, request.from_seq, request.upto_seq, request.limit),
                 )
                 rows = [Row(*r) for r in await cur.fetchall()]
-            if complete(rows, request):
+                newest = None
+                if not complete(rows, request):
+                    cur = await conn.execute(_NEWEST, {"t": cause.tenant_id, "c": cause.conversation_id})
+                    newest = (await cur.fetchone())[0]
+            if complete(rows, request, newest):
                 return rows
             if time.monotonic() >= deadline:
                 if request.final:

@@ -3,6 +3,7 @@ timeout, placed once, and given up (but still placeable) when the log is past th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from domain.topics.gaps import GapConfig, GapRead, GapRecovery, due, missing_in, outstanding, settled, step
@@ -165,16 +166,18 @@ def test_a_stale_read_answer_does_not_undo_anything():
     assert gap_read(d, 3, 5) == [] and d.state.gaps.cursor == 5 and d.state.gaps.asked == before.gaps.asked
 
 
-def test_a_gap_read_is_answered_once_the_projection_holds_the_ranges_or_is_past_them():
+def test_a_read_is_answered_once_the_projection_holds_the_range_or_is_past_it():
     from datetime import datetime as dt
 
-    from streams.topics_memory.recall import Row, gap_complete
+    from streams.topics_memory.recall import Row, complete
 
     request = te.TopicBacklogRequested(from_seq=10, upto_seq=14, limit=3, ranges=[[10, 14]])
     row = Row(10, "user", "x", dt.now(UTC), "u", None, {})
-    assert not gap_complete([row], request, 13)  # the projection has not reached 14 yet
-    assert gap_complete([row], request, 14) and gap_complete([], request, 20)
-    assert gap_complete([row, row, row], request, 12)  # a full read: settled through its last row
+    assert not complete([row], request, 13) and not complete([row], request)  # not at 14 yet
+    # 14 projected, or left out as erased (the newest seq counts erased_messages), or a later seq.
+    assert complete([row], request, 14) and complete([], request, 20)
+    assert complete([row, row, row], request)  # a full read: settled through its last row
+    assert complete([replace(row, seq=14)], request)
 
 
 def test_the_erasure_check_takes_a_faust_message_s_seconds_and_a_record_s_milliseconds():
