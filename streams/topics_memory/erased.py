@@ -9,12 +9,18 @@ Its seq becomes one the fold passed over; the gap read (domain/topics/gaps.py) f
 from the projected log (the messages projector left it out under the same rule) and gives it up.
 
 One query on `erasures` per user or assistant message (an index probe on a table that holds one
-row per erasure); a generation that never erased answers it from an empty table.
+row per erasure); a generation that never erased answers it from an empty table. While
+PostgreSQL does not answer, the fold waits (and says so): going on without the check could
+bring erased words back, and failing would stop the fold.
 """
 
 from __future__ import annotations
 
-from psycopg_pool import AsyncConnectionPool
+import asyncio
+import logging
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from domain.erasure import LogPosition, erased_by
 from projections.erased_messages import applied_erasures
@@ -28,14 +34,28 @@ def position(record) -> LogPosition:
     return LogPosition(record.partition, record.offset, ms)
 
 
+log = logging.getLogger(__name__)
+
+
 class ErasedCheck:
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, retry_s: float = 1.0, max_retry_s: float = 10.0) -> None:
         self.pool = pool
+        self.retry_s = retry_s
+        self.max_retry_s = max_retry_s
 
     async def erasure_of(self, event: Event, record) -> str | None:
         """The id of the applied erasure that covers this message, or None."""
         e = event.envelope
         message = (e.tenant_id, e.conversation_id, e.user_id, record)
-        async with self.pool.connection() as conn:
-            erasures = await applied_erasures(conn, [message])
+        wait = self.retry_s
+        while True:
+            try:
+                async with self.pool.connection() as conn:
+                    erasures = await applied_erasures(conn, [message])
+                break
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                log.warning("topic fold: erasure check of %s seq %s waits for PostgreSQL (%s); again in %.0fs",
+                            e.conversation_id, e.seq, exc, wait)
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, self.max_retry_s)
         return erased_by(erasures, e.tenant_id, e.conversation_id, e.user_id, position(record)) if erasures else None

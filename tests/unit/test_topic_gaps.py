@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 
 from domain.topics.gaps import GapConfig, GapRead, GapRecovery, due, missing_in, outstanding, settled, step
 from schemas import topic_events as te
+from schemas.events import MessageAppended
+from schemas.registry import MESSAGE_APPENDED
 from tests.unit.test_topic_agent import T0, Driver, axis, config, event, kinds
 
 CFG = GapConfig(timeout_seconds=60.0, max_attempts=3, limit=100)
@@ -190,3 +192,35 @@ def test_the_erasure_check_takes_a_faust_message_s_seconds_and_a_record_s_millis
         2, 7, 1_750_000_000_123)
     assert position(SimpleNamespace(partition=2, offset=7, timestamp=1_750_000_000_123)) == LogPosition(
         2, 7, 1_750_000_000_123)
+
+
+def test_the_erasure_check_waits_for_postgresql_instead_of_failing_the_fold():
+    import asyncio
+    import contextlib
+    from types import SimpleNamespace
+
+    import psycopg
+
+    from streams.topics_memory.erased import ErasedCheck
+
+    class Pool:
+        calls = 0
+
+        @contextlib.asynccontextmanager
+        async def connection(self):
+            Pool.calls += 1
+            if Pool.calls < 3:
+                raise psycopg.OperationalError("the database system is shutting down")
+            yield Conn()
+
+    class Conn:
+        async def execute(self, *_):
+            return SimpleNamespace(fetchall=self.rows)
+
+        async def rows(self):
+            return []
+
+    message = event(MESSAGE_APPENDED, MessageAppended(role="user", content="hi"), 3)
+    check = ErasedCheck(Pool(), retry_s=0.001)
+    record = SimpleNamespace(partition=0, offset=1, timestamp=1.0)
+    assert asyncio.run(check.erasure_of(message, record)) is None and Pool.calls == 3
