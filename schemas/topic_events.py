@@ -179,6 +179,9 @@ class TopicBacklogRequested(Payload):
     # The last attempt: take what the log holds after the wait, and send a message that
     # cannot be embedded without a vector (it joins the active topic unmatched).
     final: StrictBool = False
+    # A gap read (domain/topics/gaps.py): only the seqs in these [first, last] ranges (seqs the
+    # fold passed over), answered once the projected log holds them all or is past upto_seq.
+    ranges: list[list[StrictInt]] | None = None
 
 
 class TopicMessageRecalled(Payload):
@@ -203,7 +206,10 @@ class TopicBacklogRead(Payload):
     last_recalled_seq: StrictInt = Field(ge=-1)
     count: StrictInt = Field(ge=0)
     attempt: StrictInt = Field(default=1, ge=1)
-    missing: StrictInt = Field(default=0, ge=0)  # final attempt only: not in the projected log after the wait
+    # Not in the projected log: a backlog read says so on its final attempt only; a gap read when
+    # the log is past them (or on its final attempt).
+    missing: StrictInt = Field(default=0, ge=0)
+    gap: StrictBool = False  # the answer to a gap read (`ranges`): `missing` seqs are given up
 
 
 SPECS: tuple[EventSpec, ...] = (

@@ -10,6 +10,7 @@ from schemas.codec import Event
 from schemas.envelope import Envelope
 from schemas.erasure_events import REDERIVE_REQUESTED
 from schemas.registry import MESSAGE_APPENDED
+from domain.topics import gaps
 from streams.topics_memory import inbox as box
 from streams.topics_memory.codec import AgentState
 from domain.topics.decay import TopicConfig
@@ -40,6 +41,7 @@ class AgentConfig:
     inbox: InboxConfig
     prompt_version: str  # of the compaction summaries, recorded in the requests
     model: str
+    gaps: gaps.GapConfig = gaps.GapConfig()  # passed-over seqs: read back after the embedding timeout
 
     @classmethod
     def from_settings(cls, settings: Settings, *, model: str, prompt_version: str) -> AgentConfig:
@@ -47,7 +49,8 @@ class AgentConfig:
         return cls(TopicConfig.from_settings(topics),
                    InboxConfig(topics.embedding_timeout_s, topics.embedding_max_attempts, topics.max_waiting_messages,
                                topics.max_waiting_chars, topics.backlog_batch),
-                   prompt_version, model)
+                   prompt_version, model,
+                   gaps.GapConfig(topics.embedding_timeout_s, topics.embedding_max_attempts, topics.backlog_batch))
 
 
 def _importance(metadata: dict) -> float | None:
@@ -91,9 +94,15 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
         gave_up = None if vector is not None or p.role != "user" else (p.error or "no embedding")[:500]
         item = Waiting(p.seq, p.role, p.content, p.occurred_at.timestamp(), e.user_id, e.subject_id,
                        p.importance, embedding=vector, gave_up=gave_up)
-        inbox = box.recalled(inbox, item, p.after_seq)
+        if passed_over(state, p.seq):  # read back by a gap read: placed like a late message
+            inbox = box.recovered(inbox, item)
+        else:
+            inbox = box.recalled(inbox, item, p.after_seq)
     elif event.type == te.TOPIC_BACKLOG_READ:
-        inbox = box.read_done(inbox, p.last_recalled_seq, p.through_seq)
+        if p.gap:
+            state = replace(state, gaps=gaps.settled(state.gaps, p.from_seq, p.through_seq, p.missing, wall))
+        else:
+            inbox = box.read_done(inbox, p.last_recalled_seq, p.through_seq)
     elif event.type == te.TOPIC_MESSAGE_EMBEDDED:
         inbox = box.embedded(inbox, p.seq, tuple(p.embedding))
     elif event.type == te.TOPIC_EMBEDDING_FAILED:
@@ -125,9 +134,20 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
         topics, commands = step(state.topics, _observed(item), clock, config.fold, wall=wall)
         state = replace(state, topics=_without_text(topics, item.seq), clock=clock)
         out += [to_event(c, cause, topics, clock, message=item, **emit) for c in commands]
+    recovery, gap_read = gaps.step(state.gaps, state.topics.skipped, wall, config.gaps)
+    if recovery != state.gaps:
+        state = replace(state, gaps=recovery)
+    reads += (gap_read,) if gap_read is not None else ()
     out += [to_event(r, _cause(e, state.topics.last_seq if state.topics.last_seq >= 0 else None), state.topics,
                      state.clock, **emit) for r in reads]
     return state, out
+
+
+def passed_over(state: AgentState, seq: int) -> bool:
+    """A seq the fold placed later messages over and has not placed (nor holds) since."""
+    topics, inbox = state.topics, state.inbox
+    return (seq < topics.last_seq and topics.never_placed(seq) and inbox.find(seq) is None
+            and not (inbox.backlog is not None and inbox.backlog.holds(seq)))
 
 
 def rederived(state: AgentState, erasure_id: str) -> AgentState:
@@ -171,7 +191,8 @@ def _reassert(state: AgentState, e: Envelope) -> list[Envelope]:
 
 def needs_tick(state: AgentState, wall: float, config: AgentConfig) -> bool:
     """An embedding or compaction that never came back, or a failed compaction due a retry."""
-    if box.looks_stuck(state.inbox, wall, config.inbox):
+    if box.looks_stuck(state.inbox, wall, config.inbox) or gaps.due(state.gaps, state.topics.skipped, wall,
+                                                                     config.gaps):
         return True
     fold = config.fold
     for topic in state.topics.topics:

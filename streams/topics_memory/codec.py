@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from domain.topics.gaps import GapRecovery
 from streams.topics_memory.inbox import Inbox
 from domain.topics.state import TopicsState
 from schemas.sealed import open_state, seal_state
@@ -25,6 +26,7 @@ class AgentState:
     inbox: Inbox = field(default_factory=Inbox)
     clock: float = 0.0  # newest message event time seen: decay and eviction run on it
     last_rederive: str = ""  # the erasure the topics were last derived again for (redelivery: nothing)
+    gaps: GapRecovery = field(default_factory=GapRecovery)  # passed-over seqs read back from the log
 
 
 _PACKED: dict[int, tuple[Any, str]] = {}
@@ -59,7 +61,7 @@ def dumps(state: AgentState, key: bytes | None = None) -> bytes:
         if item["embedding"] is not None:
             item["embedding"] = pack_vector(item["embedding"])
     raw = orjson.dumps({"format": FORMAT, "topics": topics, "inbox": inbox, "clock": state.clock,
-                        "last_rederive": state.last_rederive})
+                        "last_rederive": state.last_rederive, "gaps": state.gaps.to_dict()})
     return raw if key is None else seal_state(key, raw)
 
 
@@ -77,7 +79,7 @@ def loads(raw: bytes | None, conversation_id: str) -> AgentState:
         if isinstance(item.get("embedding"), str):
             item["embedding"] = unpack_vector(item["embedding"])
     return AgentState(TopicsState.from_dict(topics), Inbox.from_dict(inbox), float(data.get("clock", 0.0)),
-                      str(data.get("last_rederive", "")))
+                      str(data.get("last_rederive", "")), GapRecovery.from_dict(data.get("gaps")))
 
 
 class DecodedCache:

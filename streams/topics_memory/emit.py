@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from schemas import topic_events as te
 from schemas.codec import new_event
 from schemas.envelope import Envelope
+from domain.topics.gaps import GapRead
 from streams.topics_memory.inbox import BacklogRead, EmbeddingRequested, Waiting
 from streams.topics_memory.protocol import (
     ArchiveRestoreRequested,
@@ -69,6 +70,11 @@ def to_event(command: object, cause: Cause, state: TopicsState, now: float, *, p
     if isinstance(command, BacklogRead):
         payload = te.TopicBacklogRequested(from_seq=command.from_seq, upto_seq=command.upto_seq, limit=command.limit,
                                            attempt=command.attempt, final=command.final)
+        return new_event(te.TOPIC_BACKLOG_REQUESTED, payload, **common)
+    if isinstance(command, GapRead):
+        payload = te.TopicBacklogRequested(from_seq=command.from_seq, upto_seq=command.upto_seq, limit=command.limit,
+                                           attempt=command.attempt, final=command.final,
+                                           ranges=[[first, last] for first, last in command.ranges])
         return new_event(te.TOPIC_BACKLOG_REQUESTED, payload, **common)
     if isinstance(command, MessageAssigned):
         assert message is not None and message.seq == command.seq

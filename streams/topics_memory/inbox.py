@@ -163,6 +163,15 @@ def recalled(inbox: Inbox, item: Waiting, after_seq: int) -> Inbox:
     return Inbox(inbox.queue + (item,), backlog if backlog.first_seq <= backlog.last_seq else None)
 
 
+def recovered(inbox: Inbox, item: Waiting) -> Inbox:
+    """A passed-over message read back by a gap read (domain/topics/gaps.py), ready: held like a
+    late message (whatever the bounds: a read brings at most a batch), placed when it reaches the
+    head. A seq already held or deferred changes nothing."""
+    if inbox.knows(item.seq) or not item.ready:
+        return inbox
+    return replace(inbox, queue=inbox.queue + (item,))
+
+
 def read_done(inbox: Inbox, last_recalled_seq: int, through_seq: int) -> Inbox:
     """The end of a read: every message up to `through_seq` was sent back (the last one it
     sent is `last_recalled_seq`). Counts only if all of those were taken in order."""

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
+from domain.topics.gaps import missing_in
 from memory_agent.embeddings.port import Embedder, EmbeddingError
 from schemas import topic_events as te
 from schemas.codec import Event, new_event
@@ -43,21 +44,33 @@ def _importance(metadata: dict[str, Any]) -> float | None:
     return None
 
 
-def complete(rows: list[Row], request: te.TopicBacklogRequested) -> bool:
-    """The projection holds the whole range asked for: `limit` rows, or the last seq the fold
-    saw (the messages projection applies a conversation's messages in log order)."""
-    return len(rows) >= request.limit or (bool(rows) and rows[-1].seq >= request.upto_seq)
+def complete(rows: list[Row], request: te.TopicBacklogRequested, newest: int | None = None) -> bool:
+    """The projection holds all it ever will of the range asked for: `limit` rows, or the last
+    seq asked for, or a later seq of the conversation (`newest`: the highest seq projected or
+    left out as erased, `erased_messages`: the messages projector applies a conversation's
+    messages in log order, and an erased seq is a gap, not a wait, as for the summary and chunk
+    stages)."""
+    return (len(rows) >= request.limit or (bool(rows) and rows[-1].seq >= request.upto_seq)
+            or (newest is not None and newest >= request.upto_seq))
+
+
+_NEWEST = ("SELECT GREATEST((SELECT max(seq) FROM messages WHERE tenant_id = %(t)s AND conversation_id = %(c)s),"
+           " (SELECT max(seq) FROM erased_messages WHERE tenant_id = %(t)s AND conversation_id = %(c)s))")
 
 
 class BacklogStage:
-    def __init__(self, embedder: Embedder, pool: AsyncConnectionPool, *, inputs_wait_s: float = 30.0) -> None:
+    def __init__(self, embedder: Embedder, pool: AsyncConnectionPool, *, inputs_wait_s: float = 30.0,
+                 gap_wait_s: float = 5.0) -> None:
         self.embedder = embedder
         self.pool = pool
         self.inputs_wait_s = inputs_wait_s
+        self.gap_wait_s = gap_wait_s  # a gap read is asked long after its seqs: a short wait, then the fold re-asks
 
     async def handle(self, event: Event) -> list[Envelope]:
         request: te.TopicBacklogRequested = event.payload
         cause = event.envelope
+        if request.ranges:
+            return await self._gap(cause, request)
         rows = await self._rows(cause, request)
         if rows is None:  # not projected yet: the fold asks again after its embedding timeout
             log.warning("backlog of %s from seq %d: messages not projected yet (attempt %d)",
@@ -74,13 +87,66 @@ class BacklogStage:
         for row in placed:
             out.append(self._recalled(cause, row, after, vectors, error))
             after = row.seq
-        missing = 0 if complete(rows, request) else 1  # only a final read goes on with a gap
+        missing = 0 if complete(rows, request) else 1  # a final read going on with a gap (or an erased seq)
         done = te.TopicBacklogRead(from_seq=request.from_seq, through_seq=through, last_recalled_seq=after,
                                    count=len(placed), attempt=request.attempt, missing=missing)
         out.append(new_event(te.TOPIC_BACKLOG_READ, done, tenant_id=cause.tenant_id,
                              conversation_id=cause.conversation_id, user_id=cause.user_id,
                              subject_id=cause.subject_id, seq=cause.seq))
         return out
+
+    async def _gap(self, cause: Envelope, request: te.TopicBacklogRequested) -> list[Envelope]:
+        """Seqs the fold passed over, read back: the rows of the ranges the projection holds,
+        then a `topic.backlog_read` (gap) saying through which seq the log was looked at and
+        how many seqs of the ranges it did not hold (the fold gives those up)."""
+        ranges = tuple((int(first), int(last)) for first, last in request.ranges or ())
+        rows = await self._gap_rows(cause, request, ranges)
+        if rows is None:
+            log.info("gap read of %s seq %d-%d: projection not past it yet (attempt %d)",
+                     cause.conversation_id, request.from_seq, request.upto_seq, request.attempt)
+            return []
+        through = rows[-1].seq if len(rows) >= request.limit else request.upto_seq
+        placed = [r for r in rows if r.role in PLACED_ROLES]
+        vectors, error = await self._embed([r for r in placed if r.role == "user"])
+        if vectors is None and not request.final:
+            log.warning("gap read of %s from seq %d: embedding failed (%s); asked again later",
+                        cause.conversation_id, request.from_seq, error)
+            return []
+        out, after = [], request.from_seq - 1
+        for row in placed:
+            out.append(self._recalled(cause, row, after, vectors, error))
+            after = row.seq
+        missing = missing_in(ranges, through, len(rows))
+        if missing:
+            log.warning("gap read of %s seq %d-%d: %d passed-over seqs are not in the projected log; given up",
+                        cause.conversation_id, request.from_seq, through, missing)
+        done = te.TopicBacklogRead(from_seq=request.from_seq, through_seq=through, last_recalled_seq=after,
+                                   count=len(placed), attempt=request.attempt, missing=missing, gap=True)
+        out.append(new_event(te.TOPIC_BACKLOG_READ, done, tenant_id=cause.tenant_id,
+                             conversation_id=cause.conversation_id, user_id=cause.user_id,
+                             subject_id=cause.subject_id, seq=cause.seq))
+        return out
+
+    async def _gap_rows(self, cause: Envelope, request: te.TopicBacklogRequested,
+                        ranges: tuple[tuple[int, int], ...]) -> list[Row] | None:
+        """The ranges' rows once the projection is past them (or on the final attempt, what is there)."""
+        within = " OR ".join(["seq BETWEEN %s AND %s"] * len(ranges))
+        deadline = time.monotonic() + self.gap_wait_s
+        while True:
+            async with self.pool.connection() as conn:
+                cur = await conn.execute(
+                    "SELECT seq, role, content, occurred_at, user_id, subject_id, metadata FROM messages"
+                    f" WHERE tenant_id = %s AND conversation_id = %s AND ({within}) ORDER BY seq LIMIT %s",
+                    (cause.tenant_id, cause.conversation_id, *[s for r in ranges for s in r], request.limit),
+                )
+                rows = [Row(*r) for r in await cur.fetchall()]
+                cur = await conn.execute(_NEWEST, {"t": cause.tenant_id, "c": cause.conversation_id})
+                newest = (await cur.fetchone())[0]
+            if complete(rows, request, newest):
+                return rows
+            if time.monotonic() >= deadline:
+                return rows if request.final else None
+            await asyncio.sleep(0.2)
 
     async def _rows(self, cause: Envelope, request: te.TopicBacklogRequested) -> list[Row] | None:
         """The range from the projected log; None while it is incomplete (the final attempt
@@ -95,7 +161,11 @@ class BacklogStage:
                     (cause.tenant_id, cause.conversation_id, request.from_seq, request.upto_seq, request.limit),
                 )
                 rows = [Row(*r) for r in await cur.fetchall()]
-            if complete(rows, request):
+                newest = None
+                if not complete(rows, request):
+                    cur = await conn.execute(_NEWEST, {"t": cause.tenant_id, "c": cause.conversation_id})
+                    newest = (await cur.fetchone())[0]
+            if complete(rows, request, newest):
                 return rows
             if time.monotonic() >= deadline:
                 if request.final:

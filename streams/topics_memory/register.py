@@ -11,10 +11,12 @@ from memory_agent.embeddings.factory import make_embedder
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
 from schemas.envelope import parse_conversation_key
+from schemas.registry import MESSAGE_APPENDED
 from streams.context import StreamContext
 from streams.stages import Lazy, Stage, one_by_one
 from streams.topics_memory import codec
-from streams.topics_memory.agent import RELEVANT, AgentConfig, handle, needs_tick
+from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle, needs_tick
+from streams.topics_memory.erased import ErasedCheck
 from streams.topics_memory.recall import BacklogStage
 from streams.topics_memory.stage import CompactionStage, EmbeddingStage
 from streams.topics_memory.summarize import make_topic_summarizer
@@ -33,6 +35,7 @@ def register(app: faust.App, ctx: StreamContext) -> None:
     decoded = codec.DecodedCache(capacity=4096)
     # The local ONNX model already uses every core per call: one caller, batched, is fastest.
     embed_concurrency = 1 if settings.embedding.provider == "local" else settings.embedding.concurrency
+    erased_check = Lazy(lambda: _erased_check(ctx))
 
     @app.agent(ctx.conversation_and_memory_events, name="fold-topics", concurrency=1)
     async def fold_topics(stream):
@@ -42,6 +45,13 @@ def register(app: faust.App, ctx: StreamContext) -> None:
             event = ctx.decode_if(value, RELEVANT, key=key)
             if event is None:
                 continue
+            if event.type == MESSAGE_APPENDED and event.payload.role in PLACED_ROLES:
+                record = stream.current_event.message
+                erasure = await (await erased_check.get()).erasure_of(event, record)
+                if erasure is not None:  # the message race: its text must not come back (erased.py)
+                    log.info("topic fold: %s seq %d is covered by erasure %s; left out",
+                             event.envelope.conversation_id, event.envelope.seq, erasure)
+                    continue
             async with ctx.applying(stream, "fold-topics"):
                 raw_state = states.get(key)
                 state = decoded.get(key, raw_state, event.envelope.conversation_id)
@@ -106,6 +116,10 @@ async def _embedding_stage(embedder: Lazy) -> EmbeddingStage:
 
 async def _backlog_stage(embedder: Lazy, ctx: StreamContext) -> BacklogStage:
     return BacklogStage(await embedder.get(), await ctx.pool())
+
+
+async def _erased_check(ctx: StreamContext) -> ErasedCheck:
+    return ErasedCheck(await ctx.pool())
 
 
 async def _compaction_stage(summarizer, ctx: StreamContext) -> CompactionStage:
