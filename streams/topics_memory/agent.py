@@ -82,7 +82,9 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
         state = rederived(state, p.erasure_event_id)
         inbox = state.inbox
     elif event.type == MESSAGE_APPENDED:
-        if p.role not in PLACED_ROLES:
+        if p.role not in PLACED_ROLES:  # seen, never placed: not a gap to read back later
+            if state.topics.never_placed(e.seq):
+                state = replace(state, topics=state.topics.placing(e.seq))
             return state, []
         if not state.topics.never_placed(e.seq) or inbox.find(e.seq) is not None:
             return state, _reassert(state, e)

@@ -224,3 +224,14 @@ def test_the_erasure_check_waits_for_postgresql_instead_of_failing_the_fold():
     check = ErasedCheck(Pool(), retry_s=0.001)
     record = SimpleNamespace(partition=0, offset=1, timestamp=1.0)
     assert asyncio.run(check.erasure_of(message, record)) is None and Pool.calls == 3
+
+
+def test_system_and_tool_messages_are_seen_not_skipped():
+    """A seq the fold saw but does not place (system, tool) is no gap: nothing to read back."""
+    chat = Driver()
+    chat.turn(0, axis(0))
+    assert chat.say(2, "tool", "{\"temperature\": 21}") == []
+    chat.say(3, "system", "You are a helpful assistant.")
+    chat.turn(4, axis(0))
+    assert chat.state.topics.skipped == ()
+    assert not chat.state.topics.never_placed(2) and not chat.state.topics.never_placed(3)
