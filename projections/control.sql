@@ -45,6 +45,8 @@ CREATE TABLE IF NOT EXISTS public.embedding_cache (
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (model, dimensions, text_sha256)
 );
+-- An erasure deletes the vectors of the erased texts by hash, whatever the model (projections/erasure.py).
+CREATE INDEX IF NOT EXISTS embedding_cache_text ON public.embedding_cache (text_sha256);
 
 -- Where each LLM-cache entry came from (memory_agent/llm/provenance.py): one row per entry and
 -- conversation whose stage request wrote or used it, so an erasure finds the entries by
