@@ -13,7 +13,9 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import threading
 import time
+import weakref
 import uuid
 from typing import Protocol
 
@@ -46,7 +48,8 @@ DO $$ BEGIN
         ALTER TABLE public.data_keys ADD COLUMN IF NOT EXISTS master_key_id text;
     END IF;
 END $$"""
-CACHE_S = 60.0  # a key destroyed elsewhere may still open events here for this long
+CACHE_S = 60.0  # a key destroyed elsewhere may still open events here this long (without the broadcast)
+CHANNEL = "memory_agent_data_keys_destroyed"  # NOTIFY payload: deployment, tenant, user (newline-separated)
 
 
 class KeyStore(Protocol):
@@ -64,6 +67,7 @@ class PostgresKeyStore:
     def __init__(self, dsn: str, deployment: str = "", master: MasterKeys | None = None) -> None:
         self.dsn, self.deployment, self.master = dsn, deployment, master or MasterKeys()
         self._cache: dict[tuple[str, str, str | None], tuple[float, tuple[str, bytes] | None]] = {}
+        self._lock = threading.Lock()  # the broadcast listener drops entries from its own thread
         self._execute = sealing.SyncDatabase(dsn, _TABLE).execute
 
     def _identity(self, tenant: str, user: str, key_id: str) -> bytes:
@@ -85,8 +89,19 @@ class PostgresKeyStore:
         if hit is not None and time.monotonic() - hit[0] < CACHE_S:
             return hit[1]
         value = load()
-        self._cache[key] = (time.monotonic(), value)
+        with self._lock:
+            self._cache[key] = (time.monotonic(), value)
         return value
+
+    def forget(self, tenant: str | None = None, user: str | None = None) -> None:
+        """Drop the cached keys of one user (None: of everyone)."""
+        with self._lock:
+            self._cache = {k: v for k, v in self._cache.items() if tenant is not None and k[:2] != (tenant, user)}
+
+    def listen(self) -> None:
+        """Drop a user's cached keys as soon as any process destroys them (PostgreSQL NOTIFY on
+        CHANNEL; one listening connection per process and database), not CACHE_S later."""
+        _Listener.of(self.dsn).stores.add(self)
 
     def _upsert(self, tenant: str, user: str) -> tuple[str, bytes | None]:
         """(key_id, key) of the user, created if it has none; key None when destroyed."""
@@ -109,7 +124,8 @@ class PostgresKeyStore:
                               " AND user_id = %s", (key_id, stored, master_id, self.deployment, tenant, user))
             return key_id, bytes(data_key)
         found = self._cached((tenant, user, None), load)
-        self._cache[(tenant, user, "live")] = (time.monotonic(), found)  # a revived key seals derived text too
+        with self._lock:
+            self._cache[(tenant, user, "live")] = (time.monotonic(), found)  # a revived key seals derived text too
         return found
 
     def live(self, tenant: str, user: str) -> tuple[str, bytes] | None:
@@ -135,7 +151,9 @@ class PostgresKeyStore:
         rows = self._execute("UPDATE public.data_keys SET data_key = NULL, destroyed_at = now() WHERE deployment ="
                              " %s AND tenant_id = %s AND user_id = %s AND data_key IS NOT NULL RETURNING key_id",
                              (self.deployment, tenant, user))
-        self._cache = {k: v for k, v in self._cache.items() if k[:2] != (tenant, user)}
+        self.forget(tenant, user)
+        # Every other process drops its cached copy now (the listeners); sent after the commit.
+        self._execute("SELECT pg_notify(%s, %s)", (CHANNEL, "\n".join((self.deployment, tenant, user))))
         return bool(rows)
 
     def check(self) -> dict[str, int]:
@@ -179,6 +197,58 @@ class PostgresKeyStore:
                 done += len(rows)
                 if len(rows) < batch:
                     return done
+
+
+class _Listener:
+    """One thread and connection per process and database, LISTENing on CHANNEL: each
+    notification drops that user's cached keys in every registered store of its deployment.
+    After a lost connection every store's cache is dropped (notifications may have been missed)
+    and it listens again; meanwhile the CACHE_S expiry still holds."""
+
+    _by_dsn: dict[str, "_Listener"] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.stores: weakref.WeakSet[PostgresKeyStore] = weakref.WeakSet()
+        self.listening = threading.Event()
+        threading.Thread(target=self._run, name="data-key-destroys", daemon=True).start()
+
+    @classmethod
+    def of(cls, dsn: str) -> "_Listener":
+        with cls._guard:
+            if dsn not in cls._by_dsn:
+                cls._by_dsn[dsn] = cls(dsn)
+            return cls._by_dsn[dsn]
+
+    def _run(self) -> None:
+        import psycopg  # noqa: PLC0415
+
+        pause = 1.0
+        while True:
+            try:
+                with psycopg.connect(self.dsn, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    for store in list(self.stores):
+                        store.forget()
+                    self.listening.set()
+                    pause = 1.0
+                    for note in conn.notifies():
+                        self._apply(note.payload)
+            except Exception as error:  # noqa: BLE001 - never let the thread die: the expiry still holds
+                self.listening.clear()
+                log.warning("data key destroys: not listening (%s); again in %.0f s", error, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, 30.0)
+
+    def _apply(self, payload: str) -> None:
+        parts = payload.split("\n")
+        if len(parts) != 3:
+            return
+        deployment, tenant, user = parts
+        for store in list(self.stores):
+            if store.deployment == deployment:
+                store.forget(tenant, user)
 
 
 def seal(envelope: Envelope, store: KeyStore) -> Envelope:
@@ -253,6 +323,7 @@ def install(settings: Settings) -> None:
     store, known = key_store(settings), participants(settings)
     if settings.privacy.encrypt_content or settings.privacy.master_key_ring:
         check_master_keys(store)
+        store.listen()
     set_opener(opener(store, known.learn))
     set_field_opener(sealing.field_opener(store))
     seals = settings.privacy.encrypt_content

@@ -20,7 +20,7 @@ from schemas.codec import decode, encode, new_event
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from schemas.sealed import ERASED_CONTENT
-from tests.integration.conftest import make_settings
+from tests.integration.conftest import make_settings, wait_until
 
 ONE, TWO = new_master_key(), new_master_key()
 
@@ -109,3 +109,26 @@ def test_rotation_rewraps_every_key_so_the_old_master_key_can_go(stack):
         opened(raws["alice"], store(stack, deployment, {"mk1": ONE}))
     with pytest.raises(MasterKeyError, match="no master key configured"):
         legacy.rewrap()
+
+
+@pytest.mark.asyncio
+async def test_a_destroyed_key_leaves_every_process_cache_at_once(stack):
+    """The broadcast (PostgreSQL NOTIFY): a store that cached alice's key drops it as soon as
+    another destroys it, not after its 60 s expiry; other users' keys stay cached."""
+    deployment, tenant = f"mk-{uuid.uuid4().hex[:8]}", "t"
+    other = store(stack, deployment, {"mk1": ONE})
+    raw = sealed_message(tenant, "alice", "alice zqxbroadcast", other)
+    kept = sealed_message(tenant, "bob", "bob zqxbroadcast", other)
+    reader = store(stack, deployment, {"mk1": ONE})
+    reader.listen()
+    assert privacy._Listener.of(stack.postgres_dsn).listening.wait(30)
+    assert opened(raw, reader) == "alice zqxbroadcast" and opened(kept, reader) == "bob zqxbroadcast"  # cached
+    assert store(stack, f"{deployment}-other", {"mk1": ONE}).destroy(tenant, "alice") is False  # another deployment
+    assert other.destroy(tenant, "alice")
+
+    async def dropped() -> bool:
+        return opened(raw, reader) == ERASED_CONTENT
+    await wait_until(dropped, 30, "the destroyed key dropped from the other store's cache")
+    assert privacy.CACHE_S >= 60  # so it was the broadcast, not the expiry
+    assert any(k[:2] == ("t", "bob") for k in reader._cache)  # bob's key is still cached
+    assert opened(kept, reader) == "bob zqxbroadcast"
