@@ -6,6 +6,7 @@ rotation re-wraps every key so the old master key can go."""
 from __future__ import annotations
 
 import base64
+import json
 import uuid
 
 import psycopg
@@ -132,3 +133,34 @@ async def test_a_destroyed_key_leaves_every_process_cache_at_once(stack):
     assert privacy.CACHE_S >= 60  # so it was the broadcast, not the expiry
     assert any(k[:2] == ("t", "bob") for k in reader._cache)  # bob's key is still cached
     assert opened(kept, reader) == "bob zqxbroadcast"
+
+
+def test_the_privacy_commands_check_and_rewrap(stack, monkeypatch):
+    from click.testing import CliRunner
+
+    from memory_agent.cli import main
+    from memory_agent.settings import get_settings
+
+    deployment, tenant = f"mk-{uuid.uuid4().hex[:8]}", "t"
+    sealed_message(tenant, "alice", "alice zqxcli", store(stack, deployment, {"mk1": ONE}))
+    monkeypatch.setenv("MEMORY_POSTGRES__DSN", stack.postgres_dsn)
+    monkeypatch.setenv("MEMORY_KAFKA__TOPIC_PREFIX", deployment)
+
+    def run(*args: str, keys: dict[str, str], current: str | None = None):
+        monkeypatch.setenv("MEMORY_PRIVACY__MASTER_KEYS", json.dumps(keys))
+        if current:
+            monkeypatch.setenv("MEMORY_PRIVACY__MASTER_KEY_ID", current)
+        get_settings.cache_clear()
+        try:
+            return CliRunner().invoke(main, ["privacy", *args])
+        finally:
+            get_settings.cache_clear()
+
+    assert len(base64.b64decode(CliRunner().invoke(main, ["privacy", "new-master-key"]).output.strip())) == 32
+    ok = run("check", keys={"mk1": ONE})
+    assert ok.exit_code == 0 and "1 live data keys wrapped by 'mk1'" in ok.output, ok.output
+    wrong = run("check", keys={"mk1": TWO})
+    assert wrong.exit_code == 1 and "wrong master key" in wrong.output and ONE not in wrong.output, wrong.output
+    rotated = run("rewrap", keys={"mk1": ONE, "mk2": TWO}, current="mk2")
+    assert rotated.exit_code == 0 and "1 data keys re-wrapped with master key 'mk2'" in rotated.output, rotated.output
+    assert run("check", keys={"mk2": TWO}, current="mk2").output.strip() == "1 live data keys wrapped by 'mk2'"
