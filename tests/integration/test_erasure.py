@@ -390,6 +390,9 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
             topics_before = {t for (t,) in await rows(settings, "SELECT topic_id FROM topics"
                                                                 " WHERE conversation_id = 'conv-m'")}
             assert [c[0] for c in chunks_before] == [0, 4, 8, 12], chunks_before
+            mixed_vectors = await vector_residue(settings, embedded(fake, MARK), fake.embedding_dimensions)
+            for where in ("message_embeddings.embedding", "conversation_chunks.embedding", "public.embedding_cache (key)"):
+                assert mixed_vectors.get(where), (where, mixed_vectors)  # alice's words, embedded
 
             async with httpx.AsyncClient(base_url=base, timeout=60) as http:
                 answer = await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "alice-key"})
@@ -424,6 +427,9 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
                                                                  " WHERE conversation_id = 'conv-m' ORDER BY seq")]
                 assert placed and 10 not in placed and 14 not in placed, placed
                 assert await residue(settings, MARK) == {}
+                # No vector of her messages or of the chunks that mixed them, anywhere (the
+                # re-derivation embedded bob's texts again).
+                assert await vector_residue(settings, embedded(fake, MARK), fake.embedding_dimensions) == {}
                 context = await http.get("/v1/conversations/conv-m/context", headers={"X-API-Key": "bob-key"})
                 assert context.status_code == 200, context.text
                 served = context.json()
