@@ -218,6 +218,8 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                     before = await topic_residue(settings, MARK)  # derived events hold it, sealed
                     assert settings.kafka.memory_topic(settings.generation) in before, before
                     assert await topic_residue(settings, MARK, raw=True) == {}  # nothing in clear on any topic
+                    # nor any vector: every embedding field is sealed with its text
+                    assert await topic_residue(settings, 'embedding":', raw=True) == {}
 
                 # Only an operator or alice herself may erase alice.
                 assert (await http.delete(f"/v1/users/{ALICE}")).status_code == 403
