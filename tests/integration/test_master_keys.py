@@ -20,10 +20,21 @@ from memory_agent.settings import PrivacySettings
 from schemas.codec import decode, encode, new_event
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
+from schemas import sealed
 from schemas.sealed import ERASED_CONTENT
 from tests.integration.conftest import make_settings, wait_until
 
 ONE, TWO = new_master_key(), new_master_key()
+
+
+@pytest.fixture(autouse=True)
+def no_hooks_of_other_tests():
+    """decode here must leave sealed messages sealed (each test opens them with its own stores):
+    no opener or sealer that an earlier test's settings installed in this process."""
+    sealed.set_opener(None)
+    sealed.set_field_opener(None)
+    sealed.set_sealer(None)
+    sealed.set_state_hooks(None, None)
 
 
 def store(stack, deployment: str, keys: dict[str, str], current: str | None = None) -> privacy.PostgresKeyStore:
