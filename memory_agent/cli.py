@@ -39,6 +39,10 @@ from memory_agent.cli_generations import generations, replay  # noqa: E402
 main.add_command(replay)
 main.add_command(generations)
 
+from memory_agent.cli_privacy import privacy  # noqa: E402
+
+main.add_command(privacy)
+
 from memory_agent.cli_memory import COMMANDS as MEMORY_COMMANDS  # noqa: E402
 
 for _command in MEMORY_COMMANDS:  # search, store, list, show, forget, export: clients of the HTTP API

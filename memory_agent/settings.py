@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_]{0,40}$")
@@ -440,6 +440,31 @@ class PrivacySettings(BaseModel):
     served queries, the topic fold's state) sealed with the keys of the users it came from."""
 
     encrypt_content: bool = False
+    # Master keys wrapping the data keys in public.data_keys (memory_agent/master_keys.py,
+    # docs/security.md): {key id: base64 of 32 random bytes}, here and/or in a JSON file of the
+    # same shape; `master_key_id` wraps new keys (default: the only one). Production refuses
+    # sealing without one.
+    master_keys: dict[str, SecretStr] = {}
+    master_key_file: Path | None = None
+    master_key_id: str | None = None
+    _ring: object = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _master_keys_are_valid(self) -> "PrivacySettings":
+        from memory_agent.master_keys import MasterKeys, read_key_file  # noqa: PLC0415
+
+        configured = read_key_file(self.master_key_file) if self.master_key_file else {}
+        for key_id, secret in self.master_keys.items():
+            if key_id in configured and configured[key_id] != secret.get_secret_value():
+                raise ValueError(f"master key {key_id!r} differs between MEMORY_PRIVACY__MASTER_KEYS and the key file")
+            configured[key_id] = secret.get_secret_value()
+        self._ring = MasterKeys.of(configured, self.master_key_id)
+        return self
+
+    @property
+    def master_key_ring(self):
+        """The master keys (memory_agent.master_keys.MasterKeys); empty: data keys stored as they are."""
+        return self._ring
 
 
 class Settings(BaseSettings):
@@ -495,6 +520,10 @@ class Settings(BaseSettings):
     def _no_default_secrets_in_production(self) -> "Settings":
         if self.environment != "production":
             return self
+        if self.privacy.encrypt_content and not self.privacy.master_key_ring:
+            raise ValueError("refusing to seal content in production without a master key: the data keys would be stored"
+                             " in PostgreSQL as they are; set MEMORY_PRIVACY__MASTER_KEYS or MEMORY_PRIVACY__MASTER_KEY_FILE"
+                             " (docs/security.md, 'Data keys at rest')")
         for entries, dev, what in ((list(self.api.api_keys), DEV_API_KEY, "API"),
                                    (self.api.admin_keys, DEV_ADMIN_KEY, "admin")):
             if key_digest(dev) in {key_digest(e) for e in entries}:

@@ -45,6 +45,14 @@ CREATE TABLE IF NOT EXISTS public.embedding_cache (
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (model, dimensions, text_sha256)
 );
+-- An erasure deletes the vectors of the erased texts by hash, whatever the model (projections/erasure.py).
+-- Guarded: CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table even when the index exists,
+-- held to the end of the migration's transaction, which would stall every embedder's cache write.
+DO $$ BEGIN
+    IF to_regclass('public.embedding_cache_text') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS embedding_cache_text ON public.embedding_cache (text_sha256);
+    END IF;
+END $$;
 
 -- Where each LLM-cache entry came from (memory_agent/llm/provenance.py): one row per entry and
 -- conversation whose stage request wrote or used it, so an erasure finds the entries by
@@ -58,4 +66,8 @@ CREATE TABLE IF NOT EXISTS public.llm_cache_sources (
     created_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (cache_key, tenant_id, conversation_id)
 );
-CREATE INDEX IF NOT EXISTS llm_cache_sources_conversation ON public.llm_cache_sources (tenant_id, conversation_id);
+DO $$ BEGIN  -- guarded for the same reason (the stages write this table on every LLM call)
+    IF to_regclass('public.llm_cache_sources_conversation') IS NULL THEN
+        CREATE INDEX IF NOT EXISTS llm_cache_sources_conversation ON public.llm_cache_sources (tenant_id, conversation_id);
+    END IF;
+END $$;

@@ -8,7 +8,9 @@ seq, the conversation's topics) are deleted, their seqs recorded in `erasures.re
 what to derive again in `erasure_rederive` (sent by streams/rederive.py).
 Facts go when they came from an erased conversation or chunk, cite an erased message, or
 belong to the user. LLM-cache entries whose output holds one of the deleted derived texts or
-erased message texts go too (public.llm_cache is shared by every generation)."""
+erased message texts go too (public.llm_cache is shared by every generation), and so do the
+document embeddings of those texts in public.embedding_cache (by the hash of each text as an
+embedder saw it: every known document prefix, and the message index's truncation)."""
 
 from __future__ import annotations
 
@@ -21,10 +23,13 @@ import psycopg
 from psycopg import sql
 from aiokafka.structs import ConsumerRecord
 
+from memory_agent.embeddings.cache import text_key
+from memory_agent.embeddings.prefixes import KNOWN_PREFIXES
 from memory_agent.llm import provenance as llm_provenance
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
 from projections.decoding import records_of
+from projections.message_index import EMBED_CHARS
 from schemas import erasure_events as ee
 from schemas.codec import Event
 from schemas.limits import Limits
@@ -51,8 +56,18 @@ class ErasureProjector:
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         for record, event in records_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
-            await _erase_yielding(conn, event, record)
+            await _erase_yielding(conn, event, record, document_prefix=self.settings.embedding.document_prefix)
         return []
+
+
+def embedding_cache_keys(texts: Sequence[str], document_prefix: str | None = None) -> list[bytes]:
+    """The public.embedding_cache keys any embedder of this code base may have written for
+    `texts`: each text whole and cut as the message index cuts it, behind no prefix, every
+    known model's document prefix and the configured one (the cache is shared by every
+    generation and model, so every variant is tried)."""
+    prefixes = {"", *(p.document for _, p in KNOWN_PREFIXES), document_prefix or ""}
+    variants = {v for t in texts if t for v in (t, t[:EMBED_CHARS])}
+    return sorted({text_key(p + v) for p in prefixes for v in variants})
 
 
 # Every table the erasure deletes from that other projectors (and the API) write. Locked for
@@ -93,7 +108,7 @@ async def _install_tombstone_triggers(conn: psycopg.AsyncConnection) -> None:
 
 
 async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRecord | None = None,
-                          attempts: int = 240) -> None:
+                          attempts: int = 240, document_prefix: str | None = None) -> None:
     """`erase` after locking `_LOCKED` for writes (SHARE ROW EXCLUSIVE: writers wait, readers do
     not), in a savepoint where any lock wait gives up after LOCK_TIMEOUT_MS: rolled back (its
     locks released) and tried again with backoff. The erasure never waits long enough for another
@@ -103,7 +118,7 @@ async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, record: C
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
                 await conn.execute(f"LOCK TABLE {', '.join(_LOCKED)} IN SHARE ROW EXCLUSIVE MODE")
-                await erase(conn, event, record)
+                await erase(conn, event, record, document_prefix=document_prefix)
                 await _install_tombstone_triggers(conn)
                 await conn.execute("SET LOCAL lock_timeout = 0")
             return
@@ -153,10 +168,12 @@ async def _tombstones(conn, erasure_id: str, tenant: str, whole: list[str], part
             (tenant, conversation, erasure_id, tenant, conversation, seqs))
 
 
-async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRecord | None = None) -> dict[str, int]:
+async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRecord | None = None,
+                document_prefix: str | None = None) -> dict[str, int]:
     """Delete what `event` erases; idempotent (a second delivery finds nothing left). `record`:
     where the event is on the log, recorded so that the messages projector can tell the erased
-    user's messages written before it from those written after (projections/erased_messages.py)."""
+    user's messages written before it from those written after (projections/erased_messages.py).
+    `document_prefix`: the configured embedding document prefix (embedding_cache_keys)."""
     e = event.envelope
     tenant = e.tenant_id
     done = await conn.execute("SELECT 1 FROM erasures WHERE event_id = %s", (e.event_id,))
@@ -251,6 +268,9 @@ async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRec
         await delete("llm_cache", "DELETE FROM public.llm_cache c WHERE EXISTS (SELECT 1 FROM"
                      " jsonb_path_query(c.output, 'strict $.**') v WHERE jsonb_typeof(v) = 'string'"
                      " AND (v #>> '{}') = ANY(%s::text[]))", (texts,))
+        # public.embedding_cache: the vector of every erased or deleted text, by its hash.
+        await delete("embedding_cache", "DELETE FROM public.embedding_cache WHERE text_sha256 = ANY(%s)",
+                     (embedding_cache_keys(texts, document_prefix),))
     # public.llm_cache by provenance: entries a request of an erased conversation wrote or used
     # (memory_agent/llm/provenance.py, crypto branch).
     counts["llm_cache"] = counts.get("llm_cache", 0) + await llm_provenance.erase(conn, tenant, [*whole, *partial])

@@ -37,3 +37,8 @@ class CachedQueryEmbedder(DelegatingEmbedder):
             if len(self._vectors) > self.size:
                 self._vectors.popitem(last=False)
         return vector
+
+    def clear(self) -> None:
+        """Forget every cached query vector (an erasure: a vector of the erased user's question
+        must not outlive it in this process)."""
+        self._vectors.clear()

@@ -12,7 +12,7 @@ fields of SEALED_FIELDS[type] out of the payload into `payload[SEALED]` =
 {"v": 1, "keys": [[user, key_id], ...], "ct": base64} (one ciphertext under a key derived from
 every listed user's key: losing any one of them makes it unreadable). `validate` calls the
 field opener, which puts them back, or raises `InvalidEvent("erased")`: consumers skip such an
-event (no dead letter). Ids, seqs, times, types and vectors stay clear."""
+event (no dead letter). Ids, seqs, times and types stay clear; vectors are sealed with their texts."""
 
 from __future__ import annotations
 
@@ -28,17 +28,21 @@ SEALED = "_sealed"
 ERASED_CONTENT = "[erased]"
 
 # The free text of each event type: "a.b" a nested field, "a[].b" that field of every item of list a.
+# The embeddings of those texts are sealed with them (a vector can leak its text to whoever has
+# the model: inversion attacks), so a destroyed key leaves no readable vector on the log either.
 SEALED_FIELDS: dict[str, tuple[str, ...]] = {
     "summary.completed": ("text",),
     "summary.failed": ("error",),
-    fe.CHUNK_RECORDED: ("summary", "facts[].content", "facts[].tags", "gate.reason", "remapped_categories"),
+    fe.CHUNK_RECORDED: ("summary", "facts[].content", "facts[].tags", "gate.reason", "remapped_categories",
+                        "embedding", "facts[].embedding"),
     fe.CHUNK_FAILED: ("error",),
     fe.CHUNK_SKIPPED: ("error",),
-    fe.FACT_EDITED: ("content_snapshot", "new_content"),
-    fe.FACT_VISIBILITY_CHANGED: ("content_snapshot",),
-    fe.FACT_DELETED: ("content_snapshot",),
-    fe.MEMORY_STORED: ("content", "tags"),
+    fe.FACT_EDITED: ("content_snapshot", "new_content", "snapshot_embedding", "new_embedding"),
+    fe.FACT_VISIBILITY_CHANGED: ("content_snapshot", "snapshot_embedding"),
+    fe.FACT_DELETED: ("content_snapshot", "snapshot_embedding"),
+    fe.MEMORY_STORED: ("content", "tags", "embedding"),
     te.TOPIC_EMBEDDING_REQUESTED: ("content",),
+    te.TOPIC_MESSAGE_EMBEDDED: ("embedding",),
     te.TOPIC_EMBEDDING_FAILED: ("error",),
     te.TOPIC_CREATED: ("title",),
     te.TOPIC_MESSAGE_ASSIGNED: ("content", "topic.title"),
@@ -46,7 +50,7 @@ SEALED_FIELDS: dict[str, tuple[str, ...]] = {
     te.TOPIC_COMPACTION_REQUESTED: ("previous_summary", "title"),
     te.TOPIC_COMPACTED: ("summary",),
     te.TOPIC_COMPACTION_FAILED: ("error",),
-    te.TOPIC_MESSAGE_RECALLED: ("content", "error"),
+    te.TOPIC_MESSAGE_RECALLED: ("content", "error", "embedding"),
     le.CONTEXT_SERVED: ("query", "retrieval_error"),
 }
 

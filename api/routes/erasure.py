@@ -29,6 +29,14 @@ class ErasureAccepted(BaseModel):
     id: str
 
 
+def forget_query_vectors(request: Request) -> None:
+    """This process's cached query vectors go (retrieval/query_cache.py): one of them may be the
+    erased user's question. Other API processes keep theirs until evicted (docs/lineage.md)."""
+    embedder = getattr(request.app.state, "retrieval_embedder", None)
+    if embedder is not None and hasattr(embedder, "clear"):
+        embedder.clear()
+
+
 @router.delete("/v1/users/{user_id}", status_code=status.HTTP_202_ACCEPTED, response_model=ErasureAccepted)
 async def erase_user(
     request: Request,
@@ -59,6 +67,7 @@ async def erase_user(
     envelope = new_event(ee.USER_ERASED, ee.UserErased(erased_user_id=user_id), tenant_id=tenant,
                          conversation_id=ee.erasure_stream(user_id), user_id=_actor(actor))
     await append_or_503(request, envelope)
+    forget_query_vectors(request)
     return ErasureAccepted(event_id=envelope.event_id, tenant_id=tenant, erased="user", id=user_id)
 
 
@@ -76,6 +85,7 @@ async def erase_conversation(request: Request, principal: PrincipalDep, conn: Co
     envelope = new_event(ee.CONVERSATION_ERASED, ee.ConversationErased(erased_conversation_id=conversation_id),
                          tenant_id=principal.tenant, conversation_id=conversation_id, user_id=user)
     await append_or_503(request, envelope)
+    forget_query_vectors(request)
     return ErasureAccepted(event_id=envelope.event_id, tenant_id=principal.tenant, erased="conversation",
                            id=conversation_id)
 

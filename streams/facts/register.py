@@ -24,6 +24,7 @@ from streams.facts.agent import (
 )
 from streams.facts.chunking import ChunkState
 from streams.facts.extractor import ChunkExtractor
+from streams.facts import state_codec
 from streams.facts.stage import ChunkStage
 from streams.stages import Lazy, Stage, one_by_one
 
@@ -47,11 +48,10 @@ def register(app: faust.App, ctx: StreamContext) -> None:
             if event is None:
                 continue
             async with ctx.applying(stream, "fold-chunks"):
-                raw_state = chunks.get(key)
-                state = ChunkState.from_dict(orjson.loads(raw_state)) if raw_state else ChunkState()
+                state = state_codec.loads(key, chunks.get(key))
                 new_state, outgoing = fold_event(config, state, event, time.time(), prompt_version, model)
                 if new_state != state:
-                    chunks[key] = orjson.dumps(new_state.to_dict())
+                    chunks[key] = state_codec.dumps(key, new_state)  # its error text sealed when sealing
                 for envelope in outgoing:
                     await ctx.memory_events.send(key=key, value=encode(envelope))
 

@@ -154,6 +154,12 @@ def settings_env(settings: Settings) -> dict[str, str]:
         MEMORY_PRIVACY__ENCRYPT_CONTENT=str(settings.privacy.encrypt_content).lower(),
         MEMORY_STATE_DIR=f"/tmp/memory-agent-test/{settings.generation}",
     )
+    ring = settings.privacy.master_key_ring
+    if ring:  # the same master keys (docs/security.md): the child unwraps the data keys the test's wrapped
+        import base64
+
+        env["MEMORY_PRIVACY__MASTER_KEYS"] = json.dumps({k: base64.b64encode(v).decode() for k, v in ring.keys.items()})
+        env["MEMORY_PRIVACY__MASTER_KEY_ID"] = ring.current
     return env
 
 

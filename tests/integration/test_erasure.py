@@ -13,11 +13,14 @@ import uuid
 from datetime import UTC, datetime
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
 from memory_agent.client import MemoryClient
+from memory_agent.embeddings.cache import text_key
+from memory_agent.master_keys import new_master_key
 from memory_agent.settings import ApiSettings, PrivacySettings
 from projections.erasure import ErasureProjector
 from projections.migrate import migrate
@@ -35,7 +38,7 @@ from tests.integration.conftest import (API_KEYS, running_api, running_projector
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows
 from tests.integration.test_lineage import until
 from tests.integration.test_memory_projector import send_memory_events
-from tests.support.fake_openai import FakeOpenAI, RecordedRequest
+from tests.support.fake_openai import FakeOpenAI, RecordedRequest, hashed_embedding
 from tests.support.topic_reader import topic_residue
 
 ADMIN = "erasure-admin-key"
@@ -95,6 +98,38 @@ async def residue(settings, marker: str) -> dict[str, int]:
     return {k: v for k, v in found.items() if v}
 
 
+def embedded(fake: FakeOpenAI, word: str) -> list[str]:
+    """Every text the embedding server was asked to embed that holds `word`."""
+    return sorted({t for r in fake.embedding_requests for t in r.inputs if word in t})
+
+
+async def vector_residue(settings, texts: list[str], dimensions: int) -> dict[str, int]:
+    """Rows of every vector column of the generation, and of public.embedding_cache, holding the
+    embedding of one of `texts` (the fake server's vector is a function of the text), and cache
+    rows keyed by one of the texts' hashes."""
+    vectors = np.array([v for v in (hashed_embedding(t, dimensions) for t in texts) if any(v)], dtype=np.float32)
+    literals = ["[" + ",".join(map(str, v)) + "]" for v in vectors.tolist()]
+    columns = await rows(settings, "SELECT table_name, column_name FROM information_schema.columns WHERE"
+                                   " table_schema = %s AND udt_name = 'vector' ORDER BY 1, 2", (settings.pg_schema,))
+    assert {("message_embeddings", "embedding"), ("facts", "embedding"), ("conversation_chunks", "embedding")} <= set(
+        columns), columns
+    found = {}
+    for table, column in columns:
+        [(found[f"{table}.{column}"],)] = await rows(
+            settings, f'SELECT count(*) FROM "{settings.pg_schema}"."{table}" t WHERE EXISTS'
+                      f' (SELECT 1 FROM unnest(%s::text[]) v WHERE t."{column}" <=> v::vector < 1e-4)', (literals,))
+    cached = await rows(settings, "SELECT text_sha256, vector FROM public.embedding_cache WHERE model = 'fake-embedding'"
+                                  " AND dimensions = %s AND created_at > now() - interval '2 hours'", (dimensions,))
+    keys = {text_key(t) for t in texts}
+    found["public.embedding_cache (key)"] = sum(bytes(k) in keys for k, _ in cached)
+    if cached and len(vectors):
+        matrix = np.stack([np.frombuffer(v, dtype="<f4") for _, v in cached])
+        norms = np.outer(np.linalg.norm(matrix, axis=1), np.linalg.norm(vectors, axis=1))
+        cosine = (matrix @ vectors.T) / np.where(norms == 0, 1, norms)
+        found["public.embedding_cache (vector)"] = int((cosine.max(axis=1) > 1 - 1e-4).sum())
+    return {k: v for k, v in found.items() if v}
+
+
 async def cache_sources(settings, conversation: str) -> list[tuple[str, str]]:
     """(cache key, kind) of the LLM-cache entries a conversation's requests wrote or used."""
     return await rows(settings, "SELECT s.cache_key, c.kind FROM public.llm_cache_sources s JOIN public.llm_cache c"
@@ -136,8 +171,9 @@ async def log_texts(settings) -> tuple[bytes, str]:
 @pytest.mark.asyncio
 @pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
 async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_intact(settings, sealed):
-    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN]),
-                                           "privacy": PrivacySettings(encrypt_content=sealed)})
+    # Sealed: the data keys wrapped by a master key (the worker gets it through its environment).
+    privacy = PrivacySettings(encrypt_content=sealed, master_keys={"test-mk": new_master_key()} if sealed else {})
+    settings = settings.model_copy(update={"api": ApiSettings(api_keys=KEYS, admin_keys=[ADMIN]), "privacy": privacy})
     with FakeOpenAI(json_responder=model) as fake:
         env = fake.env(llm=True, embeddings=True) | ENV | {"MEMORY_API__ADMIN_KEYS": f'["{ADMIN}"]'}
         api_settings = settings.model_copy(update={"embedding": fake.embedding_settings()})
@@ -165,6 +201,14 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 bob_before = await counts(settings, "conv-b")
                 assert all(bob_before.values()), bob_before
                 bob_residue = await residue(settings, KEEP)
+                # Vectors: every embedding of alice's texts is somewhere (the check sees residue).
+                dimensions = fake.embedding_dimensions
+                alice_texts, bob_texts = embedded(fake, MARK), embedded(fake, KEEP)
+                alice_vectors = await vector_residue(settings, alice_texts, dimensions)
+                for where in ("message_embeddings.embedding", "facts.embedding", "conversation_chunks.embedding",
+                              "public.embedding_cache (key)", "public.embedding_cache (vector)"):
+                    assert alice_vectors.get(where), (where, alice_vectors)
+                bob_vectors = await vector_residue(settings, bob_texts, dimensions)
                 cached = {c: await cache_sources(settings, c) for c in ("conv-a", "conv-b")}
                 assert cached["conv-a"] and cached["conv-b"], cached  # entries record their conversation
                 if sealed:  # the log holds ciphertext only; the service's decode opens it
@@ -174,6 +218,8 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                     before = await topic_residue(settings, MARK)  # derived events hold it, sealed
                     assert settings.kafka.memory_topic(settings.generation) in before, before
                     assert await topic_residue(settings, MARK, raw=True) == {}  # nothing in clear on any topic
+                    # nor any vector: every embedding field is sealed with its text
+                    assert await topic_residue(settings, 'embedding":', raw=True) == {}
 
                 # Only an operator or alice herself may erase alice.
                 assert (await http.delete(f"/v1/users/{ALICE}")).status_code == 403
@@ -196,6 +242,10 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                     raise AssertionError(f"residue: {await residue(settings, MARK)}") from None
                 assert await counts(settings, "conv-b") == bob_before
                 assert not any((await counts(settings, "conv-a")).values())
+                # No vector derived from alice's texts in any vector column nor the embedding cache
+                # (texts embedded since, e.g. by derivation in flight, included); bob's all there.
+                assert await vector_residue(settings, embedded(fake, MARK), dimensions) == {}
+                assert await vector_residue(settings, bob_texts, dimensions) == bob_vectors
                 assert await residue(settings, KEEP) == bob_residue
                 # Every entry alice's requests wrote or used is gone by provenance (the gate's verdicts
                 # hold no marker: no text match finds them); bob's stay.
@@ -206,16 +256,20 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 # Alice's conversation is gone from the API too.
                 gone = await http.get("/v1/conversations/conv-a/context", headers={"X-API-Key": "alice-key"})
                 assert gone.status_code == 404, gone.text
+                if sealed:  # the data keys are wrapped by the master key at rest
+                    wrapped = await rows(settings, "SELECT user_id, master_key_id FROM public.data_keys WHERE"
+                                                   " deployment = %s ORDER BY 1", (settings.kafka.topic_prefix,))
+                    assert wrapped and all(m == "test-mk" for _, m in wrapped), wrapped
                 if sealed:  # alice's key is destroyed: her events decode as erased, bob's as before
                     raw, texts = await log_texts(settings)
                     assert MARK not in texts and KEEP in texts and ERASED_CONTENT in texts
                     # Every topic of the prefix, derived events included, read as the service would.
                     assert await topic_residue(settings, MARK) == {}
                     assert settings.kafka.memory_topic(settings.generation) in await topic_residue(settings, KEEP)
-                    await replay_has_no_residue(settings, env)
+                    await replay_has_no_residue(settings, env, alice_texts, dimensions)
 
 
-async def replay_has_no_residue(settings, env: dict) -> None:
+async def replay_has_no_residue(settings, env: dict, erased_texts: list[str], dimensions: int) -> None:
     """A replay after the erasure (a new generation built from the whole log by a worker
     process): alice's sealed messages open as erased, bob's memory is rebuilt, no marker."""
     replay = settings.model_copy(update={"generation": settings.generation + "_r"})
@@ -230,6 +284,7 @@ async def replay_has_no_residue(settings, env: dict) -> None:
         await until(replay, "SELECT 1 FROM erasures", (), "the erasure replayed", log)
         assert await residue(replay, MARK) == {}
         assert await topic_residue(replay, MARK) == {}  # the replay's memory topic too
+        assert await vector_residue(replay, erased_texts, dimensions) == {}  # nor any vector of alice's texts
         assert (await residue(replay, KEEP)).get("facts")
         assert await rows(replay, "SELECT count(*) FROM projection_anomalies WHERE kind = 'invalid'") == [(0,)]
 
@@ -337,6 +392,9 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
             topics_before = {t for (t,) in await rows(settings, "SELECT topic_id FROM topics"
                                                                 " WHERE conversation_id = 'conv-m'")}
             assert [c[0] for c in chunks_before] == [0, 4, 8, 12], chunks_before
+            mixed_vectors = await vector_residue(settings, embedded(fake, MARK), fake.embedding_dimensions)
+            for where in ("message_embeddings.embedding", "conversation_chunks.embedding", "public.embedding_cache (key)"):
+                assert mixed_vectors.get(where), (where, mixed_vectors)  # alice's words, embedded
 
             async with httpx.AsyncClient(base_url=base, timeout=60) as http:
                 answer = await http.delete(f"/v1/users/{ALICE}", headers={"X-API-Key": "alice-key"})
@@ -371,6 +429,9 @@ async def test_mixed_summaries_and_chunks_are_derived_again_without_the_erased_u
                                                                  " WHERE conversation_id = 'conv-m' ORDER BY seq")]
                 assert placed and 10 not in placed and 14 not in placed, placed
                 assert await residue(settings, MARK) == {}
+                # No vector of her messages or of the chunks that mixed them, anywhere (the
+                # re-derivation embedded bob's texts again).
+                assert await vector_residue(settings, embedded(fake, MARK), fake.embedding_dimensions) == {}
                 context = await http.get("/v1/conversations/conv-m/context", headers={"X-API-Key": "bob-key"})
                 assert context.status_code == 200, context.text
                 served = context.json()
