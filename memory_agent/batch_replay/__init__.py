@@ -292,7 +292,7 @@ class _Partition:
         await phases.timed("hand-over", self.hand_over.commit(self.source, cut, derived_end))
         summaries = sum(len(c.requests) for c in self.fold.conversations.values()) if self.window else 0
         return PartitionReport(self.source.partition, len(records), summaries, self.hits, self.calls, self.failed,
-                               phases.total(), phases.seconds, self.facts.stats if self.facts is not None else {})
+                               phases.total(), phases.seconds, {**self.facts.stats, **self.facts.seconds} if self.facts is not None else {})
 
     async def _window(self, phases: _Phases, records: list[ConsumerRecord], decoded: list) -> None:
         with phases.clock("fold"):
