@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent.batch_replay.coalesce import coalesce_lookups
+from memory_agent.batch_replay.produce import send_all
 from memory_agent.embeddings.factory import make_embedder
 from memory_agent.llm.factory import make_json_completer
 from memory_agent.settings import Settings
@@ -230,16 +231,12 @@ class FactsBatch:
     async def _publish(self, conn, events: list[tuple[bytes, Envelope]]) -> None:
         """Into the derived topic, then through the facts projector (rows + its position)."""
         clock = time.perf_counter()
-        sent = []
-        for key, envelope in events:
-            value = encode(envelope)
-            future = await self.producer.send(self.derived.topic, value, key=key, partition=self.derived.partition)
-            sent.append((key, value, future))
-        records = []
-        for key, value, future in sent:
-            meta = await future
-            records.append(ConsumerRecord(meta.topic, meta.partition, meta.offset, meta.timestamp, 0, key, value,
-                                          None, len(key) if key is not None else -1, len(value), ()))
+        values = [(key, encode(envelope)) for key, envelope in events]
+        offsets = await send_all(self.producer, self.derived.topic, self.derived.partition, values)
+        topic, partition = self.derived.topic, self.derived.partition
+        records = [ConsumerRecord(topic, partition, offset, -1, 0, key, value, None,
+                                  len(key) if key is not None else -1, len(value), ())
+                   for offset, (key, value) in zip(offsets, values)]
         clock = self._add("send", clock)
         types = [envelope.type for _, envelope in events]
         for i in range(0, len(records), _CHUNK):
@@ -274,9 +271,5 @@ class FactsBatch:
 
     async def _write_changelog(self) -> None:
         """The chunk table's entries as the agent would have written them (raw key, JSON state)."""
-        futures = [
-            await self.producer.send(self.changelog, orjson.dumps(c.state.to_dict()), key=c.key,
-                                     partition=self.derived.partition)
-            for c in self.fold.changed()
-        ]
-        await asyncio.gather(*futures)
+        await send_all(self.producer, self.changelog, self.derived.partition,
+                       ((c.key, orjson.dumps(c.state.to_dict())) for c in self.fold.changed()))

@@ -159,3 +159,40 @@ async def test_a_waves_events_projected_in_bulk_leave_the_projectors_rows(settin
     assert len(one_by_one[1][0]) == 4 and len(one_by_one[1][1]) == 3  # chunks of c1 (2), c2, c3; facts 2 + 1
     assert bulk == one_by_one
     assert again == one_by_one
+
+
+@pytest.mark.asyncio
+async def test_send_all_appends_in_order_and_returns_each_records_offset(settings):
+    """Several producer batches and one record bigger than a batch: every record lands at the
+    offset `send_all` returned for it, in order, with its key."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    from memory_agent.batch_replay.produce import send_all
+    from streams.kafka_topics import TopicSpec, ensure_topics
+
+    topic = f"{settings.kafka.topic_prefix}.send-all"
+    await ensure_topics(settings, [TopicSpec(topic, 2, {})])
+    records = [(f"k{i % 7}".encode(), f"value {i} ".encode() * (1 + i % 50)) for i in range(3000)]
+    records.insert(1500, (b"big", b"x" * 40_000))  # more than one batch of 16 KB
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_idempotence=True,
+                                acks="all", max_batch_size=16_384, max_request_size=1_048_576)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"before", key=b"k", partition=1)
+        offsets = await send_all(producer, topic, 1, records)
+    finally:
+        await producer.stop()
+    assert offsets == list(range(1, len(records) + 1))
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 1)
+        consumer.assign([tp])
+        consumer.seek(tp, 1)
+        seen = []
+        while len(seen) < len(records):
+            batch = await consumer.getmany(tp, timeout_ms=2000)
+            seen += [(r.offset, r.key, r.value) for r in batch.get(tp, [])]
+    finally:
+        await consumer.stop()
+    assert seen == [(offset, key, value) for offset, (key, value) in zip(offsets, records)]
