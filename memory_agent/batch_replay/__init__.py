@@ -39,6 +39,7 @@ from memory_agent.llm.factory import make_summarizer
 from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
 from memory_agent.settings import Settings
 from projections.db import connect
+from projections.lineage import TopicLineageProjector
 from projections.memory import MemoryProjector, load_settled
 from projections.messages import MessagesProjector
 from projections.runner import apply_records, load_offsets, save_positions
@@ -290,6 +291,10 @@ class _Partition:
         if self.facts is not None:  # the stage reads the projected messages
             await phases.timed("facts", self.facts.rebuild(records, decoded))
         derived_end = (await self.consumer.end_offsets([self.derived]))[self.derived]
+        async with await connect(self.settings) as conn, conn.transaction():
+            # The topic lineage projector applies topic events only, and a batch writes none: it
+            # starts after them rather than reading the whole derived topic to skip it.
+            await save_positions(conn, TopicLineageProjector.name, {self.derived: derived_end})
         await phases.timed("hand-over", self.hand_over.commit(self.source, cut, derived_end))
         summaries = sum(len(c.requests) for c in self.fold.conversations.values()) if self.window else 0
         return PartitionReport(self.source.partition, len(records), summaries, self.hits, self.calls, self.failed,

@@ -28,6 +28,7 @@ from memory_agent.settings import Settings
 from projections.db import connect, make_pool
 from projections.dead_letter import DeadLetter
 from projections.facts import INSERT_CHUNK, FactsProjector, chunk_row
+from projections.memory import MemoryProjector
 from projections.runner import apply_records
 from schemas.codec import Event, decode, encode
 from schemas.envelope import Envelope, InvalidEvent
@@ -174,6 +175,10 @@ class FactsBatch:
         self.settings, self.stage, self.producer, self.derived = settings, stage, producer, derived
         self.changelog = changelog
         self.projector = FactsProjector(settings)
+        # The derived topic's other projector with rows of its own: the memory projector (window
+        # system) decodes these events and dead-letters an invalid one. Applied here, by its own
+        # code and with its position, it does not read them all again after the hand-over.
+        self.others = [MemoryProjector(settings)] if "window" in settings.systems else []
         self.fold = ChunkHistoryFold(chunk_config(settings), time.time(), *prompt_and_model(settings))
         self.stats = {"waves": 0, "chunks": 0, "failed": 0, "prefetched": 0}
         self.seconds: dict[str, float] = {}  # per step of the waves, summed (the worker log shows them)
@@ -243,6 +248,8 @@ class FactsBatch:
             part, part_types = records[i:i + _CHUNK], types[i:i + _CHUNK]
             await apply_records(conn, self.producer, self.settings, self.projector, part,
                                 apply=lambda p=part, t=part_types: self._project(conn, p, t))
+            for other in self.others:
+                await apply_records(conn, self.producer, self.settings, other, part)
         self._add("project", clock)
 
     async def _project(self, conn, records: list[ConsumerRecord], types: list[str]) -> list[DeadLetter]:
