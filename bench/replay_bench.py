@@ -44,7 +44,7 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
             p = await replays.progress(settings, name)
             if p.caught_up and p.total and await _settled(settings, name, chunks, summaries):
                 break
-        except psycopg.OperationalError as exc:  # the database is shared: no free connection this moment
+        except psycopg.OperationalError as exc:  # shared database: no free connection this moment
             if "too many clients" not in str(exc):
                 raise
         await asyncio.sleep(0.25)

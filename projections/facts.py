@@ -130,7 +130,8 @@ class FactsProjector:
                 letters.append(letter)
         return letters
 
-    async def apply_event(self, conn: psycopg.AsyncConnection, record: ConsumerRecord, event: Event) -> DeadLetter | None:
+    async def apply_event(self, conn: psycopg.AsyncConnection, record: ConsumerRecord,
+                          event: Event) -> DeadLetter | None:
         """One decoded event in a savepoint; its dead letter when refused."""
         handler = {fe.CHUNK_RECORDED: self._chunk, fe.MEMORY_STORED: self._stored}.get(event.type)
         if handler is None and event.type not in fe.MANAGEMENT_TYPES:
