@@ -40,9 +40,13 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
     if process.returncode:
         raise RuntimeError(out.decode())
     while True:
-        p = await replays.progress(settings, name)
-        if p.caught_up and p.total and await _settled(settings, name, chunks, summaries):
-            break
+        try:
+            p = await replays.progress(settings, name)
+            if p.caught_up and p.total and await _settled(settings, name, chunks, summaries):
+                break
+        except psycopg.OperationalError as exc:  # shared database: no free connection this moment
+            if "too many clients" not in str(exc):
+                raise
         await asyncio.sleep(0.25)
     elapsed = time.perf_counter() - clock
     with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:

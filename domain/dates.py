@@ -185,8 +185,25 @@ def _when(kind: str, groups: dict[str, str | None], day: date, sentence: str) ->
     return None
 
 
+# Every expression of _TABLE contains one of these words or word parts ("day" covers today,
+# yesterday and the weekdays; the numbered forms need a unit): a text with none of them has
+# nothing to resolve, and most messages are skipped without running _PATTERN over them.
+_CUES = ("day", "last", "next", "this", "tonight", "tomorrow", "week", "month", "year")
+# IGNORECASE also matches these non-ASCII letters to ASCII ones (re's case folding; str.lower()
+# alone would miss them): folded first, so the cue test never skips a text _PATTERN matches.
+_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
+def might_have_dates(text: str) -> bool:
+    """False only when _PATTERN cannot match `text` (a necessary condition, cheap)."""
+    folded = (text if text.isascii() else text.translate(_FOLD)).lower()
+    return any(cue in folded for cue in _CUES)
+
+
 def find(text: str, at: datetime | date) -> list[Resolved]:
     """Every relative expression in `text`, resolved against `at` (the message's time)."""
+    if not might_have_dates(text):
+        return []
     day = at.date() if isinstance(at, datetime) else at
     found = []
     for match in _PATTERN.finditer(text):

@@ -35,7 +35,7 @@ NEIGHBOURS = 10
 _ACTIONS = {fe.FACT_EDITED: "edited", fe.FACT_DELETED: "deleted"}
 _MESSAGE_PREFIX = b'{"type":"message.appended"'  # how schemas.codec.encode starts every message
 
-_INSERT_CHUNK = """
+INSERT_CHUNK = """
 INSERT INTO conversation_chunks (chunk_id, tenant_id, conversation_id, user_id, subject_id, content, embedding,
     embedding_model, message_range_start, message_range_end, prompt_version, model, source_event_ids, event_id,
     occurred_start, occurred_end)
@@ -125,34 +125,43 @@ class FactsProjector:
                 event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
             except InvalidEvent:
                 continue  # the messages and memory projectors dead-letter invalid input once
-            handler = {fe.CHUNK_RECORDED: self._chunk, fe.MEMORY_STORED: self._stored}.get(event.type)
-            if handler is None and event.type not in fe.MANAGEMENT_TYPES:
-                continue
-            try:
-                async with conn.transaction():  # a savepoint: one bad event never blocks the rest
-                    refusal = await (handler or self._decision)(conn, event)
-            except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
-                refusal = ("apply_failed", f"{type(exc).__name__}: {exc}")
-            if refusal is not None:
-                log.warning("facts projector refused %s %s: %s", event.type, event.envelope.event_id, refusal)
-                letters.append(DeadLetter(record, *refusal))
+            letter = await self.apply_event(conn, record, event)
+            if letter is not None:
+                letters.append(letter)
         return letters
+
+    async def apply_event(self, conn: psycopg.AsyncConnection, record: ConsumerRecord,
+                          event: Event) -> DeadLetter | None:
+        """One decoded event in a savepoint; its dead letter when refused."""
+        handler = {fe.CHUNK_RECORDED: self._chunk, fe.MEMORY_STORED: self._stored}.get(event.type)
+        if handler is None and event.type not in fe.MANAGEMENT_TYPES:
+            return None
+        try:
+            async with conn.transaction():  # a savepoint: one bad event never blocks the rest
+                refusal = await (handler or self._decision)(conn, event)
+        except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as exc:
+            refusal = ("apply_failed", f"{type(exc).__name__}: {exc}")
+        if refusal is None:
+            return None
+        log.warning("facts projector refused %s %s: %s", event.type, event.envelope.event_id, refusal)
+        return DeadLetter(record, *refusal)
 
     # -- chunks and extracted facts -------------------------------------------------------
 
-    async def _chunk(self, conn, event: Event) -> tuple[str, str] | None:
-        e, p = event.envelope, event.payload
-        dims = self.settings.embedding.dimensions
+    def chunk_refusal(self, event: Event) -> tuple[str, str] | None:
+        """Why a chunk.recorded cannot be applied (vectors the column does not take), or None."""
+        p, dims = event.payload, self.settings.embedding.dimensions
         bad = [v for v in (p.embedding, *(f.embedding for f in p.facts)) if v.dimensions != dims]
         if bad:
             return "wrong_dimensions", f"vectors of {bad[0].dimensions} dimensions ({bad[0].model}), column has {dims}"
-        cur = await conn.execute(_INSERT_CHUNK, (
-            p.chunk_id, e.tenant_id, e.conversation_id, p.owner_user_id, p.subject_id, p.summary,
-            vector_literal(p.embedding.values), p.embedding.model, p.start_seq, p.end_seq_exclusive,
-            p.prompt_version, p.model, p.source_event_ids, e.event_id,
-            # Events recorded before occurred_start existed: the range is at least as old as
-            # its newest message, so both ends take observed_at.
-            p.occurred_start or p.observed_at, p.observed_at))
+        return None
+
+    async def _chunk(self, conn, event: Event) -> tuple[str, str] | None:
+        e, p = event.envelope, event.payload
+        refusal = self.chunk_refusal(event)
+        if refusal is not None:
+            return refusal
+        cur = await conn.execute(INSERT_CHUNK, chunk_row(event))
         if await cur.fetchone() is None:
             return None  # this range is already recorded: redelivery, replay or a late attempt
         source = FactSource(e.event_id, e.tenant_id, e.conversation_id, p.owner_user_id, p.subject_id, p.observed_at,
@@ -310,6 +319,17 @@ class FactsProjector:
     async def _load_decisions(self, conn, tenant: str, owner: str, subject: str | None) -> list[rules.Decision]:
         cur = await conn.execute(_DECISIONS, (tenant, owner, subject))
         return [_decision_row(*row) for row in await cur.fetchall()]
+
+
+def chunk_row(event: Event) -> tuple:
+    """The parameters of INSERT_CHUNK for a chunk.recorded event."""
+    e, p = event.envelope, event.payload
+    return (p.chunk_id, e.tenant_id, e.conversation_id, p.owner_user_id, p.subject_id, p.summary,
+            vector_literal(p.embedding.values), p.embedding.model, p.start_seq, p.end_seq_exclusive,
+            p.prompt_version, p.model, p.source_event_ids, e.event_id,
+            # Events recorded before occurred_start existed: the range is at least as old as
+            # its newest message, so both ends take observed_at.
+            p.occurred_start or p.observed_at, p.observed_at)
 
 
 def _dump(vector: fe.Vector | None) -> dict | None:

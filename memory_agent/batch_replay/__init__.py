@@ -33,11 +33,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
 from memory_agent.batch_replay.facts import FactsBatch, close_stage, open_stage
+from memory_agent.batch_replay.produce import send_all
 from memory_agent.llm.cache import CachedSummarizer
 from memory_agent.llm.factory import make_summarizer
 from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
 from memory_agent.settings import Settings
 from projections.db import connect
+from projections.lineage import TopicLineageProjector
 from projections.memory import MemoryProjector, load_settled
 from projections.messages import MessagesProjector
 from projections.runner import apply_records, load_offsets, save_positions
@@ -80,7 +82,7 @@ class PartitionReport:
     failed: int
     seconds: float
     phases: dict[str, float]  # seconds per phase; "messages" is what remained after the others
-    facts: dict[str, int]  # chunk waves, chunks recorded, failed attempts (facts system)
+    facts: dict[str, float]  # chunk waves, chunks recorded, failed attempts, seconds per step (facts system)
 
 
 class _Phases:
@@ -289,10 +291,15 @@ class _Partition:
         if self.facts is not None:  # the stage reads the projected messages
             await phases.timed("facts", self.facts.rebuild(records, decoded))
         derived_end = (await self.consumer.end_offsets([self.derived]))[self.derived]
+        async with await connect(self.settings) as conn, conn.transaction():
+            # The topic lineage projector applies topic events only, and a batch writes none: it
+            # starts after them rather than reading the whole derived topic to skip it.
+            await save_positions(conn, TopicLineageProjector.name, {self.derived: derived_end})
         await phases.timed("hand-over", self.hand_over.commit(self.source, cut, derived_end))
         summaries = sum(len(c.requests) for c in self.fold.conversations.values()) if self.window else 0
         return PartitionReport(self.source.partition, len(records), summaries, self.hits, self.calls, self.failed,
-                               phases.total(), phases.seconds, self.facts.stats if self.facts is not None else {})
+                               phases.total(), phases.seconds,
+                               {**self.facts.stats, **self.facts.seconds} if self.facts is not None else {})
 
     async def _window(self, phases: _Phases, records: list[ConsumerRecord], decoded: list) -> None:
         with phases.clock("fold"):
@@ -382,12 +389,9 @@ class _Partition:
     async def _write_derived(self) -> int:
         """Requests and answers into the generation's topic, and their rows (the memory
         projector's bulk load, in one transaction with its position). Returns the topic's end."""
-        futures = []
-        for conversation in self.fold.conversations.values():
-            for event in (*conversation.requests, *_in_order(conversation)):
-                futures.append(await self.producer.send(
-                    self.derived.topic, encode(event.envelope), key=conversation.key, partition=self.derived.partition))
-        await asyncio.gather(*futures)
+        await send_all(self.producer, self.derived.topic, self.derived.partition, (
+            (conversation.key, encode(event.envelope)) for conversation in self.fold.conversations.values()
+            for event in (*conversation.requests, *_in_order(conversation))))
         end = (await self.consumer.end_offsets([self.derived]))[self.derived]
         settled = [(r, c.results[r.payload.memory_id]) for c in self.fold.conversations.values() for r in c.requests]
         async with await connect(self.settings) as conn, conn.transaction():
@@ -397,13 +401,8 @@ class _Partition:
 
     async def _write_changelog(self) -> None:
         """The window table's entries as the agent would have written them (raw key, JSON state)."""
-        topic = self.hand_over.changelogs["window"]
-        futures = [
-            await self.producer.send(topic, orjson.dumps(self.fold.finish(c).to_dict()), key=c.key,
-                                     partition=self.source.partition)
-            for c in self.fold.conversations.values()
-        ]
-        await asyncio.gather(*futures)
+        await send_all(self.producer, self.hand_over.changelogs["window"], self.source.partition, (
+            (c.key, orjson.dumps(self.fold.finish(c).to_dict())) for c in self.fold.conversations.values()))
 
 
 def _in_order(conversation: Conversation) -> list[Event]:

@@ -21,18 +21,23 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent.batch_replay.coalesce import coalesce_lookups
+from memory_agent.batch_replay.produce import send_all
 from memory_agent.embeddings.factory import make_embedder
 from memory_agent.llm.factory import make_json_completer
 from memory_agent.settings import Settings
 from projections.db import connect, make_pool
-from projections.facts import FactsProjector
+from projections.dead_letter import DeadLetter
+from projections.facts import INSERT_CHUNK, FactsProjector, chunk_row
+from projections.memory import MemoryProjector
 from projections.runner import apply_records
-from schemas.codec import Event, encode
-from schemas.envelope import Envelope
-from schemas.facts_events import CHUNK_RECORDED
+from schemas.codec import Event, decode, encode
+from schemas.envelope import Envelope, InvalidEvent
+from schemas.facts_events import CHUNK_RECORDED, MANAGEMENT_TYPES, MEMORY_STORED
+from schemas.limits import Limits
 from streams.facts.agent import chunk_config, prompt_and_model
 from streams.facts.batch import ChunkHistoryFold, as_event
 from streams.facts.extractor import ChunkExtractor
+from streams.facts.offline import ExistingFact, pick_related, related_query
 from streams.facts.stage import ChunkInputs, ChunkStage, inputs_of
 
 log = logging.getLogger(__name__)
@@ -53,6 +58,24 @@ SELECT w.i, m.seq, m.event_id, m.role, m.content, m.occurred_at
   JOIN messages m ON m.tenant_id = w.t AND m.conversation_id = w.c AND m.seq >= w.s AND m.seq < w.e
  ORDER BY w.i, m.seq
 """
+# The stage's related-facts query (streams/facts/stage.py `_RELATED`) for every range of a wave at
+# once: the same filter, ranking and limit per range, numbered in the stage's order.
+_WAVE_RELATED = """
+SELECT w.i, f.fact_id, f.content, f.category
+  FROM unnest(%(tenants)s::text[], %(owners)s::text[], %(subjects)s::text[], %(queries)s::text[],
+              %(befores)s::timestamptz[]) WITH ORDINALITY AS w(t, o, s, q, b, i)
+ CROSS JOIN LATERAL (
+       SELECT fact_id, content, category,
+              row_number() OVER (ORDER BY ts_rank(content_tsv, to_tsquery('english', w.q)) DESC, updated_at DESC,
+                                 fact_id) AS n
+         FROM facts
+        WHERE tenant_id = w.t AND owner_user_id = w.o AND subject_id IS NOT DISTINCT FROM w.s
+          AND valid_to IS NULL AND deleted_at IS NULL AND valid_from <= w.b
+          AND content_tsv @@ to_tsquery('english', w.q)
+        ORDER BY ts_rank(content_tsv, to_tsquery('english', w.q)) DESC, updated_at DESC, fact_id
+        LIMIT %(limit)s) AS f
+ ORDER BY w.i, f.n
+"""
 
 
 class _BatchStage(ChunkStage):
@@ -65,6 +88,8 @@ class _BatchStage(ChunkStage):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._ready: dict[tuple[str, str, int, int], ChunkInputs] = {}
+        # Per conversation: the inputs its related facts were read for, the query, the stored facts.
+        self._related_ready: dict[tuple[str, str], tuple[ChunkInputs, str, list[ExistingFact]]] = {}
 
     async def _already_recorded(self, cause, request) -> bool:
         return False
@@ -86,6 +111,36 @@ class _BatchStage(ChunkStage):
             inputs = inputs_of(conversations.get(key[:2]), rows.get(i, []), key[2], key[3])
             if inputs is not None:
                 self._ready[key] = inputs
+        await self._prefetch_related()
+
+    async def _prefetch_related(self) -> None:
+        """The related facts of every range read above, in one query (the stage asks one per range).
+        Nothing is projected while a wave runs, so each range gets the rows its own query would."""
+        self._related_ready = {}
+        if self.related_facts <= 0:
+            return
+        asked = [(key, inputs, related_query(inputs.messages)) for key, inputs in self._ready.items()]
+        asked = [item for item in asked if item[2]]
+        if not asked:
+            return
+        params = {"tenants": [key[0] for key, _, _ in asked], "owners": [i.owner_user_id for _, i, _ in asked],
+                  "subjects": [i.subject_id for _, i, _ in asked], "queries": [q for _, _, q in asked],
+                  "befores": [i.observed_at for _, i, _ in asked], "limit": self.related_facts}
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_WAVE_RELATED, params)
+            found: dict[int, list[ExistingFact]] = {}
+            for i, fact_id, content, category in await cur.fetchall():
+                found.setdefault(i - 1, []).append(ExistingFact(fact_id, content, category))
+        for index, (key, inputs, query) in enumerate(asked):
+            self._related_ready[key[:2]] = (inputs, query, found.get(index, []))
+
+    async def _related(self, cause, inputs: ChunkInputs) -> list[ExistingFact]:
+        ready = self._related_ready.pop((cause.tenant_id, cause.conversation_id), None)
+        if ready is None or ready[0] is not inputs:
+            return await super()._related(cause, inputs)
+        _, query, stored = ready
+        recent = self._recent.get((cause.tenant_id, cause.conversation_id), [])
+        return pick_related(stored, recent, query, self.related_facts)
 
     async def _inputs(self, cause, request) -> ChunkInputs:
         key = (cause.tenant_id, cause.conversation_id, request.start_seq, request.end_seq_exclusive)
@@ -120,15 +175,27 @@ class FactsBatch:
         self.settings, self.stage, self.producer, self.derived = settings, stage, producer, derived
         self.changelog = changelog
         self.projector = FactsProjector(settings)
+        # The derived topic's other projector with rows of its own: the memory projector (window
+        # system) decodes these events and dead-letters an invalid one. Applied here, by its own
+        # code and with its position, it does not read them all again after the hand-over.
+        self.others = [MemoryProjector(settings)] if "window" in settings.systems else []
         self.fold = ChunkHistoryFold(chunk_config(settings), time.time(), *prompt_and_model(settings))
         self.stats = {"waves": 0, "chunks": 0, "failed": 0, "prefetched": 0}
+        self.seconds: dict[str, float] = {}  # per step of the waves, summed (the worker log shows them)
+
+    def _add(self, step: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[step] = round(self.seconds.get(step, 0.0) + now - since, 3)
+        return now
 
     async def rebuild(self, records: list[ConsumerRecord], decoded: list) -> None:
         """Run after the partition's messages are projected (the stage reads them)."""
+        clock = time.perf_counter()
         first: list[tuple[bytes, Envelope]] = []
         for record, event in zip(records, decoded):
             if isinstance(event, Event):
                 first += [(record.key, envelope) for envelope in self.fold.add(record.key, event)]
+        self._add("fold", clock)
         quiet = logging.getLogger("streams.facts.stage")
         level = quiet.level
         quiet.setLevel(max(quiet.getEffectiveLevel(), logging.WARNING))  # not a line per chunk
@@ -149,9 +216,12 @@ class FactsBatch:
             async with limit:
                 return await stage.handle(conversation.asked)
 
+        clock = time.perf_counter()
         await stage.prefetch([c.asked for c in wave])
         self.stats["prefetched"] += len(stage._ready)
+        clock = self._add("prefetch", clock)
         results = await asyncio.gather(*(ask(c) for c in wave))
+        clock = self._add("stage", clock)
         out: list[tuple[bytes, Envelope]] = []
         for conversation, result in zip(wave, results):
             if result is not None:
@@ -160,28 +230,53 @@ class FactsBatch:
                 self.stats["failed"] += result.type != CHUNK_RECORDED
             answered = self.fold.answer(conversation, as_event(result) if result is not None else None)
             out += [(conversation.key, envelope) for envelope in answered]
+        self._add("fold", clock)
         await self._publish(conn, out)
 
     async def _publish(self, conn, events: list[tuple[bytes, Envelope]]) -> None:
         """Into the derived topic, then through the facts projector (rows + its position)."""
-        sent = []
-        for key, envelope in events:
-            value = encode(envelope)
-            future = await self.producer.send(self.derived.topic, value, key=key, partition=self.derived.partition)
-            sent.append((key, value, future))
-        records = []
-        for key, value, future in sent:
-            meta = await future
-            records.append(ConsumerRecord(meta.topic, meta.partition, meta.offset, meta.timestamp, 0, key, value,
-                                          None, len(key) if key is not None else -1, len(value), ()))
+        clock = time.perf_counter()
+        values = [(key, encode(envelope)) for key, envelope in events]
+        offsets = await send_all(self.producer, self.derived.topic, self.derived.partition, values)
+        topic, partition = self.derived.topic, self.derived.partition
+        records = [ConsumerRecord(topic, partition, offset, -1, 0, key, value, None,
+                                  len(key) if key is not None else -1, len(value), ())
+                   for offset, (key, value) in zip(offsets, values)]
+        clock = self._add("send", clock)
+        types = [envelope.type for _, envelope in events]
         for i in range(0, len(records), _CHUNK):
-            await apply_records(conn, self.producer, self.settings, self.projector, records[i:i + _CHUNK])
+            part, part_types = records[i:i + _CHUNK], types[i:i + _CHUNK]
+            await apply_records(conn, self.producer, self.settings, self.projector, part,
+                                apply=lambda p=part, t=part_types: self._project(conn, p, t))
+            for other in self.others:
+                await apply_records(conn, self.producer, self.settings, other, part)
+        self._add("project", clock)
+
+    async def _project(self, conn, records: list[ConsumerRecord], types: list[str]) -> list[DeadLetter]:
+        """What the facts projector's `apply` does with these records, with the chunks that carry no
+        facts inserted in one pipelined `executemany` instead of a statement and a savepoint each
+        (no fact reads chunk rows, so inserting them after the chunks with facts changes nothing).
+        A batch the database refuses is applied again record by record by `apply_records`."""
+        limits = Limits.of(self.settings)
+        letters, plain = [], []
+        for record, kind in zip(records, types):
+            if kind != CHUNK_RECORDED and kind != MEMORY_STORED and kind not in MANAGEMENT_TYPES:
+                continue  # requests, failures, skips: the projector decodes them and moves on
+            try:
+                event = decode(record.value, key=record.key, limits=limits)
+            except InvalidEvent:
+                continue
+            if event.type == CHUNK_RECORDED and not event.payload.facts \
+                    and self.projector.chunk_refusal(event) is None:
+                plain.append(chunk_row(event))
+            elif (letter := await self.projector.apply_event(conn, record, event)) is not None:
+                letters.append(letter)
+        if plain:
+            async with conn.cursor() as cur:
+                await cur.executemany(INSERT_CHUNK, plain)
+        return letters
 
     async def _write_changelog(self) -> None:
         """The chunk table's entries as the agent would have written them (raw key, JSON state)."""
-        futures = [
-            await self.producer.send(self.changelog, orjson.dumps(c.state.to_dict()), key=c.key,
-                                     partition=self.derived.partition)
-            for c in self.fold.changed()
-        ]
-        await asyncio.gather(*futures)
+        await send_all(self.producer, self.changelog, self.derived.partition,
+                       ((c.key, orjson.dumps(c.state.to_dict())) for c in self.fold.changed()))

@@ -57,7 +57,9 @@ async def say(settings, conversation: int, seqs) -> None:
                 tenant_id="tenant-a", conversation_id=f"conv-{conversation}", user_id=f"user-{conversation}", seq=seq,
                 role="user" if user else "assistant", event_id=f"conv-{conversation}-{seq}",
                 # Unique per test: the LLM and embedding caches are shared by every deployment.
-                content=(f"I {['play', 'cook', 'paint', 'climb'][seq % 4]} on day {seq} of conversation"
+                # The last conversation says "We": its chunks carry no facts (the batch bulk-loads those).
+                content=(f"{'We' if conversation == CONVERSATIONS - 1 else 'I'}"
+                         f" {['play', 'cook', 'paint', 'climb'][seq % 4]} on day {seq} of conversation"
                          f" {conversation} ({settings.kafka.topic_prefix})." if user
                          else f"Noted, point {seq} of {settings.kafka.topic_prefix}."),
             )
@@ -144,6 +146,8 @@ async def test_batch_replay_of_chunks_and_facts_equals_the_stream_replay_and_han
                 batch_rows = await _rows(settings, f"SELECT {columns} FROM gen_{b1}.{table} ORDER BY 1, 2, 3")
                 assert batch_rows, table
                 assert stream_rows == batch_rows, table
+            assert await _rows(settings, f"SELECT count(*) FROM gen_{b1}.facts WHERE source_conversation_id ="
+                                         f" 'conv-{CONVERSATIONS - 1}'") == [(0,)]  # fact-less chunks only
 
             # Hand-over: four more messages of conv-0 make the range [12,16) due. The live chunk
             # fold goes on from the batch's state (a fold starting from nothing would ask for

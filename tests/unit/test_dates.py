@@ -81,3 +81,33 @@ def test_annotation_keeps_the_text_and_adds_each_date():
 
 def test_format_is_day_month_year():
     assert format_date(date(2023, 5, 7)) == "7 May 2023"
+
+
+def test_the_cue_test_never_skips_a_text_the_pattern_matches():
+    """`might_have_dates` is a shortcut: over texts built from the pattern's own words, upper
+    case, and the non-ASCII letters re's IGNORECASE folds to ASCII, every text _PATTERN finds
+    something in passes it, and `find` gives what the pattern alone gives."""
+    import random
+
+    from domain import dates
+
+    parts = ["the day before yesterday", "yesterday", "Last night", "tomorrow", "TODAY", "tonight",
+             "this morning", "earlier today", "two weeks ago", "3 days ago", "in a couple of months",
+             "in 2 years", "next weekend", "this past week", "last Friday", "on Monday", "Sunday evening",
+             "next May", "this coming winter", "last fall", "thıs morning", "ſunday night", "yesterdaY",
+             "THİS week", "on ſaturday", "a", "the", "I", "went", "there", "(", ")", "'s", "’", ",", ".",
+             "é", "ü", "K", "k", "Week", "mONTH", "year", "plan", "chess", "lunch", "2023", " "]
+    rng = random.Random(20261126)
+    at = date(2023, 5, 8)
+    matched = 0
+    for _ in range(5000):
+        text = " ".join(rng.choice(parts) for _ in range(rng.randint(1, 6)))
+        if rng.random() < 0.3:
+            text = text.upper() if rng.random() < 0.5 else text.title()
+        found = list(dates._PATTERN.finditer(text))
+        matched += bool(found)
+        assert dates.might_have_dates(text) or not found, text
+    assert matched > 1000  # the texts do exercise the pattern
+    assert find("message 12 of c3: a sentence of ordinary chat length about the project plan", at) == []
+    assert annotate("ok, see you thıs morning", datetime(2023, 5, 8, tzinfo=timezone.utc)) \
+        == "ok, see you thıs morning (8 May 2023)"
