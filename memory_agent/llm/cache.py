@@ -113,14 +113,26 @@ class LlmCache:
                         " hits = llm_cache_usage.hits + EXCLUDED.hits, calls = llm_cache_usage.calls + EXCLUDED.calls",
                         (self.topic_prefix, self.generation, kind, hits, calls),
                     )
-        except Exception:
+        except BaseException as error:  # a failure, or a flush cancelled mid-write by aclose
             for kind, (hits, calls) in pending.items():  # kept for the next flush
-                self._count(kind, hits=hits, calls=calls)
+                counts = self._counts.setdefault(kind, [0, 0])
+                counts[0] += hits
+                counts[1] += calls
+            if isinstance(error, Exception) and (self._flusher is None or self._flusher.done()):
+                self._flusher = asyncio.create_task(self._flush_soon(), name="llm-cache-usage-flush")
             raise
 
     async def aclose(self) -> None:
-        if self._flusher is not None:
-            self._flusher.cancel()
+        """Flush what was counted (a flush cut off by the cancel keeps its counts for this one)."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None and not flusher.done():
+            flusher.cancel()
+            try:
+                await flusher
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # noqa: BLE001 - its counts were kept; the flush below retries them
+                pass
         await self.flush()
         if self._pool is not None:
             await self._pool.close()
