@@ -92,10 +92,17 @@ def terminate(pid: int, cmdline_contains: tuple[str, ...], timeout: float) -> bo
     return True
 
 
-def tail(path: Path, lines: int = 25) -> str:
-    """The last lines of a log file, for error messages."""
+def tail(path: Path, lines: int = 25, errors: int = 10) -> str:
+    """The last lines of a log file, for error messages, after its first ERROR/FATAL lines (a
+    broker that failed to start logs why, then a long shutdown that would push it out)."""
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:
         return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:])
+    all_lines = text.splitlines()
+    last = all_lines[-lines:]
+    first_errors = [line for line in all_lines[:-lines] if " ERROR " in line or " FATAL " in line
+                    or line.startswith(("ERROR", "FATAL"))][:errors]
+    if not first_errors:
+        return "\n".join(last)
+    return "\n".join(["(first errors)", *first_errors, "(last lines)", *last])
