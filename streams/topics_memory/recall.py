@@ -77,19 +77,25 @@ class BacklogStage:
                         cause.conversation_id, request.from_seq, request.attempt)
             return []
         through = rows[-1].seq if len(rows) >= request.limit else request.upto_seq
+        missing = 0 if complete(rows, request) else 1  # a final read going on with a gap (or an erased seq)
+        return await self._answer(cause, request, rows, through, missing, gap=False)
+
+    async def _answer(self, cause: Envelope, request: te.TopicBacklogRequested, rows: list[Row], through: int,
+                      missing: int, *, gap: bool) -> list[Envelope]:
+        """The rows' people's messages recalled in order with their embeddings, then the read's
+        `topic.backlog_read`; nothing (asked again later) while embedding fails before the last attempt."""
         placed = [r for r in rows if r.role in PLACED_ROLES]
         vectors, error = await self._embed([r for r in placed if r.role == "user"])
         if vectors is None and not request.final:
-            log.warning("backlog of %s from seq %d: embedding failed (%s); asked again later",
-                        cause.conversation_id, request.from_seq, error)
+            log.warning("%s of %s from seq %d: embedding failed (%s); asked again later",
+                        "gap read" if gap else "backlog", cause.conversation_id, request.from_seq, error)
             return []
         out, after = [], request.from_seq - 1
         for row in placed:
             out.append(self._recalled(cause, row, after, vectors, error))
             after = row.seq
-        missing = 0 if complete(rows, request) else 1  # a final read going on with a gap (or an erased seq)
         done = te.TopicBacklogRead(from_seq=request.from_seq, through_seq=through, last_recalled_seq=after,
-                                   count=len(placed), attempt=request.attempt, missing=missing)
+                                   count=len(placed), attempt=request.attempt, missing=missing, gap=gap)
         out.append(new_event(te.TOPIC_BACKLOG_READ, done, tenant_id=cause.tenant_id,
                              conversation_id=cause.conversation_id, user_id=cause.user_id,
                              subject_id=cause.subject_id, seq=cause.seq))
@@ -106,26 +112,11 @@ class BacklogStage:
                      cause.conversation_id, request.from_seq, request.upto_seq, request.attempt)
             return []
         through = rows[-1].seq if len(rows) >= request.limit else request.upto_seq
-        placed = [r for r in rows if r.role in PLACED_ROLES]
-        vectors, error = await self._embed([r for r in placed if r.role == "user"])
-        if vectors is None and not request.final:
-            log.warning("gap read of %s from seq %d: embedding failed (%s); asked again later",
-                        cause.conversation_id, request.from_seq, error)
-            return []
-        out, after = [], request.from_seq - 1
-        for row in placed:
-            out.append(self._recalled(cause, row, after, vectors, error))
-            after = row.seq
         missing = missing_in(ranges, through, len(rows))
         if missing:
             log.warning("gap read of %s seq %d-%d: %d passed-over seqs are not in the projected log; given up",
                         cause.conversation_id, request.from_seq, through, missing)
-        done = te.TopicBacklogRead(from_seq=request.from_seq, through_seq=through, last_recalled_seq=after,
-                                   count=len(placed), attempt=request.attempt, missing=missing, gap=True)
-        out.append(new_event(te.TOPIC_BACKLOG_READ, done, tenant_id=cause.tenant_id,
-                             conversation_id=cause.conversation_id, user_id=cause.user_id,
-                             subject_id=cause.subject_id, seq=cause.seq))
-        return out
+        return await self._answer(cause, request, rows, through, missing, gap=True)
 
     async def _gap_rows(self, cause: Envelope, request: te.TopicBacklogRequested,
                         ranges: tuple[tuple[int, int], ...]) -> list[Row] | None:
