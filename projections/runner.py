@@ -323,12 +323,9 @@ class _SeekShared(ConsumerRebalanceListener):
                     offset = stored.get(tp)
                     lowest[tp] = None if offset is None or (tp in lowest and lowest[tp] is None) \
                         else min(offset, lowest.get(tp, offset))
-            for tp, offset in lowest.items():
-                if offset is None:  # a projector that never applied this partition reads it whole
-                    await self.group.consumer.seek_to_beginning(tp)
-                else:
-                    self.group.consumer.seek(tp, offset)
-            # A batch fetched before these seeks is dropped, not applied (`ProjectorGroup.run`).
+            self.group.resume = lowest
+            await self.group.seek_to_resume()
+            # A batch fetched around these seeks is dropped and read again (`ProjectorGroup.run`).
             self.group.epoch += 1
         log.info("%s assigned %s", self.group.name, sorted((tp.topic, tp.partition) for tp in assigned))
 
@@ -368,6 +365,7 @@ class ProjectorGroup:
         self._next_commit = 0.0
         self.lock = asyncio.Lock()  # a batch being applied, or a rebalance: one at a time
         self.epoch = 0  # assignments seen: a batch fetched under an older one is not applied
+        self.resume: dict[TopicPartition, int | None] = {}  # the last assignment's positions
 
     async def run(self) -> None:
         """Consume until cancelled; one projector refusing to go on (a bug) stops the group."""
@@ -397,9 +395,11 @@ class ProjectorGroup:
                     continue
                 async with self.lock:
                     if epoch != self.epoch:
-                        # Fetched before a rebalance sought the partitions to the projectors'
-                        # stored offsets (maybe lower, for a projector new to the group): read
-                        # again from there, or that projector would skip what lies between.
+                        # Fetched while a rebalance sought the partitions to the projectors'
+                        # stored offsets: from before the seek (maybe past what a projector new
+                        # to the group must read) or after it, the batch cannot tell. Nothing
+                        # was applied since, so the same seek again reads it all anew.
+                        await self.seek_to_resume()
                         continue
                     await _all_or_none([runner.process(records) for runner in self.runners])
                 self._to_commit.update({tp: recs[-1].offset + 1 for tp, recs in batches.items() if recs})
@@ -415,6 +415,18 @@ class ProjectorGroup:
                     log.exception("error while stopping the consumer of %s", self.name)
             for runner in self.runners:
                 await runner.stop()
+
+    async def seek_to_resume(self) -> None:
+        """Every assigned partition to the lowest offset its projectors stored (the beginning
+        when one of them has none)."""
+        assigned = self.consumer.assignment()
+        for tp, offset in self.resume.items():
+            if tp not in assigned:
+                continue
+            if offset is None:
+                await self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, offset)
 
     async def _commit_kafka(self) -> None:
         offsets, self._to_commit = self._to_commit, {}
