@@ -391,6 +391,11 @@ class ProjectorGroup:
                     runner.ready.set()
                 records = [r for recs in batches.values() for r in recs]
                 pace.saw(bool(records))
+                # Lag monitoring only, as a single projector's: at most once a second, and also
+                # after the last batch (an empty fetch comes at least every 200 ms).
+                if self._to_commit and loop.time() >= self._next_commit:
+                    await self._commit_kafka()
+                    self._next_commit = loop.time() + KAFKA_COMMIT_INTERVAL_S
                 if not records:
                     continue
                 async with self.lock:
@@ -403,9 +408,6 @@ class ProjectorGroup:
                         continue
                     await _all_or_none([runner.process(records) for runner in self.runners])
                 self._to_commit.update({tp: recs[-1].offset + 1 for tp, recs in batches.items() if recs})
-                if loop.time() >= self._next_commit:  # lag monitoring only, as a single projector's
-                    await self._commit_kafka()
-                    self._next_commit = loop.time() + KAFKA_COMMIT_INTERVAL_S
         finally:
             await self._commit_kafka()
             if self.consumer is not None:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 
 from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from memory_agent.worker import consumer_groups
 from projections.db import connect
@@ -49,6 +50,16 @@ async def _run(group: ProjectorGroup, done) -> None:
             await task
 
 
+async def _committed(settings, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group, partitions=tps)
+    finally:
+        await admin.close()
+    return {tp: meta.offset for tp, meta in offsets.items()}
+
+
 async def _true(value: bool) -> bool:
     return value
 
@@ -72,8 +83,12 @@ async def test_projectors_sharing_a_consumer_each_apply_every_record_once_from_t
 
     group = ProjectorGroup(settings, [ahead, behind])
     assert group.group_id.endswith(".projectors.test-ahead+test-behind")
-    await _run(group, lambda: _true(len(behind.applied) >= len(expected[behind.name])
-                                     and len(ahead.applied) >= len(expected[ahead.name])))
+    ends = {TopicPartition(topic, p): max(offsets) + 1 for p, offsets in by_partition.items()}
+
+    async def caught_up() -> bool:  # and its Kafka-side commit (lag monitoring) at the end too
+        return (len(behind.applied) >= len(expected[behind.name]) and len(ahead.applied) >= len(expected[ahead.name])
+                and await _committed(settings, group.group_id, list(ends)) == ends)
+    await _run(group, caught_up)
     await asyncio.sleep(0.5)
     assert sorted(behind.applied) == expected[behind.name]  # read from the lower of the two positions
     assert sorted(ahead.applied) == expected[ahead.name]  # what it applied already is skipped
