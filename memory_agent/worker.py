@@ -16,7 +16,7 @@ from projections.lineage import projectors as lineage_projectors
 from projections.erasure import ErasureProjector
 from projections.memory import MemoryProjector
 from projections.messages import MessagesProjector
-from projections.runner import ProjectorRunner
+from projections.runner import ProjectorGroup
 from streams.kafka_topics import changelog_specs, ensure_topics, topic_specs
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,20 @@ def projectors(settings: Settings) -> list:
             ErasureProjector(settings), *(p for system in settings.systems for p in by_system[system]())]
 
 
+# Projectors that call a model keep a consumer of their own: a shared fetch waits for its
+# slowest projector, and the messages projector (what reads see first) must not wait for embeddings.
+OWN_CONSUMER = frozenset({"message_index"})
+
+
+def consumer_groups(settings: Settings, chosen: list) -> list[list]:
+    """Projectors that read the same topics share one consumer (projections/runner.py)."""
+    groups: dict[tuple, list] = {}
+    for projector in chosen:
+        key = (projector.name,) if projector.name in OWN_CONSUMER else tuple(sorted(projector.topics(settings)))
+        groups.setdefault(key, []).append(projector)
+    return list(groups.values())
+
+
 async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, *, lag: bool = False) -> None:
     """Run every projector until `stop` is set, a signal arrives, or the task is cancelled;
     `lag`: also refresh the consumer-lag gauge (the worker process, which serves /metrics)."""
@@ -43,8 +57,8 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, 
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    runners = [ProjectorRunner(settings, p) for p in projectors(settings)]
-    tasks = [asyncio.create_task(r.run(), name=f"projector-{r.projector.name}") for r in runners]
+    runners = [ProjectorGroup(settings, group) for group in consumer_groups(settings, projectors(settings))]
+    tasks = [asyncio.create_task(r.run(), name=f"projectors-{r.name}") for r in runners]
     if lag and settings.worker.metrics_port:  # the gauge /metrics shows (memory_agent/worker_metrics.py)
         tasks.append(asyncio.create_task(report_lag(settings), name="consumer-lag"))
     stopper = asyncio.create_task(stop.wait())

@@ -10,7 +10,7 @@ from streams.context import StreamContext
 from streams import rederive
 from streams.facts import register as facts
 from streams.stages import StageRunner, run_stages
-from streams.kafka_topics import agents_group, stage_group
+from streams.kafka_topics import agents_group, stage_group, stages_group
 from streams.topics_memory import register as topics
 from streams.window import register as window
 
@@ -65,15 +65,15 @@ def make_app(settings: Settings) -> faust.App:
         REGISTRARS[system](app, ctx)
     rederive.register(app, ctx)  # after an erasure: mixed summaries and chunks again (docs/lineage.md)
     runners = [
-        StageRunner(
-            stage, topic=memory_topic, group_id=stage_group(settings, stage.name),
+        StageRunner(  # one consumer for every stage (streams/stages.py)
+            ctx.stages, topic=memory_topic, group_id=stages_group(settings),
+            legacy_groups=[stage_group(settings, stage.name) for stage in ctx.stages],
             bootstrap_servers=kafka.bootstrap_servers, decode_if=ctx.decode_if, fetch_max_wait_ms=kafka.fetch_max_wait_ms,
             dead_letter_topic=kafka.dead_letter_topic, max_dead_letter_bytes=kafka.max_dead_letter_bytes,
             session_timeout_s=kafka.session_timeout_s, idle_fetch_max_wait_ms=kafka.idle_fetch_max_wait_ms,
             limits=ctx.limits,
         )
-        for stage in ctx.stages
-    ]
+    ] if ctx.stages else []
 
     @app.task
     async def stages() -> None:

@@ -46,8 +46,14 @@ def agents_group(settings: Settings) -> str:
 
 
 def stage_group(settings: Settings, stage: str) -> str:
-    """The consumer group of one concurrent stage (streams/stages.py)."""
+    """The consumer group one concurrent stage had before the stages shared one (streams/stages.py
+    reads its offsets once; the batch replay hands over through it)."""
     return f"{agents_group(settings)}.stage.{stage}"
+
+
+def stages_group(settings: Settings) -> str:
+    """The consumer group all concurrent stages of a generation share (streams/stages.py)."""
+    return f"{agents_group(settings)}.stages"
 
 
 def changelog_topic(settings: Settings, table: str) -> str:

@@ -17,7 +17,7 @@ async def test_the_app_fetches_with_the_configured_wait(tmp_path: Path):
     thread = app.consumer._thread
     consumer = thread._create_worker_consumer(app.transport)
     assert consumer._fetch_max_wait_ms == 25  # faust's own choice would be 1500
-    assert [runner.stage.name for runner in app.stage_runners] == ["summarize-windows"]
+    assert [[stage.name for stage in runner.stages] for runner in app.stage_runners] == [["summarize-windows"]]
 
 
 async def test_a_quiet_app_consumer_waits_longer(tmp_path: Path):

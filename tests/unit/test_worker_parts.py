@@ -31,7 +31,7 @@ def test_replay_progress_counts_what_the_slowest_projector_of_a_topic_applied():
 def test_the_batch_replay_names_the_groups_and_changelog_as_the_faust_app_does(tmp_path):
     """The batch hands over through these names without building the app."""
     from streams.app import make_app
-    from streams.kafka_topics import agents_group, changelog_topic, stage_group
+    from streams.kafka_topics import agents_group, changelog_topic, stage_group, stages_group
     from streams.facts.agent import CHUNK_TABLE, EXTRACT_STAGE
     from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE
 
@@ -40,8 +40,9 @@ def test_the_batch_replay_names_the_groups_and_changelog_as_the_faust_app_does(t
     assert agents_group(settings) == app.conf.id
     for table in (WINDOW_TABLE, CHUNK_TABLE):
         assert changelog_topic(settings, table) == app.tables[table].changelog_topic.get_topic_name()
-    assert {r.group_id for r in app.stage_runners} == {stage_group(settings, SUMMARY_STAGE),
-                                                       stage_group(settings, EXTRACT_STAGE)}
+    (runner,) = app.stage_runners  # one consumer for every stage; it adopts the groups the batch commits
+    assert runner.group_id == stages_group(settings)
+    assert set(runner.legacy_groups) == {stage_group(settings, SUMMARY_STAGE), stage_group(settings, EXTRACT_STAGE)}
 
 
 def test_auto_replay_mode_is_batch_when_every_system_has_a_batch_replay():

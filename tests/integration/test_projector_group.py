@@ -1,0 +1,114 @@
+"""Projectors that read the same topic share one consumer and still apply every record exactly
+once each, from their own stored offsets (projections/runner.py, `ProjectorGroup`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from memory_agent.worker import consumer_groups
+from projections.db import connect
+from projections.runner import ProjectorGroup, save_positions
+from tests.integration.conftest import wait_until
+
+
+class Recording:
+    """Applies nothing but notes what it was given, inside the batch's transaction."""
+
+    def __init__(self, name: str, topic: str) -> None:
+        self.name, self.topic = name, topic
+        self.applied: list[tuple[int, int]] = []
+
+    def topics(self, settings) -> list[str]:
+        return [self.topic]
+
+    async def apply(self, conn, records):
+        self.applied.extend((r.partition, r.offset) for r in records)
+        return []
+
+
+async def _produce(settings, topic: str, count: int) -> list[tuple[int, int]]:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        sent = [await (await producer.send(topic, key=f"k{i % 5}".encode(), value=b"x")) for i in range(count)]
+    finally:
+        await producer.stop()
+    return sorted((meta.partition, meta.offset) for meta in sent)
+
+
+async def _run(group: ProjectorGroup, done) -> None:
+    task = asyncio.create_task(group.run())
+    try:
+        await wait_until(done, 60, "every projector caught up")
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _committed(settings, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group, partitions=tps)
+    finally:
+        await admin.close()
+    return {tp: meta.offset for tp, meta in offsets.items()}
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_projectors_sharing_a_consumer_each_apply_every_record_once_from_their_own_offsets(settings):
+    topic = settings.kafka.conversation_topic
+    first = await _produce(settings, topic, 40)
+    ahead, behind = Recording("test-ahead", topic), Recording("test-behind", topic)
+    # Their stored offsets: `ahead` has applied half of every partition, `behind` a quarter.
+    by_partition: dict[int, list[int]] = {}
+    for partition, offset in first:
+        by_partition.setdefault(partition, []).append(offset)
+    stored = {name: {TopicPartition(topic, p): offsets[len(offsets) // share] for p, offsets in by_partition.items()}
+              for name, share in ((ahead.name, 2), (behind.name, 4))}
+    async with await connect(settings) as conn:
+        async with conn.transaction():
+            for name, positions in stored.items():
+                await save_positions(conn, name, positions)
+    expected = {name: [(p, o) for p, o in first if o >= positions[TopicPartition(topic, p)]]
+                for name, positions in stored.items()}
+
+    group = ProjectorGroup(settings, [ahead, behind])
+    assert group.group_id.endswith(".projectors.test-ahead+test-behind")
+    ends = {TopicPartition(topic, p): max(offsets) + 1 for p, offsets in by_partition.items()}
+
+    async def caught_up() -> bool:  # and its Kafka-side commit (lag monitoring) at the end too
+        return (len(behind.applied) >= len(expected[behind.name]) and len(ahead.applied) >= len(expected[ahead.name])
+                and await _committed(settings, group.group_id, list(ends)) == ends)
+    await _run(group, caught_up)
+    await asyncio.sleep(0.5)
+    assert sorted(behind.applied) == expected[behind.name]  # read from the lower of the two positions
+    assert sorted(ahead.applied) == expected[ahead.name]  # what it applied already is skipped
+
+    # A restart resumes each from what it stored: new records only, once each.
+    second = await _produce(settings, topic, 20)
+    ahead.applied.clear()
+    behind.applied.clear()
+    group = ProjectorGroup(settings, [ahead, behind])
+    await _run(group, lambda: _true(len(behind.applied) >= len(second) and len(ahead.applied) >= len(second)))
+    await asyncio.sleep(0.5)
+    assert sorted(behind.applied) == second and sorted(ahead.applied) == second
+
+
+def test_the_worker_shares_a_consumer_between_projectors_of_the_same_topics_but_not_with_the_message_index(settings):
+    from memory_agent.worker import projectors
+
+    chosen = projectors(settings.model_copy(update={"systems": ("window", "facts", "topics")}))
+    names = sorted(sorted(p.name for p in group) for group in consumer_groups(settings, chosen))
+    assert ["message_index"] in names or not any(p.name == "message_index" for p in chosen)
+    assert ["erasure", "messages"] in names
+    assert ["lineage-topics", "memory", "topics"] in names
+    assert len(names) < len(chosen)
