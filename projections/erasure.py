@@ -78,7 +78,7 @@ def embedding_cache_keys(texts: Sequence[str], document_prefix: str | None = Non
 _LOCKED = ("messages", "message_embeddings", "conversations", "projection_anomalies", "memory", "conversation_chunks",
            "facts", "fact_links", "fact_history", "fact_decisions", "surfaced_items", "served_contexts", "topics",
            "topic_messages", "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations",
-           "topic_compactions", "topic_conversations")
+           "topic_compactions", "topic_conversations", "public.embedding_cache")
 # The derived tables whose inserts the tombstones filter (migration 0016's drop_erased).
 _TOMBSTONED = ("memory", "conversation_chunks", "message_embeddings", "served_contexts", "topics", "topic_messages",
                "topic_archives", "topic_unassigned", "topic_assignments", "topic_activations", "topic_compactions",
@@ -269,8 +269,12 @@ async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRec
                      " jsonb_path_query(c.output, 'strict $.**') v WHERE jsonb_typeof(v) = 'string'"
                      " AND (v #>> '{}') = ANY(%s::text[]))", (texts,))
         # public.embedding_cache: the vector of every erased or deleted text, by its hash.
-        await delete("embedding_cache", "DELETE FROM public.embedding_cache WHERE text_sha256 = ANY(%s)",
-                     (embedding_cache_keys(texts, document_prefix),))
+        # Its keys are remembered first: a consumer still embedding one of the texts (it read
+        # the log before this erasure) writes no vector back afterwards (cache.py's insert).
+        keys = embedding_cache_keys(texts, document_prefix)
+        await conn.execute("INSERT INTO public.erased_text_keys (text_sha256) SELECT unnest(%s::bytea[])"
+                           " ON CONFLICT DO NOTHING", (keys,))
+        await delete("embedding_cache", "DELETE FROM public.embedding_cache WHERE text_sha256 = ANY(%s)", (keys,))
     # public.llm_cache by provenance: entries a request of an erased conversation wrote or used
     # (memory_agent/llm/provenance.py, crypto branch).
     counts["llm_cache"] = counts.get("llm_cache", 0) + await llm_provenance.erase(conn, tenant, [*whole, *partial])

@@ -51,11 +51,11 @@ from streams.kafka_topics import (
     agents_group,
     changelog_topic,
     ensure_topics,
-    stage_group,
+    stages_group,
     topic_specs,
 )
-from streams.facts.agent import CHUNK_TABLE, EXTRACT_STAGE
-from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE, window_config
+from streams.facts.agent import CHUNK_TABLE
+from streams.window.agent import WINDOW_TABLE, window_config
 from streams.window.batch import Conversation, HistoryFold, Pending
 from streams.window.summarize import completed_event, failed_event
 
@@ -64,7 +64,6 @@ log = logging.getLogger(__name__)
 BATCH_SYSTEMS = frozenset({"window", "facts"})
 # Per system: its agent's table and the stage answering its requests (the hand-over names).
 _TABLES = {"window": WINDOW_TABLE, "facts": CHUNK_TABLE}
-_STAGES = {"window": SUMMARY_STAGE, "facts": EXTRACT_STAGE}
 _CHUNK = 5000  # records per projector transaction
 
 
@@ -227,7 +226,7 @@ class _HandOver:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.agents_group = agents_group(settings)
-        self.stage_groups = [stage_group(settings, _STAGES[system]) for system in settings.systems]
+        self.stage_groups = [stages_group(settings)]  # the one group every stage of the generation shares
         self.changelogs = {system: changelog_topic(settings, _TABLES[system]) for system in settings.systems}
         self.derived = settings.kafka.memory_topic(settings.generation)
 

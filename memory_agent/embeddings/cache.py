@@ -26,9 +26,10 @@ _SELECT = (
     "SELECT text_sha256, vector FROM public.embedding_cache"
     " WHERE model = %s AND dimensions = %s AND text_sha256 = ANY(%s)"
 )
-_INSERT = (
+_INSERT = (  # never a text an erasure removed (public.erased_text_keys, projections/erasure.py)
     "INSERT INTO public.embedding_cache (model, dimensions, text_sha256, vector)"
-    " SELECT %s, %s, h, v FROM unnest(%s::bytea[], %s::bytea[]) AS x(h, v) ON CONFLICT DO NOTHING"
+    " SELECT %s, %s, h, v FROM unnest(%s::bytea[], %s::bytea[]) AS x(h, v)"
+    " WHERE NOT EXISTS (SELECT 1 FROM public.erased_text_keys e WHERE e.text_sha256 = x.h) ON CONFLICT DO NOTHING"
 )
 
 

@@ -7,6 +7,8 @@ import asyncio
 import hashlib
 from collections import Counter
 
+import numpy as np
+import psycopg
 import pytest
 
 from memory_agent.client import MemoryClient
@@ -56,3 +58,23 @@ async def test_two_consumers_one_model_call_and_a_replay_embeds_nothing(settings
             await count_reaches(replay, indexed, len(texts), "the replay indexed every message", worker.log_path)
             await count_reaches(replay, placed, len(texts) - 1, "the replay placed every message", worker.log_path)
         assert len(fake.embedding_requests) == before  # no model call at all
+
+
+async def test_a_text_an_erasure_removed_is_never_cached_again(settings):
+    """A consumer that read a text from the log before its erasure may embed it afterwards: the
+    erasure remembers the text's keys, and the cache writes no vector for them."""
+    from memory_agent.embeddings.cache import EmbeddingStore, text_key
+    from projections.erasure import embedding_cache_keys
+
+    erased, kept = f"secret {settings.kafka.topic_prefix}", f"kept {settings.kafka.topic_prefix}"
+    store = EmbeddingStore(settings.postgres.dsn)
+    try:
+        async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+            await conn.execute("INSERT INTO public.erased_text_keys (text_sha256) SELECT unnest(%s::bytea[])"
+                               " ON CONFLICT DO NOTHING", (embedding_cache_keys([erased]),))
+        keys = [text_key(erased), text_key(kept)]
+        await store.put_many("fake-embedding", 4, keys, np.ones((2, 4), dtype=np.float32))
+        found = await store.get_many("fake-embedding", 4, keys)
+        assert set(found) == {text_key(kept)}
+    finally:
+        await store.aclose()
