@@ -332,13 +332,17 @@ async def test_a_fact_deleted_before_the_replay_stays_deleted_after_it(settings)
                 await caught_up(settings, f2)
 
                 async def replayed() -> bool:
+                    """Every fact extracted again and the owner's deletion applied to it (the
+                    facts projector may start after the generation's progress says caught up)."""
                     import psycopg
 
                     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
-                        row = await (await conn.execute(f"SELECT count(*) FROM gen_{f2}.facts")).fetchone()
-                    return row[0] >= len(before)
+                        row = await (await conn.execute(
+                            f"SELECT count(*), count(*) FILTER (WHERE deleted_at IS NULL AND valid_to IS NULL)"
+                            f" FROM gen_{f2}.facts")).fetchone()
+                    return row[0] >= len(before) and row[1] == len(before) - 1
 
-                await wait_until(replayed, 120, "the replay's facts")
+                await wait_until(replayed, 120, "the replay's facts, the deleted one deleted again")
                 activate = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "memory_agent.cli", "generations", "activate", f2, env=env,
                     stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
