@@ -54,13 +54,16 @@ DO $$ BEGIN
     END IF;
 END $$;
 
--- The hashes of texts an erasure removed from public.embedding_cache: a vector of one of them is
--- never cached again (a consumer that read the text from the log before the erasure reached it
--- may embed it afterwards; memory_agent/embeddings/cache.py's insert skips these keys). A hash,
--- not the text; a text erased once is simply embedded without the cache from then on.
+-- The hashes of texts an erasure removed from public.embedding_cache, per deployment (topic
+-- prefix): that deployment never caches a vector of one of them again (a consumer that read the
+-- text from the log before the erasure reached it may embed it afterwards;
+-- memory_agent/embeddings/cache.py's insert skips these keys). A hash, not the text; the
+-- deployment simply embeds such a text without the cache from then on.
 CREATE TABLE IF NOT EXISTS public.erased_text_keys (
-    text_sha256 bytea       PRIMARY KEY,
-    erased_at   timestamptz NOT NULL DEFAULT now()
+    deployment  text        NOT NULL,
+    text_sha256 bytea       NOT NULL,
+    erased_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (deployment, text_sha256)
 );
 
 -- Where each LLM-cache entry came from (memory_agent/llm/provenance.py): one row per entry and

@@ -56,7 +56,8 @@ class ErasureProjector:
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         for record, event in records_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):
-            await _erase_yielding(conn, event, record, document_prefix=self.settings.embedding.document_prefix)
+            await _erase_yielding(conn, event, record, document_prefix=self.settings.embedding.document_prefix,
+                                  deployment=self.settings.kafka.topic_prefix)
         return []
 
 
@@ -108,7 +109,7 @@ async def _install_tombstone_triggers(conn: psycopg.AsyncConnection) -> None:
 
 
 async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRecord | None = None,
-                          attempts: int = 240, document_prefix: str | None = None) -> None:
+                          attempts: int = 240, document_prefix: str | None = None, deployment: str = "") -> None:
     """`erase` after locking `_LOCKED` for writes (SHARE ROW EXCLUSIVE: writers wait, readers do
     not), in a savepoint where any lock wait gives up after LOCK_TIMEOUT_MS: rolled back (its
     locks released) and tried again with backoff. The erasure never waits long enough for another
@@ -118,7 +119,7 @@ async def _erase_yielding(conn: psycopg.AsyncConnection, event: Event, record: C
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
                 await conn.execute(f"LOCK TABLE {', '.join(_LOCKED)} IN SHARE ROW EXCLUSIVE MODE")
-                await erase(conn, event, record, document_prefix=document_prefix)
+                await erase(conn, event, record, document_prefix=document_prefix, deployment=deployment)
                 await _install_tombstone_triggers(conn)
                 await conn.execute("SET LOCAL lock_timeout = 0")
             return
@@ -169,7 +170,7 @@ async def _tombstones(conn, erasure_id: str, tenant: str, whole: list[str], part
 
 
 async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRecord | None = None,
-                document_prefix: str | None = None) -> dict[str, int]:
+                document_prefix: str | None = None, deployment: str = "") -> dict[str, int]:
     """Delete what `event` erases; idempotent (a second delivery finds nothing left). `record`:
     where the event is on the log, recorded so that the messages projector can tell the erased
     user's messages written before it from those written after (projections/erased_messages.py).
@@ -272,8 +273,8 @@ async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRec
         # Its keys are remembered first: a consumer still embedding one of the texts (it read
         # the log before this erasure) writes no vector back afterwards (cache.py's insert).
         keys = embedding_cache_keys(texts, document_prefix)
-        await conn.execute("INSERT INTO public.erased_text_keys (text_sha256) SELECT unnest(%s::bytea[])"
-                           " ON CONFLICT DO NOTHING", (keys,))
+        await conn.execute("INSERT INTO public.erased_text_keys (deployment, text_sha256)"
+                           " SELECT %s, unnest(%s::bytea[]) ON CONFLICT DO NOTHING", (deployment, keys))
         await delete("embedding_cache", "DELETE FROM public.embedding_cache WHERE text_sha256 = ANY(%s)", (keys,))
     # public.llm_cache by provenance: entries a request of an erased conversation wrote or used
     # (memory_agent/llm/provenance.py, crypto branch).

@@ -29,7 +29,8 @@ _SELECT = (
 _INSERT = (  # never a text an erasure removed (public.erased_text_keys, projections/erasure.py)
     "INSERT INTO public.embedding_cache (model, dimensions, text_sha256, vector)"
     " SELECT %s, %s, h, v FROM unnest(%s::bytea[], %s::bytea[]) AS x(h, v)"
-    " WHERE NOT EXISTS (SELECT 1 FROM public.erased_text_keys e WHERE e.text_sha256 = x.h) ON CONFLICT DO NOTHING"
+    " WHERE NOT EXISTS (SELECT 1 FROM public.erased_text_keys e WHERE e.deployment = %s AND e.text_sha256 = x.h)"
+    " ON CONFLICT DO NOTHING"
 )
 
 
@@ -46,8 +47,10 @@ _IN_FLIGHT: dict[tuple[str, int, bytes], asyncio.Future] = {}
 class EmbeddingStore:
     """public.embedding_cache: one query per batch, both ways."""
 
-    def __init__(self, dsn: str, *, max_connections: int = 2, timeout_s: float = 5.0) -> None:
+    def __init__(self, dsn: str, *, max_connections: int = 2, timeout_s: float = 5.0, deployment: str = "") -> None:
+        """`deployment`: the topic prefix whose erased texts are never written (public.erased_text_keys)."""
         self.dsn, self.max_connections, self.timeout_s = dsn, max_connections, timeout_s
+        self.deployment = deployment
         self._pool: AsyncConnectionPool | None = None
 
     async def _connection(self):
@@ -66,7 +69,7 @@ class EmbeddingStore:
     async def put_many(self, model: str, dimensions: int, keys: list[bytes], vectors: np.ndarray) -> None:
         blobs = [np.ascontiguousarray(v, dtype="<f4").tobytes() for v in vectors]
         async with await self._connection() as conn:
-            await conn.execute(_INSERT, (model, dimensions, keys, blobs))
+            await conn.execute(_INSERT, (model, dimensions, keys, blobs, self.deployment))
 
     async def aclose(self) -> None:
         if self._pool is not None:

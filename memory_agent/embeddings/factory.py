@@ -16,7 +16,8 @@ def make_embedder(settings: Settings) -> CachedEmbedder:
     (unless `embedding.cache_enabled` is off), queries cached in process only."""
     inner = make_provider(settings)
     config = settings.embedding
-    store = EmbeddingStore(settings.postgres.dsn) if config.cache_enabled else None
+    store = EmbeddingStore(settings.postgres.dsn, deployment=settings.kafka.topic_prefix) if config.cache_enabled \
+        else None
     prefix = prefixes_for(inner.model, config.query_prefix, config.document_prefix).document
     return CachedEmbedder(inner, store, document_prefix=prefix)
 

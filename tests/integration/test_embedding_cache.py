@@ -67,11 +67,12 @@ async def test_a_text_an_erasure_removed_is_never_cached_again(settings):
     from projections.erasure import embedding_cache_keys
 
     erased, kept = f"secret {settings.kafka.topic_prefix}", f"kept {settings.kafka.topic_prefix}"
-    store = EmbeddingStore(settings.postgres.dsn)
+    store = EmbeddingStore(settings.postgres.dsn, deployment=settings.kafka.topic_prefix)
     try:
         async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
-            await conn.execute("INSERT INTO public.erased_text_keys (text_sha256) SELECT unnest(%s::bytea[])"
-                               " ON CONFLICT DO NOTHING", (embedding_cache_keys([erased]),))
+            await conn.execute("INSERT INTO public.erased_text_keys (deployment, text_sha256)"
+                               " SELECT %s, unnest(%s::bytea[]) ON CONFLICT DO NOTHING",
+                               (settings.kafka.topic_prefix, embedding_cache_keys([erased])))
         keys = [text_key(erased), text_key(kept)]
         await store.put_many("fake-embedding", 4, keys, np.ones((2, 4), dtype=np.float32))
         found = await store.get_many("fake-embedding", 4, keys)
