@@ -372,6 +372,11 @@ async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
     async with await psycopg.AsyncConnection.connect(  # every run starts with nothing surfaced
             settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True) as conn:
         await conn.execute("TRUNCATE surfaced_items")
+    # The topic each served context is recorded on, as `memory-agent migrate` creates it: without
+    # it every request's record fails in the background and costs the API CPU.
+    from domain.lineage import served_topic
+    from streams.kafka_topics import TopicSpec, ensure_topics
+    await ensure_topics(settings, [TopicSpec(served_topic(settings), settings.kafka.partitions, {})])
     port = free_port()
     process = start_api(settings, port, args.api_embedding_threads, args.api_workers)
     base_url, results = f"http://127.0.0.1:{port}", {}
