@@ -93,6 +93,10 @@ async def start_replay(
         "llm_model": replay.llm.model,
         "embedding_model": replay.embedding.model,
         "replay_mode": mode,
+        # Which projectors its worker runs: `progress` waits for each of them (not only for
+        # those that have stored a position).
+        "systems": list(replay.systems),
+        "index_messages": replay.retrieval.index_messages,
         # Secrets (API keys, DSNs...) are recorded by name only; `replay resume` reads them
         # from the environment again (domain/secrets.py).
         "overrides": public_overrides,
@@ -185,10 +189,10 @@ def stop_worker(settings: Settings, name: str) -> bool:
 class Progress:
     generation: str
     total: int  # events in the conversation log
-    projected: int  # of them applied by the generation's messages projector
+    projected: int  # of them applied by the slowest of the generation's projectors that read it
     folded: int  # of them committed by the generation's stream agents
     derived_total: int  # events in the generation's memory topic
-    derived_projected: int
+    derived_projected: int  # of them applied by the slowest of its projectors that read it
 
     @property
     def processed(self) -> int:
@@ -203,7 +207,10 @@ class Progress:
 
 
 async def progress(settings: Settings, name: str) -> Progress:
-    """Where a generation stands against the end of the log (Kafka end offsets vs. its positions)."""
+    """Where a generation stands against the end of the log (Kafka end offsets vs. its positions).
+
+    Every projector the generation's worker runs counts, including one that has stored no
+    position yet (it stands at 0): a generation is not caught up while any of them is behind."""
     kafka = settings.kafka
     source, derived = kafka.conversation_topic, kafka.memory_topic(name)
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap_servers)
@@ -222,27 +229,47 @@ async def progress(settings: Settings, name: str) -> Progress:
     finally:
         await consumer.stop()
         await admin.close()
-    stored = await asyncio.to_thread(_projector_offsets, settings, name)
+    stored, expected = await asyncio.to_thread(_positions_and_projectors, settings, name)
     return Progress(
         generation=name,
         total=sum(o for tp, o in ends.items() if tp.topic == source),
-        projected=sum(min(o, ends.get(tp, 0)) for tp, o in stored.get("messages", {}).items() if tp.topic == source),
+        projected=slowest(stored, expected, ends, source),
         folded=sum(m.offset for tp, m in committed.items() if tp.topic == source and m.offset >= 0),
         derived_total=sum(o for tp, o in ends.items() if tp.topic == derived),
-        derived_projected=_slowest(stored, derived),
+        derived_projected=slowest(stored, expected, ends, derived),
     )
 
 
-def _slowest(stored: dict[str, dict[TopicPartition, int]], topic: str) -> int:
-    """Records of `topic` every projector that reads it has applied (the generation's
-    enabled systems decide which projectors run)."""
-    totals = [sum(o for tp, o in offsets.items() if tp.topic == topic) for offsets in stored.values()
-              if any(tp.topic == topic for tp in offsets)]
-    return min(totals, default=0)
+def slowest(stored: dict[str, dict[TopicPartition, int]], expected: dict[str, list[str]],
+            ends: dict[TopicPartition, int], topic: str) -> int:
+    """Records of `topic` (up to its end) that every projector reading it has applied: the
+    expected projectors, at 0 where they stored nothing, and any other that stored a position
+    for it (a projector of an older code version)."""
+    readers = {p for p, topics in expected.items() if topic in topics}
+    readers |= {p for p, offsets in stored.items() if any(tp.topic == topic for tp in offsets)}
+    partitions = [tp for tp in ends if tp.topic == topic]
+    totals = [sum(min(stored.get(p, {}).get(tp, 0), ends[tp]) for tp in partitions) for p in readers]
+    return min(totals, default=sum(ends[tp] for tp in partitions))
 
 
-def _projector_offsets(settings: Settings, name: str) -> dict[str, dict[TopicPartition, int]]:
-    out: dict[str, dict[TopicPartition, int]] = {}
+def expected_projectors(settings: Settings, name: str, config: dict) -> dict[str, list[str]]:
+    """The projectors a worker of generation `name` runs, and the topics each reads. A replay
+    generation records its systems; for another (the first one) the given settings say."""
+    from memory_agent.worker import projectors  # the worker wires them; imported on use
+
+    update: dict = {"generation": name}
+    if "systems" in config:
+        update["systems"] = config["systems"]
+    if "index_messages" in config:
+        update["retrieval"] = settings.retrieval.model_copy(update={"index_messages": config["index_messages"]})
+    generation = settings.model_copy(update=update)
+    return {p.name: list(p.topics(generation)) for p in projectors(generation)}
+
+
+def _positions_and_projectors(
+    settings: Settings, name: str
+) -> tuple[dict[str, dict[TopicPartition, int]], dict[str, list[str]]]:
+    stored: dict[str, dict[TopicPartition, int]] = {}
     with psycopg.connect(settings.postgres.dsn) as conn:
         try:
             rows = conn.execute(
@@ -251,10 +278,15 @@ def _projector_offsets(settings: Settings, name: str) -> dict[str, dict[TopicPar
                 )
             ).fetchall()
         except psycopg.errors.UndefinedTable:
-            return out
+            rows = []
+            conn.rollback()
+        try:
+            config = generations.get_generation(conn, settings.kafka.topic_prefix, name).config
+        except generations.GenerationError:
+            config = {}
     for projector, topic, partition, offset in rows:
-        out.setdefault(projector, {})[TopicPartition(topic, partition)] = offset
-    return out
+        stored.setdefault(projector, {})[TopicPartition(topic, partition)] = offset
+    return stored, expected_projectors(settings, name, config)
 
 
 async def drop_generation_topics(settings: Settings, name: str) -> list[str]:

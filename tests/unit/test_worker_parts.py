@@ -2,7 +2,7 @@
 
 from aiokafka import TopicPartition
 
-from memory_agent.replay import _slowest
+from memory_agent.replay import expected_projectors, slowest
 from memory_agent.settings import Settings
 from memory_agent.worker import projectors
 
@@ -19,13 +19,30 @@ def test_the_worker_runs_the_messages_projector_and_those_of_the_enabled_systems
 
 def test_replay_progress_counts_what_the_slowest_projector_of_a_topic_applied():
     derived, source = "p.g.memory-events", "p.conversation-events"
+    ends = {TopicPartition(derived, 0): 40, TopicPartition(derived, 1): 60, TopicPartition(source, 0): 900}
+    expected = {"messages": [source], "memory": [derived], "facts": [source, derived]}
     stored = {
         "messages": {TopicPartition(source, 0): 900},  # does not read the derived topic
         "memory": {TopicPartition(derived, 0): 40, TopicPartition(derived, 1): 60},
-        "facts": {TopicPartition(derived, 0): 30, TopicPartition(derived, 1): 60},
+        "facts": {TopicPartition(derived, 0): 30, TopicPartition(derived, 1): 60, TopicPartition(source, 0): 900},
     }
-    assert _slowest(stored, derived) == 90
-    assert _slowest({"messages": {TopicPartition(source, 0): 5}}, derived) == 0
+    assert slowest(stored, expected, ends, derived) == 90
+    assert slowest(stored, expected, ends, source) == 900
+    # A projector the worker runs but that has stored nothing yet stands at 0: not caught up.
+    assert slowest({"messages": {TopicPartition(source, 0): 900}}, expected, ends, derived) == 0
+    assert slowest({"messages": {TopicPartition(source, 0): 900}}, expected, ends, source) == 0
+    # A position past the end read now (the end was read first) counts as the end.
+    assert slowest({"memory": {TopicPartition(derived, 0): 45, TopicPartition(derived, 1): 60},
+                    "facts": {TopicPartition(derived, 0): 41, TopicPartition(derived, 1): 70}},
+                   {"memory": [derived], "facts": [derived]}, ends, derived) == 100
+
+
+def test_replay_progress_expects_the_projectors_of_the_systems_the_generation_recorded():
+    settings = Settings(systems=["window", "facts", "topics"])
+    recorded = expected_projectors(settings, "g2", {"systems": ["window"], "index_messages": False})
+    assert set(recorded) == {"messages", "lineage-topics", "lineage-served", "erasure", "memory"}
+    assert recorded["memory"] == [settings.kafka.memory_topic("g2")]
+    assert "topics" in expected_projectors(settings, "g1", {})  # not a replay: the settings say
 
 
 def test_the_batch_replay_names_the_groups_and_changelog_as_the_faust_app_does(tmp_path):
