@@ -191,6 +191,15 @@ async def test_batch_and_stream_replays_build_the_same_memory_and_the_agents_tak
                 assert stream_rows == batch_rows, table
                 assert batch_rows, table
             assert await _rows(settings, f"SELECT kind FROM gen_{b1}.projection_anomalies") == [("invalid",)]
+            # The batch indexed the log too (its own positions, not the stream's), and built the
+            # vector index it deferred exactly as the migration defines it.
+            index = "SELECT tenant_id, conversation_id, seq, embedding::text FROM gen_{}.message_embeddings ORDER BY 1, 2, 3"
+            indexed = [await _rows(settings, index.format(name)) for name in (s1, b1)]
+            assert indexed[0] == indexed[1] and len(indexed[1]) == 3 * 16, len(indexed[1])
+            definition = ("SELECT replace(indexdef, schemaname, 'g') FROM pg_indexes WHERE schemaname = %s"
+                          " AND indexname = 'message_embeddings_embedding'")
+            definitions = [await _rows(settings, definition, (f"gen_{name}",)) for name in (s1, b1)]
+            assert definitions[0] == definitions[1] and len(definitions[1]) == 1, definitions
 
             # After the history the stream agents go on from the batch's states: the next
             # round's summary continues the chain (memory 4 on memory 3), as in the stream replay.
@@ -256,11 +265,46 @@ async def test_a_batch_replay_killed_midway_resumes_and_loses_nothing(settings):
                 replays.stop_worker(state, name)
 
 
-async def _rows(settings, sql: str) -> list[tuple]:
+@pytest.mark.asyncio
+async def test_a_batch_replay_applies_an_erasure_in_the_log_as_the_stream_replay_does(settings):
+    """The batch runs the erasure projector and the message index over the history itself
+    (their positions start at the hand-over): an erased conversation is gone from the batch
+    generation, messages written after the erasure included, exactly as from a stream replay."""
+    from schemas import erasure_events as ee
+    from schemas.codec import new_event
+
+    s1, b1 = named(settings, "s1"), named(settings, "b1")
+    state = settings.model_copy(update={"state_dir": _state_dir(settings)})
+    with FakeOpenAI(latency_s=0.0) as fake:
+        await talk(settings, conversations=4, rounds=4)
+        async with MemoryClient(settings) as client:
+            await client.append(new_event(ee.CONVERSATION_ERASED, ee.ConversationErased(erased_conversation_id="conv-1"),
+                                          tenant_id="tenant-a", conversation_id="conv-1", user_id="alice"))
+            for seq in (8, 9):  # after the erasure: the erasure covers them too
+                await client.append_message(tenant_id="tenant-a", conversation_id="conv-1", user_id="alice",
+                                            seq=seq, role="user", content=f"late {seq} {settings.generation}")
+        try:
+            await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
+            await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
+            for name in (s1, b1):
+                await caught_up(settings, name)
+            for table in ("messages", "message_embeddings", "conversations"):
+                found = [await _rows(settings, f"SELECT conversation_id, count(*) FROM gen_{name}.{table}"
+                                               " GROUP BY 1 ORDER BY 1") for name in (s1, b1)]
+                assert found[0] == found[1], (table, found)
+                assert [c for c, _ in found[1]] == ["conv-0", "conv-2", "conv-3"], (table, found[1])
+            erasures = [await _rows(settings, f"SELECT event_id FROM gen_{name}.erasures") for name in (s1, b1)]
+            assert erasures[0] == erasures[1] and len(erasures[1]) == 1
+        finally:
+            for name in (s1, b1):
+                replays.stop_worker(state, name)
+
+
+async def _rows(settings, sql: str, params: tuple = ()) -> list[tuple]:
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
-        return await (await conn.execute(sql)).fetchall()
+        return await (await conn.execute(sql, params or None)).fetchall()
 
 
 async def _summaries_settled(settings, name: str) -> None:
