@@ -14,6 +14,7 @@ from memory_agent.embeddings import Embedder, EmbeddingError, make_embedder
 from memory_agent.settings import Settings
 from projections.dead_letter import DeadLetter
 from projections.erased_messages import erased_messages
+from projections.vectors import PackedVector, use_packed_vectors
 from schemas.codec import decode
 from schemas.envelope import InvalidEvent
 from schemas.registry import MESSAGE_APPENDED
@@ -32,14 +33,10 @@ _EXISTING = (
 _INSERT = (
     "INSERT INTO message_embeddings (tenant_id, conversation_id, seq, user_id, subject_id, occurred_at,"
     " embedding, embedding_model, event_id)"
-    " SELECT t, c, s, u, sub, o, e::vector, %s, ev FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[],"
-    " %s::text[], %s::timestamptz[], %s::text[], %s::text[]) AS x(t, c, s, u, sub, o, e, ev)"
+    " SELECT t, c, s, u, sub, o, e, %s, ev FROM unnest(%s::text[], %s::text[], %s::int[], %s::text[],"
+    " %s::text[], %s::timestamptz[], %b::vector[], %s::text[]) AS x(t, c, s, u, sub, o, e, ev)"
     " ON CONFLICT DO NOTHING"
 )
-
-
-def vector_text(vector) -> str:
-    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
 
 
 class MessageIndexProjector:
@@ -98,7 +95,8 @@ class MessageIndexProjector:
             vectors = await self.embed_or_skip([found[k][3][:EMBED_CHARS] for k in batch])
             if vectors is None:
                 continue
-            rows = [(*k, *found[k][:3], vector_text(v), found[k][4]) for k, v in zip(batch, vectors)]
+            await use_packed_vectors(conn)
+            rows = [(*k, *found[k][:3], PackedVector(v), found[k][4]) for k, v in zip(batch, vectors)]
             await conn.execute(_INSERT, [self.embedder.model, *(list(column) for column in zip(*rows))])
         return []
 
