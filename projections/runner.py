@@ -106,6 +106,7 @@ async def apply_batch(
             await publish_letters(producer, settings, name, letters)
         await save_offsets(conn, name, records)
     metrics.PROJECTED.labels(projector=name).inc(len(records))
+    metrics.PROJECTOR_TRANSACTIONS.labels(projectors=name).inc()
 
 
 async def refuse_record(
@@ -117,6 +118,7 @@ async def refuse_record(
         letter = DeadLetter(record, "apply_failed", isolation.describe(error))
         await publish_letters(producer, settings, projector.name, [letter])
         await save_offsets(conn, projector.name, [record])
+    metrics.PROJECTOR_TRANSACTIONS.labels(projectors=projector.name).inc()
 
 
 async def publish_letters(producer: AIOKafkaProducer, settings: Settings, name: str, letters: list[DeadLetter]) -> None:
