@@ -10,6 +10,11 @@ spent ~70-90 CPU-ms per second on them (docs/scaling.md). A consumer that has se
 answers a waiting fetch as soon as anything arrives), and the first record it takes switches it
 back to `busy_ms`. Cost: at the start of a burst, records on the very partition of the first one
 can wait for the fetch in flight, up to `idle_ms`, once.
+
+`busy_min_bytes` (the derived-event projectors, `projector_fetch_min_bytes`) lingers while busy:
+the broker holds a fetch until that much arrived or `busy_ms` passed, so a projector applies a
+batch per `busy_ms` rather than a transaction per record. While idle the fetch asks for 1 byte,
+so a first record is not held back.
 """
 
 from __future__ import annotations
