@@ -20,7 +20,10 @@ of the generation at lag 0 for three polls in a row. Reported:
   CPU while an embedding call / an OpenAI-client call was in flight (time.process_time around the
   calls, overlaps counted once: an upper bound, the event loop keeps working during a call), the
   rest is "everything else" (Kafka, faust, decoding, folds, PostgreSQL client). PostgreSQL's and
-  Kafka's own CPU are not counted.
+  Kafka's own CPU are not counted;
+* per message: the PostgreSQL transactions the projectors committed
+  (`memory_projector_transactions_total`) and the records written to each topic of the run
+  (memory events, the folds' changelogs, ...), read from the end offsets before the clean-up.
 
 `--models offline`: the local ONNX embedder and the offline (extractive) summarizer, as a default
 install. `--models stub`: `MEMORY_EMBEDDING__PROVIDER=stub` (deterministic vectors, no model) and
@@ -41,7 +44,7 @@ import uuid
 from pathlib import Path
 
 import psycopg
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.backbone_bench import produce
@@ -90,6 +93,29 @@ class Lag:
                 ends = await self.consumer.end_offsets(list(offsets))
                 behind += sum(max(0, ends[tp] - offset) for tp, offset in offsets.items())
         return behind, len(groups)
+
+
+async def records_by_topic(settings) -> dict[str, int]:
+    """Records written to each topic of the run (end offsets summed over partitions), the prefix
+    left out of the names: the memory events and changelog writes a message caused."""
+    prefix = settings.kafka.topic_prefix
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await admin.start()
+    await consumer.start()
+    try:
+        names = sorted(t for t in await admin.list_topics() if t.startswith(prefix))
+        tps = [TopicPartition(d["topic"], p["partition"]) for d in await admin.describe_topics(names)
+               for p in d["partitions"]] if names else []
+        ends = await consumer.end_offsets(tps) if tps else {}
+    finally:
+        await consumer.stop()
+        await admin.close()
+    totals: dict[str, int] = {}
+    for tp, end in ends.items():
+        name = tp.topic[len(prefix):].lstrip(".-")
+        totals[name] = totals.get(name, 0) + end
+    return totals
 
 
 async def clean_up(settings, fake, started_at: float) -> None:
@@ -207,6 +233,7 @@ async def run(args, models: str, workers: int) -> dict:
         for profiler in profilers:  # py-spy writes its file when its target exits
             await asyncio.wait_for(profiler.wait(), 60)
         summaries = await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'")
+        written = await records_by_topic(settings)
         seconds = settled_at - first
         whole = {k: round(sum(s.get(k, 0) for s in splits), 3) for k in splits[0]} if splits[0] else {}
         model_s = whole.get("embedding_cpu_s", 0) + whole.get("llm_cpu_s", 0)
@@ -233,6 +260,10 @@ async def run(args, models: str, workers: int) -> dict:
                 "embedding_cache": {k: whole.get(f"embedding_cache_{k}") for k in ("hit", "miss", "error")},
             },
             # (seconds since the workers started, messages projected, indexed, total lag): a dozen of them
+            # Per message: PostgreSQL transactions the projectors committed, records written to each
+            # topic of the run (the conversation topic holds the messages themselves).
+            "projector_transactions_per_message": round(whole.get("projector_transactions", 0) / args.messages, 2),
+            "records_per_message": {name: round(count / args.messages, 2) for name, count in written.items() if count},
             "lag_samples": " ".join(f"{t}s:{r}/{i}/{b}" for t, r, i, b in samples[:: max(1, len(samples) // 12)]),
         }
     finally:

@@ -8,6 +8,10 @@ import time
 from prometheus_client import Counter, Gauge, Histogram
 
 PROJECTED = Counter("memory_projected_events_total", "Records applied by a projector", ["projector"])
+PROJECTOR_TRANSACTIONS = Counter(
+    "memory_projector_transactions_total", "PostgreSQL transactions the projectors committed (rows + offsets)",
+    ["projectors"],
+)  # projectors: one name, or the names of a group applied in one transaction joined by '+'
 DEAD_LETTERS = Counter("memory_dead_letters_total", "Records sent to the dead-letter topic", ["stage", "reason"])
 SKIPPED_INVALID = Counter(
     "memory_records_skipped_total", "Invalid records a stream agent or stage skipped (a projector dead-letters them)",
@@ -72,4 +76,7 @@ def cpu_split() -> dict[str, float]:
     split["embedded_texts"] = EMBEDDING_MODEL_TEXTS._value.get()
     for outcome in ("hit", "miss", "error"):
         split[f"embedding_cache_{outcome}"] = EMBEDDING_CACHE.labels(outcome)._value.get()
+    split["projector_transactions"] = sum(
+        sample.value for metric in PROJECTOR_TRANSACTIONS.collect() for sample in metric.samples
+        if sample.name.endswith("_total"))
     return split

@@ -37,6 +37,9 @@ def projectors(settings: Settings) -> list:
 # Projectors that call a model keep a consumer of their own: a shared fetch waits for its
 # slowest projector, and the messages projector (what reads see first) must not wait for embeddings.
 OWN_CONSUMER = frozenset({"message_index"})
+# What reads see first, projected as soon as it is fetched; the other projectors (derived events)
+# linger while records flow (`projector_fetch_min_bytes`: batches, not a transaction per record).
+NO_LINGER = frozenset({"messages", "erasure", "message_index"})
 
 
 def consumer_groups(settings: Settings, chosen: list) -> list[list]:
@@ -57,7 +60,9 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, 
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    runners = [ProjectorGroup(settings, group) for group in consumer_groups(settings, projectors(settings))]
+    runners = [ProjectorGroup(settings, group, fetch_min_bytes=1 if any(p.name in NO_LINGER for p in group)
+                              else settings.kafka.projector_fetch_min_bytes)
+               for group in consumer_groups(settings, projectors(settings))]
     tasks = [asyncio.create_task(r.run(), name=f"projectors-{r.name}") for r in runners]
     if lag and settings.worker.metrics_port:  # the gauge /metrics shows (memory_agent/worker_metrics.py)
         tasks.append(asyncio.create_task(report_lag(settings), name="consumer-lag"))

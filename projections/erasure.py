@@ -31,7 +31,7 @@ from projections.dead_letter import DeadLetter
 from projections.decoding import records_of
 from projections.message_index import EMBED_CHARS
 from schemas import erasure_events as ee
-from schemas.codec import Event
+from schemas.codec import Event, peek_type
 from schemas.limits import Limits
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,13 @@ class ErasureProjector:
 
     def topics(self, settings: Settings) -> list[str]:
         return [settings.kafka.conversation_topic]
+
+    def shares_transaction(self, records: Sequence[ConsumerRecord]) -> bool:
+        """Whether these records may be applied in a transaction its projector group shares
+        (projections/runner.py): an erasure locks tables and waits for them in savepoints of a
+        transaction holding nothing else (`_erase_yielding`), so only a batch sure to hold none
+        (it is only skipped; its offsets are stored) joins one."""
+        return not any((kind := peek_type(r.value)) is None or kind in ee.ERASURE_TYPES for r in records)
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         for record, event in records_of(records, ee.ERASURE_TYPES, Limits.of(self.settings)):

@@ -1,8 +1,8 @@
 """Runs projectors: Kafka batches -> one Postgres transaction per projector with rows + offsets.
 
-Projectors that read the same topics share one consumer (`ProjectorGroup`): one fetch, then
-each projector applies the batch in its own transaction with its own stored offsets, as a
-projector with a consumer of its own (`ProjectorRunner`) does. Sharing changes who fetches,
+Every projector runs in a `ProjectorGroup` (of one, when no other reads the same topics): one
+fetch, then the group's projectors apply the batch in one transaction with every projector's
+stored offsets (each in a transaction of its own when that fails). Sharing changes who fetches,
 not what is applied: a partition is read from the lowest position any of them stored, and each
 skips what it applied already (`applied_up_to`), so exactly-once projection holds per projector."""
 
@@ -44,6 +44,14 @@ class Projector(Protocol):
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]: ...
 
+    # Optional: `shares_transaction(records) -> bool`, False when these records must be applied
+    # in a transaction of the projector's own (an erasure's table locks); absent means True.
+
+
+def shares_transaction(projector: Projector, records: Sequence[ConsumerRecord]) -> bool:
+    check = getattr(projector, "shares_transaction", None)
+    return True if check is None else check(records)
+
 
 async def load_offsets(conn: psycopg.AsyncConnection, projector: str) -> dict[TopicPartition, int]:
     rows = await conn.execute(
@@ -53,25 +61,38 @@ async def load_offsets(conn: psycopg.AsyncConnection, projector: str) -> dict[To
 
 
 async def save_offsets(conn: psycopg.AsyncConnection, projector: str, records: Sequence[ConsumerRecord]) -> None:
+    await save_positions(conn, projector, next_positions(records))
+
+
+async def save_positions(conn: psycopg.AsyncConnection, projector: str, positions: dict[TopicPartition, int]) -> None:
+    """Next offset to read per partition; a position never moves back."""
+    await save_all_positions(conn, {projector: positions})
+
+
+async def save_all_positions(conn: psycopg.AsyncConnection, by_projector: dict[str, dict[TopicPartition, int]]) -> None:
+    """`save_positions` of several projectors in one statement (executemany would open a
+    pipeline and send one per partition)."""
+    rows = [(name, tp.topic, tp.partition, offset)
+            for name, positions in by_projector.items() for tp, offset in positions.items()]
+    if not rows:
+        return
+    names, topics, partitions, offsets = (list(column) for column in zip(*rows))
+    await conn.execute(
+        "INSERT INTO projector_offsets (projector, topic, partition, next_offset)"
+        " SELECT n, t, p, o FROM unnest(%s::text[], %s::text[], %s::int[], %s::bigint[]) AS u(n, t, p, o)"
+        " ON CONFLICT (projector, topic, partition) DO UPDATE SET"
+        " next_offset = GREATEST(projector_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()",
+        (names, topics, partitions, offsets),
+    )
+
+
+def next_positions(records: Sequence[ConsumerRecord]) -> dict[TopicPartition, int]:
+    """The next offset to read per partition after these records."""
     highest: dict[TopicPartition, int] = {}
     for r in records:
         tp = TopicPartition(r.topic, r.partition)
         highest[tp] = max(highest.get(tp, -1), r.offset + 1)
-    await save_positions(conn, projector, highest)
-
-
-async def save_positions(conn: psycopg.AsyncConnection, projector: str, positions: dict[TopicPartition, int]) -> None:
-    """Next offset to read per partition; a position never moves back. One statement for every
-    partition (executemany would open a pipeline and send one per partition)."""
-    if not positions:
-        return
-    await conn.execute(
-        "INSERT INTO projector_offsets (projector, topic, partition, next_offset)"
-        " SELECT %s, t, p, o FROM unnest(%s::text[], %s::int[], %s::bigint[]) AS u(t, p, o)"
-        " ON CONFLICT (projector, topic, partition) DO UPDATE SET"
-        " next_offset = GREATEST(projector_offsets.next_offset, EXCLUDED.next_offset), updated_at = now()",
-        (projector, [tp.topic for tp in positions], [tp.partition for tp in positions], list(positions.values())),
-    )
+    return highest
 
 
 async def apply_records(
@@ -106,6 +127,7 @@ async def apply_batch(
             await publish_letters(producer, settings, name, letters)
         await save_offsets(conn, name, records)
     metrics.PROJECTED.labels(projector=name).inc(len(records))
+    metrics.PROJECTOR_TRANSACTIONS.labels(projectors=name).inc()
 
 
 async def refuse_record(
@@ -117,6 +139,7 @@ async def refuse_record(
         letter = DeadLetter(record, "apply_failed", isolation.describe(error))
         await publish_letters(producer, settings, projector.name, [letter])
         await save_offsets(conn, projector.name, [record])
+    metrics.PROJECTOR_TRANSACTIONS.labels(projectors=projector.name).inc()
 
 
 async def publish_letters(producer: AIOKafkaProducer, settings: Settings, name: str, letters: list[DeadLetter]) -> None:
@@ -126,32 +149,9 @@ async def publish_letters(producer: AIOKafkaProducer, settings: Settings, name: 
         metrics.DEAD_LETTERS.labels(stage=name, reason=letter.reason).inc()
 
 
-class _SeekFromPostgres(ConsumerRebalanceListener):
-    """On assignment, resume each partition at the offset stored with the rows."""
-
-    def __init__(self, runner: "ProjectorRunner") -> None:
-        self.runner = runner
-
-    async def on_partitions_revoked(self, revoked) -> None:
-        # Let the batch in flight commit before the partitions move.
-        async with self.runner.batch_lock:
-            return None
-
-    async def on_partitions_assigned(self, assigned) -> None:
-        # A connection of its own: the main connection belongs to the batch loop.
-        async with self.runner.batch_lock:
-            stored = await self.runner.stored_offsets()
-            self.runner.applied_up_to.update(stored)
-        for tp in assigned:
-            if tp in stored:
-                self.runner.consumer.seek(tp, stored[tp])
-            else:
-                await self.runner.consumer.seek_to_beginning(tp)
-        log.info("%s assigned %s", self.runner.projector.name, sorted((tp.topic, tp.partition) for tp in assigned))
-
-
-def projector_consumer(settings: Settings, group_id: str) -> AIOKafkaConsumer:
+def projector_consumer(settings: Settings, group_id: str, *, fetch_min_bytes: int = 1) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
+        fetch_min_bytes=fetch_min_bytes,
         bootstrap_servers=settings.kafka.bootstrap_servers,
         group_id=group_id,
         enable_auto_commit=False,
@@ -165,29 +165,20 @@ def projector_consumer(settings: Settings, group_id: str) -> AIOKafkaConsumer:
 
 
 class ProjectorRunner:
-    """One consumer group member for one projector; `run()` until cancelled or stopped."""
+    """One projector: its connection, dead-letter producer and applied positions. The consumer
+    belongs to a `ProjectorGroup` (of one, for `run()`)."""
 
-    def __init__(self, settings: Settings, projector: Projector, *, max_batch: int = 2000,
-                 kafka_commits: bool = True) -> None:
-        """`kafka_commits=False`: a member of a `ProjectorGroup`, which fetches and commits."""
-        self.settings, self.kafka_commits = settings, kafka_commits
+    def __init__(self, settings: Settings, projector: Projector, *, max_batch: int = 2000) -> None:
+        self.settings = settings
         self.projector = projector
         self.max_batch = max_batch
         self.group_id = f"{settings.kafka.topic_prefix}.{settings.generation}.projector.{projector.name}"
-        self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self.conn: psycopg.AsyncConnection | None = None
         self.ready = asyncio.Event()
-        self.batch_lock = asyncio.Lock()
         # Next offset already applied per partition: a redelivered record is skipped whole,
         # so it cannot be dead-lettered twice either.
         self.applied_up_to: dict[TopicPartition, int] = {}
-        self._stopping = False
-        # Kafka-side positions (lag monitoring only) not yet committed, sent at most once a second.
-        self._to_commit: dict[TopicPartition, int] = {}
-        self._commit_timer: asyncio.TimerHandle | None = None
-        self._commit_task: asyncio.Future | None = None
-        self.pace: FetchPace | None = None
 
     async def open(self) -> None:
         """The connection and the dead-letter producer."""
@@ -199,78 +190,35 @@ class ProjectorRunner:
         )
         await self.producer.start()
 
-    async def start(self) -> None:
-        await self.open()
-        self.consumer = projector_consumer(self.settings, self.group_id)
-        self.consumer.subscribe(self.projector.topics(self.settings), listener=_SeekFromPostgres(self))
-        self.pace = FetchPace(self.consumer, busy_ms=self.settings.kafka.fetch_max_wait_ms,
-                              idle_ms=self.settings.kafka.idle_fetch_max_wait_ms)
-        await self.consumer.start()
-
     async def stop(self) -> None:
-        self._stopping = True
-        if self._commit_timer is not None:
-            self._commit_timer.cancel()
-            self._commit_timer = None
-        await self._commit_kafka()  # what is still pending, before the consumer leaves
-        for closer in (self.consumer and self.consumer.stop, self.producer and self.producer.stop):
-            if closer:
-                try:
-                    await closer()
-                except Exception:  # noqa: BLE001 - best effort on shutdown
-                    log.exception("error while stopping %s", self.projector.name)
+        if self.producer is not None:
+            try:
+                await self.producer.stop()
+            except Exception:  # noqa: BLE001 - best effort on shutdown
+                log.exception("error while stopping %s", self.projector.name)
         if self.conn is not None:
             await self.conn.close()
 
     async def run(self) -> None:
-        """Consume forever; each batch commits rows and offsets together."""
-        await self.start()
-        try:
-            while not self._stopping:
-                batches = await retry_transient(
-                    lambda: self.consumer.getmany(timeout_ms=200, max_records=self.max_batch),
-                    what=f"projector {self.projector.name} fetch",
-                )
-                self.ready.set()
-                records = [r for recs in batches.values() for r in recs]
-                self.pace.saw(bool(records))
-                if records:
-                    await self.process(records)
-        finally:
-            await self.stop()
+        """Consume forever on a consumer of its own (a group of one); each batch commits rows and
+        offsets together."""
+        await ProjectorGroup(self.settings, [self.projector], runners=[self]).run()
 
-    async def process(self, records: list[ConsumerRecord]) -> None:
-        async with self.batch_lock:
-            fresh = [r for r in records if r.offset >= self.applied_up_to.get(TopicPartition(r.topic, r.partition), 0)]
-            if fresh:
-                await self._apply(fresh)
+    def fresh(self, records: Sequence[ConsumerRecord]) -> list[ConsumerRecord]:
+        """The records this projector has not applied yet."""
+        applied = self.applied_up_to
+        return [r for r in records if r.offset >= applied.get(TopicPartition(r.topic, r.partition), 0)]
 
-    async def _apply(self, records: list[ConsumerRecord]) -> None:
-        await self.apply_through_outages(records)
-        offsets = {}
+    async def process(self, records: Sequence[ConsumerRecord]) -> None:
+        """The records not applied yet, in a transaction of this projector's own."""
+        fresh = self.fresh(records)
+        if fresh:
+            await self.apply_through_outages(fresh)
+            self.applied(fresh)
+
+    def applied(self, records: Sequence[ConsumerRecord]) -> None:
         for r in records:
-            offsets[TopicPartition(r.topic, r.partition)] = r.offset + 1
-        self.applied_up_to.update(offsets)
-        if not self.kafka_commits:
-            return
-        # Kafka-side commit is only for lag monitoring; Postgres holds the real position. One
-        # commit a second at most (a commit per small batch cost as much as the batch's rows).
-        self._to_commit.update(offsets)
-        if self._commit_timer is None:
-            self._commit_timer = asyncio.get_running_loop().call_later(KAFKA_COMMIT_INTERVAL_S, self._commit_soon)
-
-    def _commit_soon(self) -> None:
-        self._commit_timer = None
-        self._commit_task = asyncio.ensure_future(self._commit_kafka())
-
-    async def _commit_kafka(self) -> None:
-        offsets, self._to_commit = self._to_commit, {}
-        if not offsets or self.consumer is None:
-            return
-        try:
-            await self.consumer.commit(offsets)
-        except Exception as exc:  # noqa: BLE001 - rebalance in progress etc.; harmless
-            log.debug("kafka offset commit skipped: %s", exc)
+            self.applied_up_to[TopicPartition(r.topic, r.partition)] = r.offset + 1
 
     # --- outages: PostgreSQL or Kafka down (retry the same batch), never a per-record failure ---
 
@@ -303,7 +251,7 @@ class ProjectorRunner:
 
 
 class _SeekShared(ConsumerRebalanceListener):
-    """A shared consumer resumes each partition at the lowest offset its projectors stored."""
+    """The group's consumer resumes each partition at the lowest offset its projectors stored."""
 
     def __init__(self, group: "ProjectorGroup") -> None:
         self.group = group
@@ -344,19 +292,26 @@ async def _all_or_none(calls: list) -> None:
 
 class ProjectorGroup:
     """Projectors that read the same topics, on one consumer: one fetch per batch, then every
-    projector applies it (concurrently, each on its own connection and in its own transaction
-    with its stored offsets, skipping what it applied already). The next fetch waits for the
-    slowest of them, so a projector that calls a model (the message index) keeps a consumer of
-    its own (memory_agent/worker.py)."""
+    projector applies it (skipping what it applied already) in **one transaction** on the first
+    projector's connection, with every projector's stored offsets in it: one BEGIN/COMMIT and
+    one offsets statement per batch for the whole group. When that transaction fails (a record
+    one of them refuses, an outage), the batch is applied again the careful way: each projector
+    in its own transaction, concurrently, with its record isolation and outage retries. A group of
+    one is a projector with a consumer of its own. The next fetch waits for the slowest of them,
+    so a projector that calls a model (the message index) keeps a consumer of its own
+    (memory_agent/worker.py)."""
 
-    def __init__(self, settings: Settings, projectors: Sequence[Projector], *, max_batch: int = 2000) -> None:
+    def __init__(self, settings: Settings, projectors: Sequence[Projector], *, max_batch: int = 2000,
+                 runners: Sequence[ProjectorRunner] | None = None, fetch_min_bytes: int = 1) -> None:
+        """`fetch_min_bytes` > 1: a linger while records flow (`FetchPace`), for projectors whose
+        rows may come up to `fetch_max_wait_ms` later."""
         topics = {tuple(sorted(p.topics(settings))) for p in projectors}
         if len(topics) != 1:
             raise ValueError(f"projectors sharing a consumer must read the same topics: {sorted(topics)}")
-        self.settings, self.max_batch = settings, max_batch
+        self.settings, self.max_batch, self.fetch_min_bytes = settings, max_batch, fetch_min_bytes
         self.topics = list(topics.pop())
-        self.runners = [ProjectorRunner(settings, p, max_batch=max_batch, kafka_commits=len(projectors) == 1)
-                        for p in projectors]
+        self.runners = list(runners) if runners is not None else [
+            ProjectorRunner(settings, p, max_batch=max_batch) for p in projectors]
         self.name = "+".join(p.name for p in projectors)
         prefix = f"{settings.kafka.topic_prefix}.{settings.generation}"
         self.group_id = self.runners[0].group_id if len(projectors) == 1 else f"{prefix}.projectors.{self.name}"
@@ -369,17 +324,14 @@ class ProjectorGroup:
 
     async def run(self) -> None:
         """Consume until cancelled; one projector refusing to go on (a bug) stops the group."""
-        if len(self.runners) == 1:
-            await self.runners[0].run()
-            return
         loop = asyncio.get_running_loop()
         try:
             for runner in self.runners:
                 await runner.open()
-            self.consumer = projector_consumer(self.settings, self.group_id)
+            self.consumer = projector_consumer(self.settings, self.group_id, fetch_min_bytes=self.fetch_min_bytes)
             self.consumer.subscribe(self.topics, listener=_SeekShared(self))
             pace = FetchPace(self.consumer, busy_ms=self.settings.kafka.fetch_max_wait_ms,
-                             idle_ms=self.settings.kafka.idle_fetch_max_wait_ms)
+                             idle_ms=self.settings.kafka.idle_fetch_max_wait_ms, busy_min_bytes=self.fetch_min_bytes)
             await self.consumer.start()
             while True:
                 epoch = self.epoch
@@ -391,8 +343,9 @@ class ProjectorGroup:
                     runner.ready.set()
                 records = [r for recs in batches.values() for r in recs]
                 pace.saw(bool(records))
-                # Lag monitoring only, as a single projector's: at most once a second, and also
-                # after the last batch (an empty fetch comes at least every 200 ms).
+                # The Kafka-side commit is for lag monitoring only (PostgreSQL holds the real
+                # positions): at most once a second, and also after the last batch (an empty
+                # fetch comes at least every 200 ms).
                 if self._to_commit and loop.time() >= self._next_commit:
                     await self._commit_kafka()
                     self._next_commit = loop.time() + KAFKA_COMMIT_INTERVAL_S
@@ -406,7 +359,7 @@ class ProjectorGroup:
                         # was applied since, so the same seek again reads it all anew.
                         await self.seek_to_resume()
                         continue
-                    await _all_or_none([runner.process(records) for runner in self.runners])
+                    await self.apply(records)
                 self._to_commit.update({tp: recs[-1].offset + 1 for tp, recs in batches.items() if recs})
         finally:
             await self._commit_kafka()
@@ -417,6 +370,36 @@ class ProjectorGroup:
                     log.exception("error while stopping the consumer of %s", self.name)
             for runner in self.runners:
                 await runner.stop()
+
+    async def apply(self, records: list[ConsumerRecord]) -> None:
+        """The batch for every projector: in one transaction, or one each when that fails."""
+        work = [(runner, fresh) for runner in self.runners if (fresh := runner.fresh(records))]
+        together = [(runner, fresh) for runner, fresh in work if shares_transaction(runner.projector, fresh)]
+        if len(together) > 1:
+            try:
+                await self._apply_together(together)
+            except Exception as exc:  # noqa: BLE001 - nothing of it committed: the careful way decides
+                log.info("projectors %s: the batch of %d in one transaction failed (%s); applying it per"
+                         " projector", self.name, len(records), isolation.describe(exc))
+        # What is left (all of it when the shared transaction failed): each in its own.
+        await _all_or_none([runner.process(records) for runner, _ in work])
+
+    async def _apply_together(self, work: list[tuple[ProjectorRunner, list[ConsumerRecord]]]) -> None:
+        """Every projector's rows, their dead letters, every projector's offsets: one transaction.
+        The letters go out after every projector applied, so a refused record (which sends the
+        batch the careful way) has sent none twice."""
+        first = self.runners[0]
+        conn = first.conn
+        async with conn.transaction():
+            letters = [(runner.projector.name, await runner.projector.apply(conn, fresh)) for runner, fresh in work]
+            for name, refused in letters:
+                if refused:
+                    await publish_letters(first.producer, self.settings, name, refused)
+            await save_all_positions(conn, {runner.projector.name: next_positions(fresh) for runner, fresh in work})
+        metrics.PROJECTOR_TRANSACTIONS.labels(projectors=self.name).inc()
+        for runner, fresh in work:
+            runner.applied(fresh)
+            metrics.PROJECTED.labels(projector=runner.projector.name).inc(len(fresh))
 
     async def seek_to_resume(self) -> None:
         """Every assigned partition to the lowest offset its projectors stored (the beginning

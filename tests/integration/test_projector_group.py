@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from memory_agent.worker import consumer_groups
@@ -112,3 +112,89 @@ def test_the_worker_shares_a_consumer_between_projectors_of_the_same_topics_but_
     assert ["erasure", "messages"] in names
     assert ["lineage-topics", "memory", "topics"] in names
     assert len(names) < len(chosen)
+
+
+class Writing:
+    """Writes a row per record with the writing transaction's id; refuses (ValueError) a record
+    whose value is in `refuse`, as a projector refuses a record its code cannot apply."""
+
+    def __init__(self, name: str, topic: str, refuse: frozenset[bytes] = frozenset()) -> None:
+        self.name, self.topic, self.refuse = name, topic, refuse
+
+    def topics(self, settings) -> list[str]:
+        return [self.topic]
+
+    async def apply(self, conn, records):
+        for r in records:
+            if r.value in self.refuse:
+                raise ValueError(f"{self.name} refuses {r.value!r}")
+            await conn.execute("INSERT INTO group_test_rows (projector, part, off, xid) VALUES (%s, %s, %s,"
+                               " txid_current())", (self.name, r.partition, r.offset))
+        return []
+
+
+async def _dead_letters(settings, stage: str) -> int:
+    consumer = AIOKafkaConsumer(settings.kafka.dead_letter_topic, bootstrap_servers=settings.kafka.bootstrap_servers,
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        found = 0
+        for records in (await consumer.getmany(timeout_ms=2000)).values():
+            found += sum(stage.encode() in record.value for record in records)
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def test_a_group_applies_a_batch_in_one_transaction_and_per_projector_when_one_refuses_a_record(settings):
+    """Both projectors' rows and offsets of a batch commit in one transaction; when one of them
+    refuses a record, nothing of that transaction stays and the batch is applied per projector:
+    every record once per projector, the refused one dead-lettered once, both at the log end."""
+    topic = settings.kafka.conversation_topic
+    async with await connect(settings) as conn:
+        await conn.execute("CREATE TABLE group_test_rows (projector text, part int, off bigint, xid bigint)")
+        await conn.commit()
+    sent = await _produce(settings, topic, 30)
+    good, picky = Writing("test-good", topic), Writing("test-picky", topic)
+    group = ProjectorGroup(settings, [good, picky])
+    ends = {}
+    for partition, offset in sent:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+
+    async def both_at_the_end() -> bool:
+        async with await connect(settings) as conn:
+            rows = await (await conn.execute(
+                "SELECT projector, partition, next_offset FROM projector_offsets WHERE projector LIKE 'test-%'")).fetchall()
+        return {(name, p, o) for name, p, o in rows} >= {(n, p, o) for n in (good.name, picky.name)
+                                                          for p, o in ends.items()}
+    await _run(group, both_at_the_end)
+    async with await connect(settings) as conn:
+        rows = await (await conn.execute("SELECT projector, part, off, xid FROM group_test_rows")).fetchall()
+    for name in (good.name, picky.name):
+        assert sorted((p, o) for n, p, o, _ in rows if n == name) == sent  # once each
+    by_record = {}
+    for name, p, o, xid in rows:
+        by_record.setdefault((p, o), {})[name] = xid
+    assert all(xids[good.name] == xids[picky.name] for xids in by_record.values())  # one transaction each batch
+
+    # A record `picky` refuses: the shared transaction fails, the batch goes per projector.
+    bad = b"refuse me"
+    picky.refuse = frozenset({bad})
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    await producer.start()
+    try:
+        more = [await (await producer.send(topic, key=f"k{i % 5}".encode(), value=bad if i == 7 else b"y"))
+                for i in range(15)]
+    finally:
+        await producer.stop()
+    more = sorted((m.partition, m.offset) for m in more)
+    for partition, offset in more:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    group = ProjectorGroup(settings, [good, picky])
+    await _run(group, both_at_the_end)
+    async with await connect(settings) as conn:
+        rows = await (await conn.execute("SELECT projector, part, off FROM group_test_rows")).fetchall()
+    assert sorted((p, o) for n, p, o in rows if n == good.name) == sorted(sent + more)
+    picked = sorted((p, o) for n, p, o in rows if n == picky.name)
+    assert len(picked) == len(sent) + len(more) - 1 and set(picked) <= set(sent + more)
+    assert await _dead_letters(settings, "projector.test-picky") == 1

@@ -38,3 +38,15 @@ def test_idle_wait_never_shorter_than_busy_and_no_fetcher_is_harmless():
     assert pace.idle_ms == 200
     pace.saw(False)  # a consumer not started yet has no fetcher: nothing to set
     assert pace.idle
+
+
+def test_a_lingering_consumer_asks_for_one_byte_while_idle_and_its_min_bytes_while_busy():
+    now = [100.0]
+    fetcher = SimpleNamespace(_fetch_max_wait_ms=50, _fetch_min_bytes=65536)
+    pace = FetchPace(SimpleNamespace(_fetcher=fetcher), busy_ms=50, idle_ms=500, busy_min_bytes=65536,
+                     clock=lambda: now[0])
+    now[0] += 2.5
+    pace.saw(False)
+    assert (fetcher._fetch_max_wait_ms, fetcher._fetch_min_bytes) == (500, 1)  # the first record comes at once
+    pace.saw(True)
+    assert (fetcher._fetch_max_wait_ms, fetcher._fetch_min_bytes) == (50, 65536)  # a batch per 50 ms at most
