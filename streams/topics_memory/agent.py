@@ -171,11 +171,14 @@ def _without_text(topics: TopicsState, seq: int) -> TopicsState:
     """The placed message keeps seq, role and time in the fold's state, not its text: the
     events carry the text, the stages read it from the projected log, and the changelog row
     stays small (20 topics x 12 messages of up to 32k characters would not fit a Kafka record)."""
-    for topic in topics.topics:
-        for at, message in enumerate(topic.messages):  # the newest, or a late one in its seq place
-            if message.seq == seq and message.content:
-                messages = topic.messages[:at] + (replace(message, content=""),) + topic.messages[at + 1:]
-                return topics.with_topic(replace(topic, messages=messages))
+    for newest_only in (True, False):  # nearly always the newest message of its topic: looked at first
+        for topic in topics.topics:
+            found = topic.messages[-1:] if newest_only else topic.messages  # or a late one in its seq place
+            for message in found:
+                if message.seq == seq and message.content:
+                    at = topic.messages.index(message)
+                    messages = topic.messages[:at] + (replace(message, content=""),) + topic.messages[at + 1:]
+                    return topics.with_topic(replace(topic, messages=messages))
     return topics
 
 

@@ -138,7 +138,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
         count = best.embedding_count + 1
         mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
         norm = float(np.linalg.norm(mean))
-        topic = replace(best, centroid=tuple(float(x) for x in mean / norm), embedding_count=count, mean_norm=norm,
+        topic = replace(best, centroid=tuple((mean / norm).tolist()), embedding_count=count, mean_norm=norm,
                         messages=_with_message(best.messages, entry), message_count=best.message_count + 1,
                         last_active_at=now, access_count=best.access_count + 1,
                         importance=_importance(msg.importance, best.importance))
@@ -146,7 +146,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     else:
         number = state.next_topic_number
         title = make_title(msg.content, config.title_chars)
-        topic = Topic(make_topic_id(state.conversation_id, number), title, tuple(float(x) for x in unit),
+        topic = Topic(make_topic_id(state.conversation_id, number), title, tuple(unit.tolist()),
                       created_at=now, last_active_at=now, message_count=1, messages=(entry,),
                       importance=_importance(msg.importance, config.default_importance))
         state = replace(state, next_topic_number=number + 1)
