@@ -49,3 +49,24 @@ def test_a_changed_topic_is_serialized_again_the_others_come_from_the_cache():
     assert codec.dumps(state) == fresh(state) and b"a new summary" in codec.dumps(state)
     assert codec.loads(codec.dumps(state), "c").topics.topics[1].summary == "a new summary"
     assert len(codec.loads(codec.dumps(state), "c").topics.topics[0].centroid) == DIM
+
+
+def test_evolve_is_dataclasses_replace_for_the_fold_s_states():
+    import dataclasses
+
+    import pytest
+
+    from domain.topics.gaps import GapRecovery
+    from domain.topics.state import Topic, TopicsState, evolve
+    from streams.topics_memory.inbox import Inbox
+
+    topic = Topic("c:topic-1", "title", (1.0, 0.0), 1.0, 2.0, messages=(TopicMessage(1, "user", "", 1.0),))
+    for obj, changes in ((topic, {"summary": "s", "access_count": 3}), (TopicsState(), {"last_seq": 4}),
+                         (Inbox(), {"queue": ()}), (GapRecovery(), {"cursor": 7})):
+        new = evolve(obj, **changes)
+        assert new == dataclasses.replace(obj, **changes) and type(new) is type(obj) and new is not obj
+        assert obj == dataclasses.replace(obj)  # the original is unchanged
+    with pytest.raises(TypeError):
+        evolve(topic, sumary="a misspelled field")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        evolve(topic, summary="s").summary = "frozen still"
