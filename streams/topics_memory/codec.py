@@ -58,7 +58,7 @@ def topic_json(topic: Topic) -> orjson.Fragment:
     """One topic's changelog JSON, remembered per Topic object: the states are immutable and
     a message changes one topic, so the others are the very objects serialized last time
     (re-serializing every topic of the working set, centroid and summary, for every input
-    was the fold's largest cost: docs/topics.md, "Throughput")."""
+    was the fold's largest cost: docs/topics.md, "Throughput of the fold")."""
     hit = _FRAGMENTS.get(id(topic))
     if hit is not None and hit[0] is topic:
         return hit[1]
