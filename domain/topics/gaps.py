@@ -20,8 +20,10 @@ then takes what the log holds, without waiting for the projection to get past).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from domain.topics.state import evolve
 
 Range = tuple[int, int]
 
@@ -91,7 +93,7 @@ def step(recovery: GapRecovery, skipped: tuple[Range, ...], wall: float,
         return (recovery if recovery == GapRecovery(recovery.cursor, given_up=recovery.given_up)
                 else GapRecovery(recovery.cursor, given_up=recovery.given_up)), None
     if not recovery.noticed_at:
-        return replace(recovery, noticed_at=wall), None
+        return evolve(recovery, noticed_at=wall), None
     if recovery.asked is not None:
         if wall - recovery.requested_at <= config.timeout_seconds:
             return recovery, None
@@ -101,18 +103,18 @@ def step(recovery: GapRecovery, skipped: tuple[Range, ...], wall: float,
     else:
         attempt = 1
     read = GapRead(ranges, config.limit, attempt, attempt >= config.max_attempts)
-    return replace(recovery, asked=(read.from_seq, read.upto_seq), requested_at=wall, attempt=attempt), read
+    return evolve(recovery, asked=(read.from_seq, read.upto_seq), requested_at=wall, attempt=attempt), read
 
 
 def settled(recovery: GapRecovery, from_seq: int, through_seq: int, missing: int, wall: float) -> GapRecovery:
     """A read's answer: every skipped seq up to `through_seq` was sent back or is not in the log.
     Any answer moves the cursor (a stale one vouches for the log as well); only the answer to
     the read in flight ends it and counts its missing seqs (a redelivered answer counts nothing)."""
-    recovery = replace(recovery, cursor=max(recovery.cursor, through_seq))
+    recovery = evolve(recovery, cursor=max(recovery.cursor, through_seq))
     if recovery.asked is None or recovery.asked[0] != from_seq:
         return recovery
     # Whatever is still outstanding above the new cursor waits one more timeout from now.
-    return replace(recovery, asked=None, requested_at=0.0, attempt=0, noticed_at=wall,
+    return evolve(recovery, asked=None, requested_at=0.0, attempt=0, noticed_at=wall,
                    given_up=recovery.given_up + missing)
 
 

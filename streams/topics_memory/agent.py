@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from memory_agent.settings import Settings
 from schemas import topic_events as te
@@ -26,7 +26,7 @@ from streams.topics_memory.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
-from domain.topics.state import TopicsState
+from domain.topics.state import TopicsState, evolve
 
 # Everything else on the two topics is skipped before the state is even loaded.
 RELEVANT = frozenset({MESSAGE_APPENDED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED,
@@ -84,7 +84,7 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
     elif event.type == MESSAGE_APPENDED:
         if p.role not in PLACED_ROLES:  # seen, never placed: not a gap to read back later
             if state.topics.never_placed(e.seq):
-                state = replace(state, topics=state.topics.placing(e.seq))
+                state = evolve(state, topics=state.topics.placing(e.seq))
             return state, []
         if not state.topics.never_placed(e.seq) or inbox.find(e.seq) is not None:
             return state, _reassert(state, e)
@@ -102,7 +102,7 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
             inbox = box.recalled(inbox, item, p.after_seq)
     elif event.type == te.TOPIC_BACKLOG_READ:
         if p.gap:
-            state = replace(state, gaps=gaps.settled(state.gaps, p.from_seq, p.through_seq, p.missing, wall))
+            state = evolve(state, gaps=gaps.settled(state.gaps, p.from_seq, p.through_seq, p.missing, wall))
         else:
             inbox = box.read_done(inbox, p.last_recalled_seq, p.through_seq)
     elif event.type == te.TOPIC_MESSAGE_EMBEDDED:
@@ -118,7 +118,7 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
         else:
             observed = CompactionFailed(p.topic_id, p.upto_seq, p.error)
         topics, commands = step(state.topics, observed, state.clock, config.fold, wall=wall)
-        state = replace(state, topics=topics)
+        state = evolve(state, topics=topics)
         # Not caused by a message: these carry the fold's position (the newest message placed).
         cause = _cause(e, seq=topics.last_seq if topics.last_seq >= 0 else None)
         out += [to_event(c, cause, topics, state.clock, **emit) for c in commands]
@@ -127,18 +127,18 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
     out += [to_event(r, _cause(e, r.seq), state.topics, state.clock, **emit) for r in requests]
     inbox, ready = box.release(inbox)
     inbox, reads = box.next_read(inbox, wall, config.inbox)  # all held are placed: the next deferred
-    state = replace(state, inbox=inbox)
+    state = evolve(state, inbox=inbox)
     for item in ready:
         cause = _cause(e, item.seq, item.user_id, item.subject_id)
         if not state.topics.never_placed(item.seq):  # placed meanwhile (or passed over too long ago)
             continue
         clock = max(state.clock, item.timestamp)  # monotone, even if producers' clocks disagree
         topics, commands = step(state.topics, _observed(item), clock, config.fold, wall=wall)
-        state = replace(state, topics=_without_text(topics, item.seq), clock=clock)
+        state = evolve(state, topics=_without_text(topics, item.seq), clock=clock)
         out += [to_event(c, cause, topics, clock, message=item, **emit) for c in commands]
     recovery, gap_read = gaps.step(state.gaps, state.topics.skipped, wall, config.gaps)
     if recovery != state.gaps:
-        state = replace(state, gaps=recovery)
+        state = evolve(state, gaps=recovery)
     reads += (gap_read,) if gap_read is not None else ()
     out += [to_event(r, _cause(e, state.topics.last_seq if state.topics.last_seq >= 0 else None), state.topics,
                      state.clock, **emit) for r in reads]
@@ -171,11 +171,14 @@ def _without_text(topics: TopicsState, seq: int) -> TopicsState:
     """The placed message keeps seq, role and time in the fold's state, not its text: the
     events carry the text, the stages read it from the projected log, and the changelog row
     stays small (20 topics x 12 messages of up to 32k characters would not fit a Kafka record)."""
-    for topic in topics.topics:
-        for at, message in enumerate(topic.messages):  # the newest, or a late one in its seq place
-            if message.seq == seq and message.content:
-                messages = topic.messages[:at] + (replace(message, content=""),) + topic.messages[at + 1:]
-                return topics.with_topic(replace(topic, messages=messages))
+    for newest_only in (True, False):  # nearly always the newest message of its topic: looked at first
+        for topic in topics.topics:
+            found = topic.messages[-1:] if newest_only else topic.messages  # or a late one in its seq place
+            for message in found:
+                if message.seq == seq and message.content:
+                    at = topic.messages.index(message)
+                    messages = topic.messages[:at] + (evolve(message, content=""),) + topic.messages[at + 1:]
+                    return topics.with_topic(evolve(topic, messages=messages))
     return topics
 
 

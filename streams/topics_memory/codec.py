@@ -12,7 +12,7 @@ import orjson
 
 from domain.topics.gaps import GapRecovery
 from streams.topics_memory.inbox import Inbox
-from domain.topics.state import TopicsState
+from domain.topics.state import Topic, TopicsState
 from schemas.sealed import open_state, seal_state
 
 FORMAT = 1
@@ -50,12 +50,30 @@ def unpack_vector(text: str) -> tuple[float, ...]:
     return tuple(np.frombuffer(base64.b64decode(text), dtype="<f4").tolist())  # Python floats
 
 
+_FRAGMENTS: dict[int, tuple[Topic, orjson.Fragment]] = {}
+FRAGMENTS_KEPT = 20_000  # ~3 KB each (a packed centroid, the summary, <= 12 messages without text)
+
+
+def topic_json(topic: Topic) -> orjson.Fragment:
+    """One topic's changelog JSON, remembered per Topic object: the states are immutable and
+    a message changes one topic, so the others are the very objects serialized last time
+    (re-serializing every topic of the working set, centroid and summary, for every input
+    was the fold's largest cost: docs/topics.md, "Throughput of the fold")."""
+    hit = _FRAGMENTS.get(id(topic))
+    if hit is not None and hit[0] is topic:
+        return hit[1]
+    if len(_FRAGMENTS) >= FRAGMENTS_KEPT:
+        _FRAGMENTS.clear()
+    fragment = orjson.Fragment(orjson.dumps(topic.to_dict(centroid=pack_vector(topic.centroid))))
+    _FRAGMENTS[id(topic)] = (topic, fragment)  # holding the topic keeps its id from being reused
+    return fragment
+
+
 def dumps(state: AgentState, key: bytes | None = None) -> bytes:
     """The changelog value; with the conversation's `key`, sealed when this process seals
     (titles and summaries are its users' words: schemas/sealed.py)."""
-    topics = state.topics.to_dict()
-    for topic, data in zip(state.topics.topics, topics["topics"]):
-        data["centroid"] = pack_vector(topic.centroid)
+    topics = {name: getattr(state.topics, name) for name in TopicsState.__dataclass_fields__}
+    topics["topics"] = [topic_json(topic) for topic in state.topics.topics]
     inbox = state.inbox.to_dict()
     for item in inbox["queue"]:
         if item["embedding"] is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,7 @@ from streams.topics_memory.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
-from domain.topics.state import PendingCompaction, Topic, TopicMessage, TopicsState, make_topic_id
+from domain.topics.state import PendingCompaction, Topic, TopicMessage, TopicsState, evolve, make_topic_id
 
 Stepped = tuple[TopicsState, tuple[Command, ...]]
 
@@ -117,7 +116,7 @@ def _activate(state: TopicsState, topic: Topic) -> Stepped:
     commands: tuple[Command, ...] = (TopicActivated(topic.topic_id, state.active_topic_id),)
     if topic.archived_count:
         commands += (ArchiveRestoreRequested(topic.topic_id),)
-    return replace(state, active_topic_id=topic.topic_id), commands
+    return evolve(state, active_topic_id=topic.topic_id), commands
 
 
 def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConfig, late: bool = False) -> Stepped:
@@ -138,7 +137,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
         count = best.embedding_count + 1
         mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
         norm = float(np.linalg.norm(mean))
-        topic = replace(best, centroid=tuple(float(x) for x in mean / norm), embedding_count=count, mean_norm=norm,
+        topic = evolve(best, centroid=tuple((mean / norm).tolist()), embedding_count=count, mean_norm=norm,
                         messages=_with_message(best.messages, entry), message_count=best.message_count + 1,
                         last_active_at=now, access_count=best.access_count + 1,
                         importance=_importance(msg.importance, best.importance))
@@ -146,10 +145,10 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     else:
         number = state.next_topic_number
         title = make_title(msg.content, config.title_chars)
-        topic = Topic(make_topic_id(state.conversation_id, number), title, tuple(float(x) for x in unit),
+        topic = Topic(make_topic_id(state.conversation_id, number), title, tuple(unit.tolist()),
                       created_at=now, last_active_at=now, message_count=1, messages=(entry,),
                       importance=_importance(msg.importance, config.default_importance))
-        state = replace(state, next_topic_number=number + 1)
+        state = evolve(state, next_topic_number=number + 1)
         created, joined_with = (TopicCreated(topic.topic_id, title, msg.seq),), None
     if late and state.active_topic is not None:
         state, activation = state.with_topic(topic), ()
@@ -163,10 +162,10 @@ def _join_active(state: TopicsState, msg: AssistantMessage | UnmatchedUserMessag
     topic = state.active_topic
     if topic is None:
         reason = msg.reason if isinstance(msg, UnmatchedUserMessage) else "no active topic"
-        return replace(state, unassigned_count=state.unassigned_count + 1), (MessageUnassigned(msg.seq, reason),)
+        return evolve(state, unassigned_count=state.unassigned_count + 1), (MessageUnassigned(msg.seq, reason),)
     role = "user" if isinstance(msg, UnmatchedUserMessage) else "assistant"
     entry = TopicMessage(msg.seq, role, msg.content, msg.timestamp)
-    topic = replace(topic, messages=_with_message(topic.messages, entry), message_count=topic.message_count + 1,
+    topic = evolve(topic, messages=_with_message(topic.messages, entry), message_count=topic.message_count + 1,
                     last_active_at=now)
     return state.with_topic(topic), (MessageAssigned(topic.topic_id, msg.seq, None),)
 
@@ -186,12 +185,12 @@ def _on_result(state: TopicsState, result: CompactionDone | CompactionFailed, no
     if topic is None or topic.compaction is None or topic.compaction.upto_seq != result.upto_seq:
         return state
     if isinstance(result, CompactionFailed):
-        return state.with_topic(replace(topic, compaction=None, compaction_failures=topic.compaction_failures + 1,
+        return state.with_topic(evolve(topic, compaction=None, compaction_failures=topic.compaction_failures + 1,
                                         compaction_not_before=now + config.compaction_retry_seconds))
     archived = [m for m in topic.messages if m.seq <= result.upto_seq]
     first = topic.archived_first_seq if topic.archived_first_seq is not None else (
         archived[0].seq if archived else None)
-    return state.with_topic(replace(
+    return state.with_topic(evolve(
         topic, messages=tuple(m for m in topic.messages if m.seq > result.upto_seq), summary=result.summary,
         summary_upto_seq=result.upto_seq, archived_count=topic.archived_count + len(archived),
         archived_first_seq=first, compaction=None, compaction_failures=0, compaction_not_before=0.0))
@@ -215,7 +214,7 @@ def _compactions(state: TopicsState, now: float, config: TopicConfig) -> Stepped
             continue
         old = tuple(m for m in topic.messages if m.seq <= upto_seq)
         commands.append(CompactionRequested(topic.topic_id, old, topic.summary, upto_seq, attempt))
-        state = state.with_topic(replace(topic, compaction=PendingCompaction(upto_seq, now, attempt)))
+        state = state.with_topic(evolve(topic, compaction=PendingCompaction(upto_seq, now, attempt)))
     return state, tuple(commands)
 
 
@@ -232,7 +231,7 @@ def _evictions(state: TopicsState, now: float, config: TopicConfig) -> Stepped:
     if config.capacity_eviction and excess > 0:
         chosen += [TopicEvicted(t.topic_id, p, "capacity") for p, _, _, t in ranked[len(decayed):][:excess]]
     gone = {c.topic_id for c in chosen}
-    return replace(state, topics=tuple(t for t in state.topics if t.topic_id not in gone),
+    return evolve(state, topics=tuple(t for t in state.topics if t.topic_id not in gone),
                    evicted_count=state.evicted_count + len(chosen)), tuple(chosen)
 
 

@@ -9,8 +9,10 @@ batch at a time, with their embeddings (`BacklogRead`, answered by the recall st
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from domain.topics.state import evolve
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class Inbox:
         return self.find(seq) is not None or (self.backlog is not None and self.backlog.holds(seq))
 
     def _with(self, item: Waiting) -> Inbox:
-        return replace(self, queue=tuple(item if w.seq == item.seq else w for w in self.queue))
+        return evolve(self, queue=tuple(item if w.seq == item.seq else w for w in self.queue))
 
     def to_dict(self) -> dict[str, Any]:
         return {"queue": [w.to_dict() for w in self.queue],
@@ -127,7 +129,7 @@ Stepped = tuple[Inbox, tuple[Command, ...]]
 
 
 def _request(item: Waiting, wall: float) -> tuple[Waiting, EmbeddingRequested]:
-    item = replace(item, attempt=item.attempt + 1, requested_at=wall)
+    item = evolve(item, attempt=item.attempt + 1, requested_at=wall)
     return item, EmbeddingRequested(item.seq, item.content, item.attempt, item.user_id, item.subject_id)
 
 
@@ -140,16 +142,16 @@ def admit(inbox: Inbox, item: Waiting, wall: float, config: InboxConfig) -> Step
         return inbox, ()
     late = inbox.backlog is not None and item.seq < inbox.backlog.first_seq
     if inbox.backlog is not None and not late:
-        return replace(inbox, backlog=replace(inbox.backlog, last_seq=max(inbox.backlog.last_seq, item.seq))), ()
+        return evolve(inbox, backlog=evolve(inbox.backlog, last_seq=max(inbox.backlog.last_seq, item.seq))), ()
     held = sum(held_size(w) for w in inbox.queue)
     if not late and inbox.queue and (
             len(inbox.queue) >= config.max_waiting or held + held_size(item) > config.max_waiting_chars):
-        return replace(inbox, backlog=Backlog(item.seq, item.seq)), ()  # back-pressure: read it back later
+        return evolve(inbox, backlog=Backlog(item.seq, item.seq)), ()  # back-pressure: read it back later
     commands: tuple[Command, ...] = ()
     if item.role == "user" and not item.ready:
         item, request = _request(item, wall)
         commands = (request,)
-    return replace(inbox, queue=inbox.queue + (item,)), commands
+    return evolve(inbox, queue=inbox.queue + (item,)), commands
 
 
 def recalled(inbox: Inbox, item: Waiting, after_seq: int) -> Inbox:
@@ -159,7 +161,7 @@ def recalled(inbox: Inbox, item: Waiting, after_seq: int) -> Inbox:
     backlog = inbox.backlog
     if backlog is None or after_seq + 1 != backlog.first_seq or not backlog.holds(item.seq) or not item.ready:
         return inbox
-    backlog = replace(backlog, first_seq=item.seq + 1)
+    backlog = evolve(backlog, first_seq=item.seq + 1)
     return Inbox(inbox.queue + (item,), backlog if backlog.first_seq <= backlog.last_seq else None)
 
 
@@ -169,7 +171,7 @@ def recovered(inbox: Inbox, item: Waiting) -> Inbox:
     head. A seq already held or deferred changes nothing."""
     if inbox.knows(item.seq) or not item.ready:
         return inbox
-    return replace(inbox, queue=inbox.queue + (item,))
+    return evolve(inbox, queue=inbox.queue + (item,))
 
 
 def read_done(inbox: Inbox, last_recalled_seq: int, through_seq: int) -> Inbox:
@@ -178,8 +180,8 @@ def read_done(inbox: Inbox, last_recalled_seq: int, through_seq: int) -> Inbox:
     backlog = inbox.backlog
     if backlog is None or last_recalled_seq + 1 != backlog.first_seq:
         return inbox
-    backlog = replace(backlog, first_seq=max(backlog.first_seq, through_seq + 1), requested_at=0.0, attempt=0)
-    return replace(inbox, backlog=backlog if backlog.first_seq <= backlog.last_seq else None)
+    backlog = evolve(backlog, first_seq=max(backlog.first_seq, through_seq + 1), requested_at=0.0, attempt=0)
+    return evolve(inbox, backlog=backlog if backlog.first_seq <= backlog.last_seq else None)
 
 
 def next_read(inbox: Inbox, wall: float, config: InboxConfig) -> Stepped:
@@ -191,10 +193,10 @@ def next_read(inbox: Inbox, wall: float, config: InboxConfig) -> Stepped:
         return inbox, ()
     if backlog.requested_at and wall - backlog.requested_at <= config.embedding_timeout_seconds:
         return inbox, ()
-    backlog = replace(backlog, requested_at=wall, attempt=backlog.attempt + 1)
+    backlog = evolve(backlog, requested_at=wall, attempt=backlog.attempt + 1)
     read = BacklogRead(backlog.first_seq, backlog.last_seq, config.backlog_batch, backlog.attempt,
                        backlog.attempt >= config.embedding_max_attempts)
-    return replace(inbox, backlog=backlog), (read,)
+    return evolve(inbox, backlog=backlog), (read,)
 
 
 def embedded(inbox: Inbox, seq: int, vector: tuple[float, ...]) -> Inbox:
@@ -202,7 +204,7 @@ def embedded(inbox: Inbox, seq: int, vector: tuple[float, ...]) -> Inbox:
     item = inbox.find(seq)
     if item is None or item.ready:
         return inbox
-    return inbox._with(replace(item, embedding=vector))
+    return inbox._with(evolve(item, embedding=vector))
 
 
 def failed(inbox: Inbox, seq: int, attempt: int, error: str, retryable: bool, wall: float,
@@ -214,7 +216,7 @@ def failed(inbox: Inbox, seq: int, attempt: int, error: str, retryable: bool, wa
     if retryable and item.attempt < config.embedding_max_attempts:
         item, request = _request(item, wall)
         return inbox._with(item), (request,)
-    return inbox._with(replace(item, gave_up=f"embedding failed: {error}"[:500])), ()
+    return inbox._with(evolve(item, gave_up=f"embedding failed: {error}"[:500])), ()
 
 
 def sweep(inbox: Inbox, wall: float, config: InboxConfig) -> Stepped:
@@ -227,7 +229,7 @@ def sweep(inbox: Inbox, wall: float, config: InboxConfig) -> Stepped:
             item, request = _request(item, wall)
             commands.append(request)
         else:
-            item = replace(item, gave_up=f"no embedding after {item.attempt} attempts")
+            item = evolve(item, gave_up=f"no embedding after {item.attempt} attempts")
         inbox = inbox._with(item)
     return inbox, tuple(commands)
 
@@ -237,7 +239,7 @@ def release(inbox: Inbox) -> tuple[Inbox, tuple[Waiting, ...]]:
     count = 0
     while count < len(inbox.queue) and inbox.queue[count].ready:
         count += 1
-    return replace(inbox, queue=inbox.queue[count:]), inbox.queue[:count]
+    return evolve(inbox, queue=inbox.queue[count:]), inbox.queue[:count]
 
 
 def looks_stuck(inbox: Inbox, wall: float, config: InboxConfig) -> bool:

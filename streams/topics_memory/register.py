@@ -16,7 +16,7 @@ from streams.context import StreamContext
 from streams.stages import Lazy, Stage, one_by_one
 from streams.topics_memory import codec
 from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle, needs_tick
-from streams.topics_memory.erased import ErasedCheck
+from streams.topics_memory.erased import ErasedCheck, connector
 from streams.topics_memory.recall import BacklogStage
 from streams.topics_memory.stage import CompactionStage, EmbeddingStage
 from streams.topics_memory.summarize import make_topic_summarizer
@@ -119,7 +119,7 @@ async def _backlog_stage(embedder: Lazy, ctx: StreamContext) -> BacklogStage:
 
 
 async def _erased_check(ctx: StreamContext) -> ErasedCheck:
-    return ErasedCheck(await ctx.pool())
+    return ErasedCheck(connector(ctx.settings))
 
 
 async def _compaction_stage(summarizer, ctx: StreamContext) -> CompactionStage:

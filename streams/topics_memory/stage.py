@@ -49,7 +49,7 @@ class EmbeddingStage:
             return self._failed(request, "the embedding is zero or not finite", False)
         payload = te.TopicMessageEmbedded(
             seq=request.payload.seq, attempt=request.payload.attempt, model=self.embedder.model,
-            embedding=[round(x, 7) for x in (vector / norm).tolist()],
+            embedding=np.round(np.asarray(vector / norm, dtype=np.float64), 7).tolist(),  # = round(x, 7) each
         )
         return new_event(te.TOPIC_MESSAGE_EMBEDDED, payload, **_same(request.envelope))
 

@@ -10,6 +10,7 @@ PostgreSQL, HTTP and `memory-agent worker`)."""
 from __future__ import annotations
 
 import httpx
+import psycopg
 import pytest
 
 from memory_agent.client import MemoryClient
@@ -72,3 +73,49 @@ async def test_messages_erased_before_the_topic_fold_reaches_them_leave_no_word_
     # Her words are in the conversation log (sealing is off: the log is the source of truth) and
     # nowhere the topic fold writes: no topic event, no fold state.
     assert set(in_log) <= {settings.kafka.conversation_topic}, in_log
+
+
+@pytest.mark.asyncio
+async def test_the_fold_s_erasure_snapshot_is_never_stale(settings):
+    """The check keeps the applied erasures in memory (streams/topics_memory/erased.py) and asks
+    PostgreSQL only for the table's count per message. An erasure applied by the real erasure
+    projector a moment before the fold's next check must decide that check: with the snapshot
+    of the first check reused as it was, alice's earlier message would be let through."""
+    from aiokafka.structs import ConsumerRecord
+
+    from projections.erasure import ErasureProjector
+    from schemas import erasure_events as ee
+    from schemas.codec import decode, encode, new_event
+    from schemas.envelope import conversation_key
+    from schemas.events import MessageAppended
+    from schemas.registry import MESSAGE_APPENDED
+    from streams.topics_memory.erased import ErasedCheck, connector
+
+    def message(user: str, seq: int):
+        return decode(encode(new_event(MESSAGE_APPENDED, MessageAppended(role="user", content="words"),
+                                       tenant_id=TENANT, conversation_id="conv-b", user_id=user, seq=seq)))
+
+    def at(partition: int, offset: int, ms: int):  # a faust message: its timestamp in seconds
+        return ConsumerRecord("conversations", partition, offset, ms / 1000.0, 0, None, None, None, 0, 0, [])
+
+    t0 = 1_800_000_000_000
+    check = ErasedCheck(connector(settings))
+    try:
+        assert await check.erasure_of(message(ALICE, 1), at(1, 10, t0)) is None  # the snapshot: no erasure
+        erasure = new_event(ee.USER_ERASED, ee.UserErased(erased_user_id=ALICE), tenant_id=TENANT,
+                            conversation_id=ee.erasure_stream(ALICE), user_id=ADMIN)
+        record = ConsumerRecord(settings.kafka.conversation_topic, 2, 3, t0 + 1000, 0,
+                                conversation_key(TENANT, erasure.conversation_id), encode(erasure), None, 1, 1, [])
+        async with await psycopg.AsyncConnection.connect(
+                settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
+            await ErasureProjector(settings).apply(conn, [record])
+            await conn.commit()
+        assert await rows(settings, "SELECT count(*) FROM erasures") == [(1,)]
+        # The very next checks see it: alice's message written before it is covered, hers after
+        # it and bob's are not.
+        assert await check.erasure_of(message(ALICE, 1), at(1, 10, t0)) == erasure.event_id
+        assert await check.erasure_of(message(ALICE, 7), at(1, 20, t0 + 5000)) is None
+        assert await check.erasure_of(message(BOB, 2), at(1, 11, t0)) is None
+        assert check.reloads == 2  # read at the first check and once after the erasure, not per message
+    finally:
+        await check.close()

@@ -196,34 +196,54 @@ def test_the_erasure_check_takes_a_faust_message_s_seconds_and_a_record_s_millis
 
 def test_the_erasure_check_waits_for_postgresql_instead_of_failing_the_fold():
     import asyncio
-    import contextlib
     from types import SimpleNamespace
 
     import psycopg
 
     from streams.topics_memory.erased import ErasedCheck
 
-    class Pool:
-        calls = 0
-
-        @contextlib.asynccontextmanager
-        async def connection(self):
-            Pool.calls += 1
-            if Pool.calls < 3:
-                raise psycopg.OperationalError("the database system is shutting down")
-            yield Conn()
+    calls = []
 
     class Conn:
-        async def execute(self, *_):
-            return SimpleNamespace(fetchall=self.rows)
+        closed = False
 
-        async def rows(self):
-            return []
+        async def execute(self, sql, *_, **__):
+            calls.append(sql)
+            if len(calls) < 3:
+                raise psycopg.OperationalError("the database system is shutting down")
+            rows = [] if "OVER" in sql else [(0,)]
+            return SimpleNamespace(fetchone=lambda: _value(rows[0]), fetchall=lambda: _value(rows))
+
+        async def close(self):
+            self.closed = True
+
+    async def _value(value):
+        return value
+
+    async def connect():
+        return Conn()
 
     message = event(MESSAGE_APPENDED, MessageAppended(role="user", content="hi"), 3)
-    check = ErasedCheck(Pool(), retry_s=0.001)
+    check = ErasedCheck(connect, retry_s=0.001)
     record = SimpleNamespace(partition=0, offset=1, timestamp=1.0)
-    assert asyncio.run(check.erasure_of(message, record)) is None and Pool.calls == 3
+    assert asyncio.run(check.erasure_of(message, record)) is None and len(calls) == 4  # 2 failed, count, rows
+
+
+def test_the_erasure_snapshot_applies_the_domain_rule_by_user_and_by_conversation():
+    from domain.erasure import AppliedErasure, LogPosition
+    from streams.topics_memory.erased import ErasureSnapshot
+
+    at = LogPosition(0, 10, 5_000)
+    snapshot = ErasureSnapshot([AppliedErasure("e-user", "t", "alice", frozenset({"conv-a"}), LogPosition(1, 4, 6_000)),
+                                AppliedErasure("e-conv", "t", None, frozenset({"conv-c"}), LogPosition(0, 11, 9_000))],
+                               version=2)
+    assert snapshot.erasure_of("t", "conv-b", "alice", at) == "e-user"  # her message in another's conversation
+    assert snapshot.erasure_of("t", "conv-a", "bob", at) == "e-user"  # her conversation, erased whole
+    assert snapshot.erasure_of("t", "conv-b", "alice", LogPosition(0, 12, 6_001)) is None  # written after it
+    assert snapshot.erasure_of("t", "conv-c", "bob", at) == "e-conv"  # same partition: by offset
+    assert snapshot.erasure_of("t", "conv-c", "bob", LogPosition(0, 11, 1)) is None
+    assert snapshot.erasure_of("other", "conv-b", "alice", at) is None  # another tenant
+    assert snapshot.erasure_of("t", "conv-b", "bob", at) is None
 
 
 def test_system_and_tool_messages_are_seen_not_skipped():
