@@ -80,8 +80,7 @@ class MessageIndexProjector:
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
         found = self.messages(records)
         # Written before an erasure already applied (domain/erasure.py): never embedded.
-        for key in await erased_messages(conn, {k: (*k[:2], v[0], v[5]) for k, v in found.items()}):
-            del found[key]
+        await self._drop_erased(conn, found)
         by_tenant: dict[str, list[tuple[str, str, int]]] = {}
         for k in found:
             by_tenant.setdefault(k[0], []).append(k)
@@ -89,16 +88,32 @@ class MessageIndexProjector:
             cur = await conn.execute(_EXISTING, (tenant, [k[1] for k in keys], [k[2] for k in keys]))
             for conversation, seq in await cur.fetchall():
                 found.pop((tenant, conversation, seq), None)
+        vectors: dict[tuple[str, str, int], object] = {}
         keys = sorted(found)
         for start in range(0, len(keys), EMBED_BATCH):
             batch = keys[start:start + EMBED_BATCH]
-            vectors = await self.embed_or_skip([found[k][3][:EMBED_CHARS] for k in batch])
-            if vectors is None:
-                continue
-            await use_packed_vectors(conn)
-            rows = [(*k, *found[k][:3], PackedVector(v), found[k][4]) for k, v in zip(batch, vectors)]
-            await conn.execute(_INSERT, [self.embedder.model, *(list(column) for column in zip(*rows))])
+            embedded = await self.embed_or_skip([found[k][3][:EMBED_CHARS] for k in batch])
+            if embedded is not None:
+                vectors.update(zip(batch, embedded))
+        if not vectors:
+            return []
+        # Checked again under the table's write lock: an erasure committed while the batch was
+        # embedded is seen now, and one that comes later waits for this transaction and deletes
+        # its rows (the erasure locks the table for writes; projections/messages.py
+        # `_drop_erased`). The lock is not held while embedding: an erasure never waits for a model.
+        await conn.execute("LOCK TABLE message_embeddings IN ROW EXCLUSIVE MODE")
+        await self._drop_erased(conn, found)
+        await use_packed_vectors(conn)
+        rows = [(*k, *found[k][:3], PackedVector(v), found[k][4]) for k, v in vectors.items() if k in found]
+        for start in range(0, len(rows), EMBED_BATCH):
+            part = rows[start:start + EMBED_BATCH]
+            await conn.execute(_INSERT, [self.embedder.model, *(list(column) for column in zip(*part))])
         return []
+
+    @staticmethod
+    async def _drop_erased(conn: psycopg.AsyncConnection, found: dict) -> None:
+        for key in await erased_messages(conn, {k: (*k[:2], v[0], v[5]) for k, v in found.items()}):
+            del found[key]
 
     async def embed_or_skip(self, texts: list[str]):
         """The vectors, or None when the embedder keeps failing: an outage of a remote embedder

@@ -105,7 +105,13 @@ class MessagesProjector:
     async def _drop_erased(self, conn, unique: dict[tuple[str, str, int], _Candidate]) -> list[_Candidate]:
         """Messages written before an erasure that was applied before this projector reached them
         (domain/erasure.py) are not projected: removed from `unique` and returned, their ids
-        recorded in `erased_messages` (the stages count them as gaps)."""
+        recorded in `erased_messages` (the stages count them as gaps).
+
+        The table's write lock is taken before the check: an erasure (which locks it for
+        writes, projections/erasure.py) either committed before it, and the check sees it, or
+        waits for this transaction and then deletes what it inserted. Without the lock an
+        erasure could commit between the check and the insert and miss these rows."""
+        await conn.execute("LOCK TABLE messages IN ROW EXCLUSIVE MODE")
         erased = await erased_messages(conn, {k: (*k[:2], c.event.envelope.user_id, c.record)
                                               for k, c in unique.items()})
         if not erased:

@@ -278,6 +278,22 @@ class _SeekShared(ConsumerRebalanceListener):
         log.info("%s assigned %s", self.group.name, sorted((tp.topic, tp.partition) for tp in assigned))
 
 
+def barrier_segments(records: list[ConsumerRecord], projectors: Sequence[Projector]) -> list[list[ConsumerRecord]]:
+    """`records` cut around each record some projector will not apply in a shared transaction
+    (the record alone in its segment), in order."""
+    segments: list[list[ConsumerRecord]] = []
+    start = 0
+    for i, record in enumerate(records):
+        if any(not shares_transaction(p, [record]) for p in projectors):
+            if i > start:
+                segments.append(records[start:i])
+            segments.append([record])
+            start = i + 1
+    if start < len(records):
+        segments.append(records[start:])
+    return segments
+
+
 async def _all_or_none(calls: list) -> None:
     """Await every call; when one fails, cancel the others before raising (none outlives the group)."""
     tasks = [asyncio.ensure_future(call) for call in calls]
@@ -372,7 +388,15 @@ class ProjectorGroup:
                 await runner.stop()
 
     async def apply(self, records: list[ConsumerRecord]) -> None:
-        """The batch for every projector: in one transaction, or one each when that fails."""
+        """The batch for every projector. A record some projector must apply in a transaction of
+        its own (an erasure) is a barrier: every projector applies what comes before it, then
+        it, then the rest, so each sees the log in its order around it (an erasure applied
+        after a message written after it would delete that message: domain/erasure.py)."""
+        for segment in barrier_segments(records, [runner.projector for runner in self.runners]):
+            await self._apply_segment(segment)
+
+    async def _apply_segment(self, records: list[ConsumerRecord]) -> None:
+        """In one transaction, or one each when that fails; those that share go first."""
         work = [(runner, fresh) for runner in self.runners if (fresh := runner.fresh(records))]
         together = [(runner, fresh) for runner, fresh in work if shares_transaction(runner.projector, fresh)]
         if len(together) > 1:
@@ -381,8 +405,11 @@ class ProjectorGroup:
             except Exception as exc:  # noqa: BLE001 - nothing of it committed: the careful way decides
                 log.info("projectors %s: the batch of %d in one transaction failed (%s); applying it per"
                          " projector", self.name, len(records), isolation.describe(exc))
-        # What is left (all of it when the shared transaction failed): each in its own.
-        await _all_or_none([runner.process(records) for runner, _ in work])
+        # What is left (all of it when the shared transaction failed): each in its own, those
+        # that share before the others.
+        await _all_or_none([runner.process(records) for runner, _ in together])
+        alone = [runner for runner, _ in work if all(runner is not r for r, _ in together)]
+        await _all_or_none([runner.process(records) for runner in alone])
 
     async def _apply_together(self, work: list[tuple[ProjectorRunner, list[ConsumerRecord]]]) -> None:
         """Every projector's rows, their dead letters, every projector's offsets: one transaction.
