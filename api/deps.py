@@ -65,18 +65,21 @@ async def get_conn(
 SIDE_WAIT_S = 0.05  # a side connection is only taken when one is idle: never queue for it
 
 
-def side_connections(state: Any) -> Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection | None]]:
+def side_connections(state: Any) -> Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection | None]] | None:
     """Extra pooled connections for one request's independent statements (the retrieval's
     table searches, retrieval.search.search_all): a connection pointing at the active
     generation when the pool has an idle one right now, else None (the caller then runs the
     statement on its own connection). Never waits for the pool, so under load (no idle
     connection) requests hold one connection each, as before, and the tenant shares still
-    bound who waits; a lone request gets its searches run on several cores."""
+    bound who waits; a lone request gets its searches run on several cores. None for an app
+    state without a pool (in-process callers)."""
+    if getattr(state, "pool", None) is None:
+        return None
 
     @asynccontextmanager
     async def side() -> AsyncIterator[psycopg.AsyncConnection | None]:
-        pool = getattr(state, "pool", None)
-        if pool is None or not pool.get_stats().get("pool_available"):
+        pool = state.pool
+        if not pool.get_stats().get("pool_available"):
             yield None
             return
         try:

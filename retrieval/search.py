@@ -4,7 +4,7 @@ tenant, user and subject."""
 from __future__ import annotations
 
 import asyncio
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Callable, Literal, Mapping, Sequence
@@ -301,9 +301,10 @@ async def search_all(
     `side`: a source of other connections (an async context manager giving one, or None when
     none is free right now). With it, each table is searched by a statement of its own, the
     first on `conn` and the others at the same time on side connections, with the same HNSW
-    settings (`ef_search`): PostgreSQL runs them on several cores. A table whose side
-    connection is not free is searched on `conn` afterwards. The rows are the same as the one
-    statement's, table by table in the order of `kinds`."""
+    settings (`ef_search`): PostgreSQL runs them on several cores. The tables whose side
+    connection is not free are searched together on `conn` (with none free: the one
+    statement). The rows are the same as the one statement's, table by table in the order of
+    `kinds`."""
     if not kinds:
         return []
     keyword_kinds = [kind for kind in kinds if use_keyword and keywords.for_kind(kind) is not None]
@@ -321,26 +322,28 @@ async def search_all(
     if side is None or len(kinds) < 2:
         return await _fetch(conn, sql(kinds), params, weights)
 
-    async def on_side(kind: Kind) -> list[SearchRow] | None:
-        async with side() as other:
-            if other is None:
-                return None
-            try:
-                if ef_search is not None:
-                    await other.execute(_HNSW_SETTINGS, (str(ef_search),))
-                return await _fetch(other, sql([kind]), params, weights)
-            finally:
-                await other.rollback()  # transaction-local settings: leave nothing behind
+    async def on_side(other: psycopg.AsyncConnection, kind: Kind) -> list[SearchRow]:
+        try:
+            if ef_search is not None:
+                await other.execute(_HNSW_SETTINGS, (str(ef_search),))
+            return await _fetch(other, sql([kind]), params, weights)
+        finally:
+            await other.rollback()  # transaction-local settings: leave nothing behind
 
-    results = await asyncio.gather(_fetch(conn, sql(kinds[:1]), params, weights),
-                                   *(on_side(kind) for kind in kinds[1:]), return_exceptions=True)
+    async with AsyncExitStack() as stack:
+        others = [await stack.enter_async_context(side()) for _ in kinds[1:]]
+        away = [(kind, other) for kind, other in zip(kinds[1:], others) if other is not None]
+        here = [kinds[0], *(kind for kind, other in zip(kinds[1:], others) if other is None)]
+        results = await asyncio.gather(_fetch(conn, sql(here), params, weights),
+                                       *(on_side(other, kind) for kind, other in away), return_exceptions=True)
     for result in results:  # raised once every statement is done: nothing left running
         if isinstance(result, BaseException):
             raise result
-    rows: list[SearchRow] = []
-    for kind, found in zip(kinds, results):
-        rows.extend(found if found is not None else await _fetch(conn, sql([kind]), params, weights))
-    return rows
+    by_kind: dict[str, list[SearchRow]] = {}
+    for found in results:
+        for row in found:
+            by_kind.setdefault(row.kind, []).append(row)
+    return [row for kind in kinds for row in by_kind.get(kind, ())]
 
 
 async def _fetch(conn: psycopg.AsyncConnection, sql: str, params: Mapping, weights: Mapping[str, float]
