@@ -65,7 +65,10 @@ async def get_conn(
 SIDE_WAIT_S = 0.05  # a side connection is only taken when one is idle: never queue for it
 
 
-def side_connections(state: Any) -> Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection | None]] | None:
+SideConnection = Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection | None]]
+
+
+def side_connections(state: Any) -> SideConnection | None:
     """Extra pooled connections for one request's independent statements (the retrieval's
     table searches, retrieval.search.search_all): a connection pointing at the active
     generation when the pool has an idle one right now, else None (the caller then runs the

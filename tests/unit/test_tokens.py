@@ -42,9 +42,11 @@ def test_missing_package_or_file_raises_a_clear_error(monkeypatch, tmp_path):
 
 
 def _random_text(rng) -> str:
-    pieces = ["word", "Café", "naïve", "e\u0301", "\u0301\u0302", "東京都", "don't", "a_b", "x→y", "€5", "$", "--",
-              "\x1c", "\x00", "\ufffd", "😀", "ǅ", "İstanbul", "١٢٣", "ﬁne", "…", "(!)", "  ", "\t", "Ⅻ", "ß", "𝔘"]
-    return " ".join("".join(rng.choice(pieces) for _ in range(rng.randrange(1, 4))) for _ in range(rng.randrange(0, 12)))
+    pieces = ["word", "Café", "naïve", "e\u0301", "\u0301\u0302", "東京都", "don't", "a_b", "x→y", "€5", "$",
+              "--", "\x1c", "\x00", "\ufffd", "😀", "ǅ", "İstanbul", "١٢٣", "ﬁne", "…", "(!)", "  ", "\t", "Ⅻ",
+              "ß", "𝔘"]
+    words = ("".join(rng.choice(pieces) for _ in range(rng.randrange(1, 4))) for _ in range(rng.randrange(0, 12)))
+    return " ".join(words)
 
 
 def test_min_tokens_is_never_above_the_tokenizer_count():
