@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Annotated
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Annotated, Any, Callable
 
 import psycopg
 from fastapi import Depends, HTTPException, Request, Security, status
@@ -59,6 +60,44 @@ async def get_conn(
                 yield conn
         finally:
             await state.pool.putconn(conn)
+
+
+SIDE_WAIT_S = 0.05  # a side connection is only taken when one is idle: never queue for it
+
+
+SideConnection = Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection | None]]
+
+
+def side_connections(state: Any) -> SideConnection | None:
+    """Extra pooled connections for one request's independent statements (the retrieval's
+    table searches, retrieval.search.search_all): a connection pointing at the active
+    generation when the pool has an idle one right now, else None (the caller then runs the
+    statement on its own connection). Never waits for the pool, so under load (no idle
+    connection) requests hold one connection each, as before, and the tenant shares still
+    bound who waits; a lone request gets its searches run on several cores. None for an app
+    state without a pool (in-process callers)."""
+    if getattr(state, "pool", None) is None:
+        return None
+
+    @asynccontextmanager
+    async def side() -> AsyncIterator[psycopg.AsyncConnection | None]:
+        pool = state.pool
+        if not pool.get_stats().get("pool_available"):
+            yield None
+            return
+        try:
+            conn = await pool.getconn(timeout=SIDE_WAIT_S)
+        except PoolTimeout:
+            yield None
+            return
+        try:
+            async with conn:  # commit on success, roll back on error (as pool.connection() does)
+                await state.generation.use(conn)
+                yield conn
+        finally:
+            await pool.putconn(conn)
+
+    return side
 
 
 def get_client(request: Request) -> MemoryClient:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Sequence
+from typing import Callable, Sequence
 
 from domain.speakers import split_prefix
 from retrieval.scoring import Exclusion, ScoredItem, rank_key
@@ -32,10 +32,14 @@ class Packed:
         return "\n".join(p.line for p in self.included)
 
 
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December")  # English whatever the locale (strftime('%B') follows it, and is slow)
+
+
 def day(ts: float) -> str:
     """A date as people (and answer matching) write it: "7 May 2023" (UTC), never ISO alone."""
     d = datetime.fromtimestamp(ts, UTC)
-    return f"{d.day} {d.strftime('%B')} {d.year}"
+    return f"{d.day} {_MONTHS[d.month - 1]} {d.year}"
 
 
 def date_label(start: float | None, end: float | None) -> str:
@@ -71,25 +75,48 @@ def render_line(item: ScoredItem) -> str:
 
 def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,
          count: TokenCounter = count_tokens, excluded: Sequence[Exclusion] = (),
-         repeats: Sequence[ScoredItem] = ()) -> Packed:
+         repeats: Sequence[ScoredItem] = (), *, additive: bool = False,
+         lower_bound: Callable[[str], int] | None = None) -> Packed:
     """Greedy by final score: each line is added if the joined text still fits, otherwise it is
     excluded as "over_budget" and smaller, lower-scored lines are still tried. The budget is
     checked on the whole joined text, so separators can never push it over. `repeats` (items
     the model can still see from an earlier turn) only take the room every other item left;
-    those that do not fit are excluded as "already_surfaced"."""
+    those that do not fit are excluded as "already_surfaced".
+
+    `additive`: `count` of lines joined by newlines is the sum of their counts (true of the
+    WordPiece tokenizer: a newline is whitespace), so each line is counted once, not the whole
+    text at every step. `lower_bound` (with `additive`): a cheap count never above `count`; a
+    line whose bound does not fit is excluded without being counted (its Exclusion carries the
+    line and no tokens: `exclusion_tokens` counts it if someone asks)."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
+    if lower_bound is not None and not additive:
+        raise ValueError("lower_bound needs an additive count")
     included: list[PackedItem] = []
     dropped = list(excluded)
     used = 0
     for group, reason in ((items, "over_budget"), (repeats, "already_surfaced")):
         for item in sorted(group, key=rank_key):
             line = render_line(item)
+            if lower_bound is not None and used + lower_bound(line) > budget:
+                dropped.append(Exclusion(item.candidate, reason, item.score, None, line))
+                continue
             tokens = count(line)
-            trial = count("\n".join([p.line for p in included] + [line])) if included else tokens
+            if additive:
+                trial = used + tokens
+            else:
+                trial = count("\n".join([p.line for p in included] + [line])) if included else tokens
             if trial <= budget:
                 included.append(PackedItem(item, line, tokens))
                 used = trial
             else:
                 dropped.append(Exclusion(item.candidate, reason, item.score, tokens))
     return Packed(tuple(included), tuple(dropped), used, budget)
+
+
+def exclusion_tokens(exclusion: Exclusion, count: TokenCounter = count_tokens) -> int | None:
+    """The tokens of an excluded item's line: counted by pack, or now for a line pack left
+    uncounted (its lower bound alone did not fit); None for exclusions made before packing."""
+    if exclusion.tokens is not None or exclusion.line is None:
+        return exclusion.tokens
+    return count(exclusion.line)

@@ -68,6 +68,7 @@ class Exclusion:
     reason: Reason
     score: ScoreBreakdown | None = None
     tokens: int | None = None  # packing: the rendered line's size
+    line: str | None = None  # packing: the rendered line, when its size was not counted (packing.exclusion_tokens)
 
 
 @dataclass(frozen=True)

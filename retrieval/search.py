@@ -3,9 +3,11 @@ tenant, user and subject."""
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Literal, Mapping, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import psycopg
@@ -72,6 +74,11 @@ def vector_literal(vector: np.ndarray) -> str:
 _TABLE = {"fact": "facts", "chunk": "conversation_chunks", "message": "messages"}
 
 
+# The transaction-local HNSW breadth and iterative scan (pgvector 0.8) of a search.
+_HNSW_SETTINGS = ("SELECT set_config('hnsw.ef_search', %s, true),"
+                  " set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+
+
 async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: str | None,
                   common: dict[str, frozenset[str]] | None = None, max_terms: int = 32,
                   tenant: str | None = None, stats: CommonLexemes | None = None) -> Keywords:
@@ -80,7 +87,7 @@ async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: s
     text's English lexemes minus each table's `common` ones, and (given `tenant`) their IDF
     (document frequencies `stats` keeps are not counted again)."""
     cur = await conn.execute(
-        "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', 'relaxed_order', true),"
+        _HNSW_SETTINGS + ","
         " ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %s)) u ORDER BY u.positions[1], u.lexeme)",
         (str(ef_search), keyword_text or ""),
     )
@@ -271,6 +278,9 @@ def search_all_sql(kinds: Sequence[Kind], subject_id: str | None, *, vector: boo
         .replace("%(keywords)s", f"%(keywords_{kind})s") + ")" for kind in kinds)
 
 
+SideConnection = Callable[[], AbstractAsyncContextManager["psycopg.AsyncConnection | None"]]
+
+
 async def search_all(
     conn: psycopg.AsyncConnection,
     scope: Scope,
@@ -281,14 +291,23 @@ async def search_all(
     kinds: Sequence[Kind] = KINDS,
     use_vector: bool = True,
     use_keyword: bool = True,
+    side: SideConnection | None = None,
+    ef_search: int | None = None,
 ) -> list[SearchRow]:
     """search() of every kind, in one statement. Each row's keyword_score is its IDF-weighted
     coverage of the searched lexemes (`keywords.weights`; every lexeme counts 1 without them):
-    ts_rank only picked the keyword search's top k."""
+    ts_rank only picked the keyword search's top k.
+
+    `side`: a source of other connections (an async context manager giving one, or None when
+    none is free right now). With it, each table is searched by a statement of its own, the
+    first on `conn` and the others at the same time on side connections, with the same HNSW
+    settings (`ef_search`): PostgreSQL runs them on several cores. The tables whose side
+    connection is not free are searched together on `conn` (with none free: the one
+    statement). The rows are the same as the one statement's, table by table in the order of
+    `kinds`."""
     if not kinds:
         return []
     keyword_kinds = [kind for kind in kinds if use_keyword and keywords.for_kind(kind) is not None]
-    sql = search_all_sql(kinds, scope.subject_id, vector=use_vector, keyword_kinds=keyword_kinds)
     params = {
         "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
         "conversation": scope.conversation_id, "vector": vector_literal(vector), "k": k,
@@ -296,6 +315,39 @@ async def search_all(
         **{f"keywords_{kind}": keywords.for_kind(kind) or "" for kind in kinds},
     }
     weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
+
+    def sql(of: Sequence[Kind]) -> str:
+        return search_all_sql(of, scope.subject_id, vector=use_vector, keyword_kinds=keyword_kinds)
+
+    if side is None or len(kinds) < 2:
+        return await _fetch(conn, sql(kinds), params, weights)
+
+    async def on_side(other: psycopg.AsyncConnection, kind: Kind) -> list[SearchRow]:
+        try:
+            if ef_search is not None:
+                await other.execute(_HNSW_SETTINGS, (str(ef_search),))
+            return await _fetch(other, sql([kind]), params, weights)
+        finally:
+            await other.rollback()  # transaction-local settings: leave nothing behind
+
+    async with AsyncExitStack() as stack:
+        others = [await stack.enter_async_context(side()) for _ in kinds[1:]]
+        away = [(kind, other) for kind, other in zip(kinds[1:], others) if other is not None]
+        here = [kinds[0], *(kind for kind, other in zip(kinds[1:], others) if other is None)]
+        results = await asyncio.gather(_fetch(conn, sql(here), params, weights),
+                                       *(on_side(other, kind) for kind, other in away), return_exceptions=True)
+    for result in results:  # raised once every statement is done: nothing left running
+        if isinstance(result, BaseException):
+            raise result
+    by_kind: dict[str, list[SearchRow]] = {}
+    for found in results:
+        for row in found:
+            by_kind.setdefault(row.kind, []).append(row)
+    return [row for kind in kinds for row in by_kind.get(kind, ())]
+
+
+async def _fetch(conn: psycopg.AsyncConnection, sql: str, params: Mapping, weights: Mapping[str, float]
+                 ) -> list[SearchRow]:
     async with conn.cursor(row_factory=_rows_with_coverage(weights)) as cur:
         await cur.execute(sql, params, prepare=False)  # planned with the actual values: see search()
         return await cur.fetchall()
@@ -357,5 +409,5 @@ async def record_surfaced(
         )
 
 
-__all__ = ["CommonLexemes", "KINDS", "Keywords", "Kind", "NO_SEQ", "Scope", "SearchRow", "prepare",
+__all__ = ["CommonLexemes", "KINDS", "Keywords", "Kind", "NO_SEQ", "Scope", "SearchRow", "SideConnection", "prepare",
            "record_surfaced", "search", "search_all", "search_all_sql", "search_sql", "tsquery_text", "vector_literal"]

@@ -8,7 +8,7 @@ import re
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Awaitable, Literal, Mapping, Sequence
 
 import numpy as np
 import psycopg
@@ -18,11 +18,12 @@ from retrieval.request import ContextRequest
 from memory_agent.embeddings import Embedder, make_embedder
 from memory_agent.settings import RetrievalSettings, Settings
 from retrieval.query_cache import CachedQueryEmbedder
-from retrieval.packing import Packed, pack, render_line
+from retrieval.packing import Packed, pack
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
-from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, prepare, record_surfaced, search_all
+from retrieval.search import (NO_SEQ, CommonLexemes, Scope, SearchRow, SideConnection, prepare, record_surfaced,
+                              search_all)
 from retrieval.snippets import snippet
-from retrieval.tokens import load_tokenizer
+from retrieval.tokens import load_tokenizer, min_tokens
 
 Method = Literal["hybrid", "vector", "keyword"]
 
@@ -270,6 +271,16 @@ def remember_tokens(lines: Sequence[str]) -> None:
             _LINE_TOKENS[line] = len(encoding.ids)
 
 
+def line_tokens(line: str) -> int:
+    """count_tokens of one line (no newline in it), with the process-wide cache."""
+    tokens = _LINE_TOKENS.get(line)
+    if tokens is None:
+        if len(_LINE_TOKENS) >= 8192:
+            _LINE_TOKENS.clear()
+        tokens = _LINE_TOKENS[line] = len(load_tokenizer().encode(line, add_special_tokens=False).ids)
+    return tokens
+
+
 def count_lines(text: str) -> int:
     """count_tokens, line by line with a cache: exact for the WordPiece tokenizer (a newline is
     whitespace and no token spans it), and pack() re-counts the joined text at every step."""
@@ -281,30 +292,56 @@ def count_lines(text: str) -> int:
 async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, embedder: Embedder,
                       config: RetrievalConfig, keyword_text: str | None = None,
                       common: CommonLexemes | None = None, k: int | None = None,
-                      vector: np.ndarray | None = None) -> list[SearchRow]:
+                      vector: np.ndarray | Awaitable[np.ndarray] | None = None,
+                      side: SideConnection | None = None) -> list[SearchRow]:
     """One query embedding of `text`, then per table one statement holding both index searches;
     the keyword search uses `keyword_text` (default: `text`) minus the tables' common lexemes
     (`common`: a cache; None reads the statistics now). Rows' keyword_score is their
-    IDF-weighted coverage of the searched lexemes. `vector`: the query embedding, if made already."""
-    if vector is None:
-        vector = await embedder.embed_query(text)
+    IDF-weighted coverage of the searched lexemes. `vector`: the query embedding, if made
+    already, or an awaitable of it. The embedding runs while the keywords are prepared (their
+    lexemes, the tables' common ones, the IDF counts): the model on its thread, the statements
+    in PostgreSQL. `side`: other connections to search the tables at the same time (search_all)."""
     common = common or CommonLexemes(config.keyword_max_doc_fraction)
-    keywords = await prepare(conn, max(config.ef_search, k or 0), keyword_text if keyword_text is not None else text,
+
+    ef_search = max(config.ef_search, k or 0)
+
+    async def keywords():
+        return await prepare(conn, ef_search,
+                             keyword_text if keyword_text is not None else text,
                              await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id,
                              common)
-    return await search_all(conn, scope, vector, keywords, k or config.candidate_k,
-                            use_vector=config.method != "keyword", use_keyword=config.method != "vector")
+
+    embedding = embedder.embed_query(text) if vector is None else vector
+    if isinstance(embedding, np.ndarray):
+        prepared = await keywords()
+    else:
+        embedding, prepared = await both(embedding, keywords())
+    return await search_all(conn, scope, embedding, prepared, k or config.candidate_k,
+                            use_vector=config.method != "keyword", use_keyword=config.method != "vector",
+                            side=side, ef_search=ef_search)
+
+
+async def both(first: Awaitable[Any], second: Awaitable[Any]) -> tuple[Any, Any]:
+    """Both results, run concurrently; if either fails, the error is raised only once both are
+    done (nothing is left running on the request's connection)."""
+    results = await asyncio.gather(first, second, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results[0], results[1]
 
 
 async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embedder: Embedder,
                    config: RetrievalConfig = RetrievalConfig(), *, common: CommonLexemes | None = None,
                    record: bool = True, verbatim_from_seq: int | None = None,
-                   recent: Sequence[tuple[str, datetime]] | None = None) -> Retrieval | None:
+                   recent: Sequence[tuple[str, datetime]] | None = None,
+                   side: SideConnection | None = None) -> Retrieval | None:
     """None when there is nothing to search with (no query, no earlier messages). Included
     items are recorded as surfaced at this turn and the facts' access counts bumped, then
     committed (`record=False` leaves the database untouched). Messages of this conversation
     from `verbatim_from_seq` on (the response's verbatim gap) are not searched. `recent`: the
-    newest messages before the turn if the caller read them already (see turn_from)."""
+    newest messages before the turn if the caller read them already (see turn_from). `side`:
+    other connections, to search the tables at the same time (search_all)."""
     turn = (turn_from(request, recent, config.last_messages) if recent is not None
             else await turn_of(conn, request, config.last_messages))
     text = query_text(request.query, turn.earlier, config)
@@ -315,9 +352,9 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # add context to the embedding, but their small talk would match half the table.
     current = request.query if request.query and request.query.strip() else None
     k = config.k_for(request.budget_tokens)
-    vector = await query_vector(embedder, text, current is not None, config.context_weight)
-    rows = pair_replies(await search_rows(conn, scope, text, embedder, config, current, common, k, vector),
-                                  config)
+    vector = query_vector(embedder, text, current is not None, config.context_weight)  # awaited with the keywords
+    rows = pair_replies(await search_rows(conn, scope, text, embedder, config, current, common, k, vector, side),
+                        config)
     by_key = {key(r.kind, r.item_id): r for r in rows}
     visible = {k for k, r in by_key.items() if still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
     lexemes = sorted({lexeme for r in rows for lexeme in (r.lexemes or ())})
@@ -328,8 +365,10 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
                if e.reason == "already_surfaced" and e.score.final > config.scoring.threshold]
     others = [e for e in scored.excluded if not (e.reason == "already_surfaced"
                                                  and e.score.final > config.scoring.threshold)]
-    remember_tokens([render_line(item) for item in (*scored.kept, *repeats)])
-    packed = pack(scored.kept, request.budget_tokens, count_lines, others, repeats)
+    # Lines counted one by one, and only those whose lower bound still fits: once the budget is
+    # nearly full most candidates are left out without running the tokenizer.
+    packed = pack(scored.kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
+                  lower_bound=min_tokens)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]

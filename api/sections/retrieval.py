@@ -9,11 +9,13 @@ from typing import Any, Literal, Sequence
 import psycopg
 from pydantic import BaseModel, Field
 
+from api.deps import side_connections
 from retrieval.request import ContextRequest
 from memory_agent.embeddings import EmbeddingError
 from retrieval.scoring import ScoreBreakdown
 from retrieval.search import SearchRow
-from retrieval.service import Retrieval, RetrievalConfig, common_lexemes_for, embedder_for, retrieve
+from retrieval.packing import exclusion_tokens
+from retrieval.service import Retrieval, RetrievalConfig, common_lexemes_for, embedder_for, line_tokens, retrieve
 
 log = logging.getLogger(__name__)
 MAX_EXCLUDED = 20  # the best-scoring ones; `excluded_total` counts them all
@@ -96,7 +98,7 @@ def to_out(result: Retrieval, threshold: float) -> RetrievedOut:
     return RetrievedOut(
         items=items, text=result.packed.text,
         excluded=[ExcludedOut(kind=result.rows[e.candidate.item_id].kind, id=result.rows[e.candidate.item_id].item_id,
-                              reason=e.reason, tokens=e.tokens,
+                              reason=e.reason, tokens=exclusion_tokens(e, line_tokens),
                               score=_score(e.score, result.rows[e.candidate.item_id]) if e.score else None)
                   for e in excluded[:MAX_EXCLUDED]],
         excluded_total=len(excluded), candidates=result.candidates, tokens_used=result.packed.tokens_used,
@@ -116,7 +118,7 @@ async def retrieval_section(conn: psycopg.AsyncConnection, request: ContextReque
     embedder = embedder_for(app_state)
     try:
         result = await retrieve(conn, request, embedder, config, common=common_lexemes_for(app_state),
-                                verbatim_from_seq=verbatim_from_seq, recent=recent)
+                                verbatim_from_seq=verbatim_from_seq, recent=recent, side=side_connections(app_state))
     except Exception as error:  # noqa: BLE001 - a section degrades, the context answers
         if isinstance(error, EmbeddingError):
             log.warning("retrieval skipped, embedder failed: %s", error)

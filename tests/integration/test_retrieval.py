@@ -288,3 +288,39 @@ async def test_concurrent_requests_count_every_access_exactly_once(loaded):
     assert any("g01" in ids(r["retrieved"]) for r in raced)
     assert await scalar(loaded, "SELECT access_count FROM fact_access WHERE fact_id = 'g01'") == 9
     assert await scalar(loaded, "SELECT count(*) FROM surfaced_items WHERE item_id = 'g01'") == 9
+
+
+async def test_tables_searched_at_once_on_side_connections_find_exactly_the_same_rows(loaded):
+    """search_all with side connections (each table its own statement, run at the same time)
+    returns the rows of the one statement, table by table; the tables whose side connection is
+    not free (None) are searched on the request's own connection, with the same rows again."""
+    from contextlib import asynccontextmanager
+
+    used: list[str] = []
+
+    def side_of(free: bool | str):
+        @asynccontextmanager
+        async def side():
+            if not free or (free == "first" and used):
+                used.append("busy")
+                yield None
+                return
+            async with await connect(loaded) as other:
+                used.append("side")
+                yield other
+
+        return side
+
+    config = RetrievalConfig(candidate_k=50)
+    async with await connect(loaded) as conn:
+        for q in L.QUERIES:
+            scope = Scope(q.tenant, q.user, q.subject, "x")
+            vector = await _embedder.embed_query(q.text)
+            one = await search_rows(conn, scope, q.text, _embedder, config, vector=vector)
+            await conn.rollback()
+            for free, expected in ((True, ["side", "side"]), (False, ["busy", "busy"]), ("first", ["side", "busy"])):
+                used.clear()
+                rows = await search_rows(conn, scope, q.text, _embedder, config, vector=vector, side=side_of(free))
+                await conn.rollback()
+                assert rows == one, (q.id, free)
+                assert used == expected  # asked for chunks and messages (facts are searched on conn)

@@ -88,3 +88,44 @@ def test_a_custom_counter_can_be_injected():
     packed = pack([item("a", 0.9, "x" * 30), item("b", 0.8, "y")], budget=25, count=len)
     assert [p.item.candidate.item_id for p in packed.included] == ["b"]
     assert packed.tokens_used == len(packed.text) <= 25
+
+
+def test_additive_packing_with_a_lower_bound_packs_exactly_as_counting_the_joined_text():
+    """The service's packing (each line counted once, lines whose lower bound cannot fit not
+    counted at all) includes and excludes the same items, with the same token counts, as
+    counting the whole joined text at every step."""
+    from retrieval.packing import exclusion_tokens
+    from retrieval.tokens import min_tokens
+
+    rng = random.Random(3)
+    words = "the a Ana moved to Lisbon in May and adopted two cats named Pip and Tom, café naïve 東京".split()
+    for _ in range(60):
+        items = [item(f"i{n}", rng.random(), " ".join(rng.choice(words) for _ in range(rng.randrange(1, 40))))
+                 for n in range(rng.randrange(0, 40))]
+        repeats = [item(f"r{n}", rng.random(), " ".join(rng.choice(words) for _ in range(rng.randrange(1, 30))))
+                   for n in range(rng.randrange(0, 5))]
+        budget = rng.choice([0, 10, 60, 200, 500])
+        counted: list[str] = []
+
+        def count(line: str) -> int:
+            counted.append(line)
+            return count_tokens(line)
+
+        plain = pack(items, budget, count_tokens, (), repeats)
+        fast = pack(items, budget, count, (), repeats, additive=True, lower_bound=min_tokens)
+        assert fast.included == plain.included and fast.tokens_used == plain.tokens_used
+        assert [(e.candidate, e.reason, e.score) for e in fast.excluded] == \
+               [(e.candidate, e.reason, e.score) for e in plain.excluded]
+        assert [exclusion_tokens(e) for e in fast.excluded] == [e.tokens for e in plain.excluded]
+        assert all("\n" not in line for line in counted)  # one line at a time
+    # once the budget is full, the long candidates left are not counted at all
+    long_ones = [item(f"l{n}", 0.5 - n / 100, "word " * 30) for n in range(20)]
+    counted.clear()
+    fast = pack([item("best", 0.9, "word " * 25), *long_ones], 40, count, additive=True, lower_bound=min_tokens)
+    assert [p.item.candidate.item_id for p in fast.included] == ["best"]
+    assert len(counted) == 1 and all(e.tokens is None and e.line for e in fast.excluded)
+
+
+def test_a_lower_bound_needs_an_additive_count():
+    with pytest.raises(ValueError):
+        pack([item("a", 0.9)], 10, count_tokens, lower_bound=len)

@@ -39,3 +39,23 @@ def test_missing_package_or_file_raises_a_clear_error(monkeypatch, tmp_path):
         tokenizer_path()
     with pytest.raises(TokenizerUnavailable, match="does not exist"):
         load_tokenizer(str(tmp_path / "tokenizer.json"))
+
+
+def _random_text(rng) -> str:
+    pieces = ["word", "Café", "naïve", "e\u0301", "\u0301\u0302", "東京都", "don't", "a_b", "x→y", "€5", "$",
+              "--", "\x1c", "\x00", "\ufffd", "😀", "ǅ", "İstanbul", "١٢٣", "ﬁne", "…", "(!)", "  ", "\t", "Ⅻ",
+              "ß", "𝔘"]
+    words = ("".join(rng.choice(pieces) for _ in range(rng.randrange(1, 4))) for _ in range(rng.randrange(0, 12)))
+    return " ".join(words)
+
+
+def test_min_tokens_is_never_above_the_tokenizer_count():
+    import random
+
+    rng = random.Random(5)
+    texts = ["", "I live in Lisbon.", "- [7 May 2023] [hobby] Loves sailing (shared)", "\u0301 \u0302", "a\x1cb c"]
+    texts += [_random_text(rng) for _ in range(3000)]
+    for text in texts:
+        assert tokens.min_tokens(text) <= count_tokens(text), text
+    # and it is a real bound, not zero: one per plain word
+    assert tokens.min_tokens("The quick brown fox jumps") == 5
