@@ -41,14 +41,12 @@ from memory_agent.llm.factory import make_summarizer
 from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
 from memory_agent.settings import Settings
 from projections.db import connect
-from projections.erasure import ErasureProjector
 from projections.lineage import TopicLineageProjector
 from projections.memory import MemoryProjector, load_settled
 from projections.message_index import MessageIndexProjector
 from projections.messages import MessagesProjector
 from projections.runner import apply_records, load_offsets, save_positions
 from schemas.codec import Event, encode
-from schemas.erasure_events import ERASURE_TYPES
 from schemas.envelope import Envelope
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
 from streams.kafka_topics import (
@@ -138,6 +136,11 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
                             {"cleanup.policy": "compact"}) for system in settings.systems]
     asyncio.run(ensure_topics(settings, [*topic_specs(settings), *changelogs]))
     partitions = asyncio.run(_partitions_of_the_log(settings))
+    if asyncio.run(_handed_over(settings, partitions)):
+        # A start after the batch ended (`replay resume`, a restart): nothing to rebuild, the
+        # vector index stays (built again only if a crash came between hand-over and build).
+        build_deferred_indexes(settings)
+        return []
     drop_deferred_indexes(settings)
     context = multiprocessing.get_context("spawn")
     taken = context.Value("i", 0)  # partitions handed out so far
@@ -147,14 +150,31 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
         child.start()
     try:
         reports = asyncio.run(run_batch_replay(settings, _Claims(taken, partitions)))
-    finally:
+    except BaseException:
         for child in children:
             child.join()
-        build_deferred_indexes(settings)  # also after a failure: the stream projectors need them
+        try:  # also after a failure: the stream projectors and the reads need them
+            build_deferred_indexes(settings)
+        except Exception:  # noqa: BLE001 - the batch's own error is the one to raise
+            log.exception("batch replay of %s: building the vector indexes failed too", settings.generation)
+        raise
+    for child in children:
+        child.join()
+    build_deferred_indexes(settings)
     failed = [child.name for child in children if child.exitcode != 0]
     if failed:
         raise BatchReplayError(f"{failed} failed (see the log above); starting the worker again resumes the batch")
     return reports
+
+
+async def _handed_over(settings: Settings, partitions: int) -> bool:
+    """Every partition of the log handed over to the agents already."""
+    hand_over = _HandOver(settings)
+    source = settings.kafka.conversation_topic
+    for number in range(partitions):
+        if not await hand_over.done(TopicPartition(source, number)):
+            return False
+    return True
 
 
 def drop_deferred_indexes(settings: Settings) -> None:
@@ -168,6 +188,9 @@ def build_deferred_indexes(settings: Settings) -> None:
     clock = time.perf_counter()
     with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(_BUILD_MEMORY)))
+        # No parallel build: its workers share that memory through /dev/shm, which containers
+        # often keep at 64 MB (the build then fails: pgvector issue #453).
+        conn.execute("SET max_parallel_maintenance_workers = 0")
         for name, definition in DEFERRED_INDEXES.items():
             table, _, rest = definition.partition(" ")
             conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} {}").format(
@@ -325,8 +348,8 @@ class _Partition:
             finally:
                 await phases.timed("messages", asyncio.gather(projecting, return_exceptions=True))
             await projecting  # re-raises its error, if any
-        # The message index and the erasure projector follow the same records on their own
-        # connection while the chunk waves run (they read the projected messages too).
+        # The message index follows the same records on its own connection while the chunk
+        # waves run.
         following = asyncio.create_task(self._follow(phases, records, decoded, cut))
         try:
             if self.facts is not None:  # the stage reads the projected messages
@@ -391,17 +414,15 @@ class _Partition:
             await save_positions(conn, self.messages.name, {self.source: cut})
 
     async def _follow(self, phases: _Phases, records: list[ConsumerRecord], decoded: list, cut: int) -> None:
-        """The message index and the erasure projector over the partition up to `cut`, each with
-        its own code and positions, so neither reads the history again after the hand-over."""
+        """The message index over the partition up to `cut`, with its own code and positions,
+        so it does not read the history again after the hand-over. (Erasures are left to the
+        worker's erasure projector, which reads the log from its start once every partition is
+        rebuilt: a `user.erased` sits on another partition than the user's conversations, and
+        applied before they are rebuilt it would miss them.)"""
+        if self.index is None:
+            return
         async with await connect(self.settings) as conn:
-            if self.index is not None:
-                await phases.timed("index", self._project(conn, self.index, records, cut))
-            erasure = ErasureProjector(self.settings)
-            if any(getattr(event, "type", None) in ERASURE_TYPES for event in decoded):
-                await phases.timed("erasure", self._project(conn, erasure, records, cut))
-            else:  # nothing for it to apply: it starts at the hand-over
-                async with conn.transaction():
-                    await save_positions(conn, erasure.name, {self.source: cut})
+            await phases.timed("index", self._project(conn, self.index, records, cut))
 
     async def _project(self, conn, projector, records: list[ConsumerRecord], cut: int) -> None:
         """`projector` over `records` from its own position, in transactions of `_CHUNK`."""

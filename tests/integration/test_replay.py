@@ -266,10 +266,11 @@ async def test_a_batch_replay_killed_midway_resumes_and_loses_nothing(settings):
 
 
 @pytest.mark.asyncio
-async def test_a_batch_replay_applies_an_erasure_in_the_log_as_the_stream_replay_does(settings):
-    """The batch runs the erasure projector and the message index over the history itself
-    (their positions start at the hand-over): an erased conversation is gone from the batch
-    generation, its messages and their embeddings, exactly as from a stream replay."""
+async def test_a_batch_replay_leaves_out_what_erasures_in_the_log_cover_as_the_stream_replay_does(settings):
+    """The batch indexes the history itself; the erasures in the log apply once every partition
+    is rebuilt (a user's erasure sits on another partition than the user's conversations): an
+    erased conversation and an erased user's conversations are gone from the batch generation,
+    their messages and embeddings, exactly as from a stream replay."""
     from schemas import erasure_events as ee
     from schemas.codec import new_event
 
@@ -278,10 +279,16 @@ async def test_a_batch_replay_applies_an_erasure_in_the_log_as_the_stream_replay
     with FakeOpenAI(latency_s=0.0) as fake:
         await talk(settings, conversations=4, rounds=4)
         async with MemoryClient(settings) as client:
+            for conversation in ("conv-b1", "conv-b2", "conv-b3"):
+                for seq in range(4):
+                    await client.append_message(tenant_id="tenant-a", conversation_id=conversation, user_id="bob",
+                                                seq=seq, role="user", content=f"bob {seq} {settings.generation}")
             await client.append(new_event(ee.CONVERSATION_ERASED, ee.ConversationErased(erased_conversation_id="conv-1"),
                                           tenant_id="tenant-a", conversation_id="conv-1", user_id="alice"))
-            # (No message of conv-1 after the erasure: the batch applies it after the
-            # partition's messages, so it would delete those too; docs/replay.md.)
+            await client.append(new_event(ee.USER_ERASED, ee.UserErased(erased_user_id="bob"), tenant_id="tenant-a",
+                                          conversation_id=ee.erasure_stream("bob"), user_id="admin:ops"))
+            # (No message of an erased conversation after its erasure: the batch applies the
+            # erasures after every message, so it would delete those too; docs/replay.md.)
             await client.append_message(tenant_id="tenant-a", conversation_id="conv-0", user_id="alice",
                                         seq=8, role="user", content=f"late {settings.generation}")
         try:
@@ -294,8 +301,9 @@ async def test_a_batch_replay_applies_an_erasure_in_the_log_as_the_stream_replay
                                                " GROUP BY 1 ORDER BY 1") for name in (s1, b1)]
                 assert found[0] == found[1], (table, found)
                 assert [c for c, _ in found[1]] == ["conv-0", "conv-2", "conv-3"], (table, found[1])
-            erasures = [await _rows(settings, f"SELECT event_id FROM gen_{name}.erasures") for name in (s1, b1)]
-            assert erasures[0] == erasures[1] and len(erasures[1]) == 1
+            erasures = [await _rows(settings, f"SELECT event_id FROM gen_{name}.erasures ORDER BY 1")
+                        for name in (s1, b1)]
+            assert erasures[0] == erasures[1] and len(erasures[1]) == 2
         finally:
             for name in (s1, b1):
                 replays.stop_worker(state, name)
