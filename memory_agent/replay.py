@@ -243,10 +243,9 @@ async def progress(settings: Settings, name: str) -> Progress:
 def slowest(stored: dict[str, dict[TopicPartition, int]], expected: dict[str, list[str]],
             ends: dict[TopicPartition, int], topic: str) -> int:
     """Records of `topic` (up to its end) that every projector reading it has applied: the
-    expected projectors, at 0 where they stored nothing, and any other that stored a position
-    for it (a projector of an older code version)."""
+    expected projectors, at 0 where they stored nothing. (A position stored by a projector the
+    worker no longer runs does not count: it would never move.)"""
     readers = {p for p, topics in expected.items() if topic in topics}
-    readers |= {p for p, offsets in stored.items() if any(tp.topic == topic for tp in offsets)}
     partitions = [tp for tp in ends if tp.topic == topic]
     totals = [sum(min(stored.get(p, {}).get(tp, 0), ends[tp]) for tp in partitions) for p in readers]
     return min(totals, default=sum(ends[tp] for tp in partitions))

@@ -31,6 +31,8 @@ def test_replay_progress_counts_what_the_slowest_projector_of_a_topic_applied():
     # A projector the worker runs but that has stored nothing yet stands at 0: not caught up.
     assert slowest({"messages": {TopicPartition(source, 0): 900}}, expected, ends, derived) == 0
     assert slowest({"messages": {TopicPartition(source, 0): 900}}, expected, ends, source) == 0
+    # A projector the worker no longer runs does not hold the generation back.
+    assert slowest({**stored, "retired": {TopicPartition(derived, 0): 1}}, expected, ends, derived) == 90
     # A position past the end read now (the end was read first) counts as the end.
     assert slowest({"memory": {TopicPartition(derived, 0): 45, TopicPartition(derived, 1): 60},
                     "facts": {TopicPartition(derived, 0): 41, TopicPartition(derived, 1): 70}},
