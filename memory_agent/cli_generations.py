@@ -69,7 +69,7 @@ def _watch(settings, name: str) -> None:
         p = asyncio.run(replays.progress(settings, name))
         bar.total = max(p.total, 1)
         bar.n = p.processed
-        bar.set_postfix(derived=f"{p.derived_projected}/{p.derived_total}")
+        bar.set_postfix(derived=f"{p.derived_projected}/{p.derived_total}", waiting_for=_behind(p.behind))
         bar.refresh()
         if p.caught_up and p.total > 0:
             bar.close()
@@ -95,7 +95,13 @@ def status(name: str | None, as_json: bool) -> None:
         click.echo(
             f"{n}: {p['processed']}/{p['total']} events, derived {p['derived_projected']}/{p['derived_total']},"
             f" caught up: {p['caught_up']}, llm cache: {p['llm_cache'] or 'unused'}"
+            + (f", waiting for: {_behind(p['behind'])}" if p["behind"] else "")
         )
+
+
+def _behind(behind: dict[str, int]) -> str:
+    """'message_index 1,234, facts 56': the parts not caught up, furthest behind first."""
+    return ", ".join(f"{name} {left:,}" for name, left in sorted(behind.items(), key=lambda kv: -kv[1])) or "-"
 
 
 @replay.command("resume")

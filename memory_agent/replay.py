@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -193,6 +193,9 @@ class Progress:
     folded: int  # of them committed by the generation's stream agents
     derived_total: int  # events in the generation's memory topic
     derived_projected: int  # of them applied by the slowest of its projectors that read it
+    # Records still ahead of each part that is not caught up ("agents": the stream agents on
+    # the log; a projector: both topics it reads). Empty when caught up.
+    behind: dict[str, int] = field(default_factory=dict)
 
     @property
     def processed(self) -> int:
@@ -230,14 +233,24 @@ async def progress(settings: Settings, name: str) -> Progress:
         await consumer.stop()
         await admin.close()
     stored, expected = await asyncio.to_thread(_positions_and_projectors, settings, name)
+    total = sum(o for tp, o in ends.items() if tp.topic == source)
+    folded = sum(m.offset for tp, m in committed.items() if tp.topic == source and m.offset >= 0)
     return Progress(
         generation=name,
-        total=sum(o for tp, o in ends.items() if tp.topic == source),
+        total=total,
         projected=slowest(stored, expected, ends, source),
-        folded=sum(m.offset for tp, m in committed.items() if tp.topic == source and m.offset >= 0),
+        folded=folded,
         derived_total=sum(o for tp, o in ends.items() if tp.topic == derived),
         derived_projected=slowest(stored, expected, ends, derived),
+        behind={k: v for k, v in {"agents": max(0, total - folded), **behind(stored, expected, ends)}.items() if v > 0},
     )
+
+
+def behind(stored: dict[str, dict[TopicPartition, int]], expected: dict[str, list[str]],
+           ends: dict[TopicPartition, int]) -> dict[str, int]:
+    """Records each expected projector has still to apply, over the topics it reads."""
+    return {p: sum(max(0, end - stored.get(p, {}).get(tp, 0)) for tp, end in ends.items() if tp.topic in topics)
+            for p, topics in expected.items()}
 
 
 def slowest(stored: dict[str, dict[TopicPartition, int]], expected: dict[str, list[str]],

@@ -122,7 +122,7 @@ async def test_prompt_change_replay_switch_and_rollback(settings):
             assert (await summary_of(http, "conv-0"))["prompt_version"] == "summary-v1"
 
             status = json.loads(await cli(settings, fake, "replay", "status", v2, "--json"))
-            assert status[v2]["caught_up"] is True
+            assert status[v2]["caught_up"] is True and status[v2]["behind"] == {}
             assert status[v2]["llm_cache"]["summary"]["calls"] > 0
             diff = json.loads(await cli(settings, fake, "generations", "diff", settings.generation, v2, "--json"))
             assert diff["summaries"]  # new prompt, new summaries

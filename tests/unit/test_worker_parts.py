@@ -2,7 +2,8 @@
 
 from aiokafka import TopicPartition
 
-from memory_agent.replay import expected_projectors, slowest
+from memory_agent.cli_generations import _behind
+from memory_agent.replay import behind, expected_projectors, slowest
 from memory_agent.settings import Settings
 from memory_agent.worker import projectors
 
@@ -37,6 +38,17 @@ def test_replay_progress_counts_what_the_slowest_projector_of_a_topic_applied():
     assert slowest({"memory": {TopicPartition(derived, 0): 45, TopicPartition(derived, 1): 60},
                     "facts": {TopicPartition(derived, 0): 41, TopicPartition(derived, 1): 70}},
                    {"memory": [derived], "facts": [derived]}, ends, derived) == 100
+
+
+def test_replay_progress_names_what_is_behind_and_by_how_much():
+    derived, source = "p.g.memory-events", "p.conversation-events"
+    ends = {TopicPartition(derived, 0): 40, TopicPartition(source, 0): 900, TopicPartition(source, 1): 100}
+    expected = {"messages": [source], "memory": [derived], "facts": [source, derived]}
+    stored = {"messages": {TopicPartition(source, 0): 900, TopicPartition(source, 1): 100},
+              "facts": {TopicPartition(source, 0): 850, TopicPartition(derived, 0): 30}}
+    assert behind(stored, expected, ends) == {"messages": 0, "memory": 40, "facts": 50 + 100 + 10}
+    assert _behind({"memory": 40, "facts": 1160}) == "facts 1,160, memory 40"
+    assert _behind({}) == "-"
 
 
 def test_replay_progress_expects_the_projectors_of_the_systems_the_generation_recorded():
