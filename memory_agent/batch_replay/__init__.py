@@ -185,17 +185,29 @@ def drop_deferred_indexes(settings: Settings) -> None:
 
 
 def build_deferred_indexes(settings: Settings) -> None:
-    clock = time.perf_counter()
-    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(_BUILD_MEMORY)))
-        # No parallel build: its workers share that memory through /dev/shm, which containers
-        # often keep at 64 MB (the build then fails: pgvector issue #453).
-        conn.execute("SET max_parallel_maintenance_workers = 0")
-        for name, definition in DEFERRED_INDEXES.items():
-            table, _, rest = definition.partition(" ")
-            conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} {}").format(
-                sql.Identifier(name), sql.Identifier(settings.pg_schema, table), sql.SQL(rest)))
-    log.info("batch replay of %s: vector indexes built in %.1fs", settings.generation, time.perf_counter() - clock)
+    """With `window.replay_index_build_workers` PostgreSQL workers (about twice as fast here
+    with one), and again by the backend alone when that fails: a parallel build keeps its
+    graph in shared memory, which a container's 64 MB /dev/shm may not hold (pgvector #453)."""
+    workers = settings.window.replay_index_build_workers
+    for attempt in ([workers, 0] if workers else [0]):
+        clock = time.perf_counter()
+        try:
+            with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(_BUILD_MEMORY)))
+                conn.execute(sql.SQL("SET max_parallel_maintenance_workers = {}").format(sql.Literal(attempt)))
+                for name, definition in DEFERRED_INDEXES.items():
+                    table, _, rest = definition.partition(" ")
+                    conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} {}").format(
+                        sql.Identifier(name), sql.Identifier(settings.pg_schema, table), sql.SQL(rest)))
+        except psycopg.Error as error:
+            if attempt == 0:
+                raise
+            log.warning("batch replay of %s: the parallel index build failed (%s); building it again without"
+                        " parallel workers", settings.generation, error)
+            continue
+        log.info("batch replay of %s: vector indexes built in %.1fs (%d parallel workers)", settings.generation,
+                 time.perf_counter() - clock, attempt)
+        return
 
 
 class _Claims:
