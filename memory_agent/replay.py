@@ -196,6 +196,7 @@ class Progress:
     # Records still ahead of each part that is not caught up ("agents": the stream agents on
     # the log; a projector: both topics it reads). Empty when caught up.
     behind: dict[str, int] = field(default_factory=dict)
+    messages_projected: int = 0  # log events the messages projector alone applied (what reads see)
 
     @property
     def processed(self) -> int:
@@ -243,6 +244,7 @@ async def progress(settings: Settings, name: str) -> Progress:
         derived_total=sum(o for tp, o in ends.items() if tp.topic == derived),
         derived_projected=slowest(stored, expected, ends, derived),
         behind={k: v for k, v in {"agents": max(0, total - folded), **behind(stored, expected, ends)}.items() if v > 0},
+        messages_projected=slowest(stored, {"messages": [source]}, ends, source),
     )
 
 

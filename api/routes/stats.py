@@ -70,8 +70,8 @@ async def _projection(settings: Settings, generation: str) -> ProjectionOut:
         p = await asyncio.wait_for(replays.progress(settings, generation), settings.api.ready_timeout_s * 2)
     except Exception as exc:  # noqa: BLE001 - Kafka down: the counts still answer
         return ProjectionOut(error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-    return ProjectionOut(log_events=p.total, projected=p.projected, folded=p.folded,
-                         lag_events=max(0, p.total - p.processed), derived_events=p.derived_total,
+    return ProjectionOut(log_events=p.total, projected=p.messages_projected, folded=p.folded,
+                         lag_events=max(0, p.total - min(p.messages_projected, p.folded)), derived_events=p.derived_total,
                          derived_lag=max(0, p.derived_total - p.derived_projected))
 
 
