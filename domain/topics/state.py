@@ -42,11 +42,14 @@ class TopicMessage:
 
 @dataclass(frozen=True)
 class PendingCompaction:
-    """A summary request in flight: its messages stay active until CompactionDone."""
+    """A summary request in flight: its messages stay active until CompactionDone.
+    `asked_seq`: the fold's position when the compaction was decided (the request's envelope
+    seq, which tells the read model whether it comes after a restore); None in older states."""
 
     upto_seq: int
     requested_at: float
     attempt: int = 1
+    asked_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,21 @@ class Topic:
     compaction: PendingCompaction | None = None
     compaction_not_before: float = 0.0  # backoff after a failed compaction
     compaction_failures: int = 0
+    # Compactions decided but not asked for yet, oldest first: (upto_seq, asked_seq) each. A
+    # compaction is decided the moment the messages above the previous decided cutoff exceed
+    # max_messages_per_topic, whether or not the one before it has come back, and asked for
+    # when it has: so which messages each compaction covers depends on the log only, never on
+    # when summaries arrive (a replay, stream or batch, asks for exactly the same ones).
+    due: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def cutoff(self) -> int:
+        """The newest seq any compaction covers, decided, in flight or done (-1: none)."""
+        if self.due:
+            return self.due[-1][0]
+        if self.compaction is not None:
+            return max(self.compaction.upto_seq, self.summary_upto_seq)
+        return self.summary_upto_seq
 
     @property
     def archived_range(self) -> tuple[int, int] | None:
@@ -84,6 +102,7 @@ class Topic:
         data["centroid"] = list(self.centroid) if centroid is None else centroid
         data["messages"] = [dict(vars(m)) for m in self.messages]
         data["compaction"] = dict(vars(self.compaction)) if self.compaction is not None else None
+        data["due"] = [list(d) for d in self.due]
         return data
 
     @classmethod
@@ -94,6 +113,7 @@ class Topic:
         known["messages"] = tuple(TopicMessage.from_dict(m) for m in known.get("messages", ()))
         if known.get("compaction") is not None:
             known["compaction"] = PendingCompaction(**_known(PendingCompaction, known["compaction"]))
+        known["due"] = tuple((int(upto), int(asked)) for upto, asked in known.get("due", ()))
         return cls(**known)
 
 

@@ -204,6 +204,7 @@ def needs_tick(state: AgentState, wall: float, config: AgentConfig) -> bool:
         flight = topic.compaction
         if flight is not None and wall - flight.requested_at > fold.compaction_timeout_seconds:
             return True
-        if flight is None and len(topic.messages) > fold.max_messages_per_topic and wall >= topic.compaction_not_before:
+        if flight is None and wall >= topic.compaction_not_before and (
+                topic.due or sum(m.seq > topic.cutoff for m in topic.messages) > fold.max_messages_per_topic):
             return True
     return False

@@ -106,6 +106,10 @@ def to_event(command: object, cause: Cause, state: TopicsState, now: float, *, p
             seqs=[m.seq for m in command.messages_to_archive], previous_summary=command.previous_summary,
             title=topic.title if topic else "", attempt=command.attempt, prompt_version=prompt_version, model=model,
         )
+        # The seq at which it was decided, however much later it is asked for: the read model
+        # ends a restore with a compaction asked at or after it (projections/topics.py).
+        if command.asked_seq is not None:
+            common["seq"] = command.asked_seq
         return new_event(te.TOPIC_COMPACTION_REQUESTED, payload, **common)
     if isinstance(command, TopicEvicted):
         payload = te.TopicEvicted(topic_id=command.topic_id, priority=command.priority, reason=command.reason,

@@ -114,7 +114,7 @@ def _activate(state: TopicsState, topic: Topic) -> Stepped:
     if state.active_topic_id == topic.topic_id:
         return state, ()
     commands: tuple[Command, ...] = (TopicActivated(topic.topic_id, state.active_topic_id),)
-    if topic.archived_count:
+    if topic.archived_count or topic.compaction is not None or topic.due:  # archived, or on its way there
         commands += (ArchiveRestoreRequested(topic.topic_id),)
     return evolve(state, active_topic_id=topic.topic_id), commands
 
@@ -184,9 +184,12 @@ def _on_result(state: TopicsState, result: CompactionDone | CompactionFailed, no
     topic = state.topic(result.topic_id)
     if topic is None or topic.compaction is None or topic.compaction.upto_seq != result.upto_seq:
         return state
-    if isinstance(result, CompactionFailed):
+    if isinstance(result, CompactionFailed):  # the same compaction is asked for again after the backoff
+        flight = topic.compaction
+        asked = flight.asked_seq if flight.asked_seq is not None else state.last_seq
         return state.with_topic(evolve(topic, compaction=None, compaction_failures=topic.compaction_failures + 1,
-                                        compaction_not_before=now + config.compaction_retry_seconds))
+                                        compaction_not_before=now + config.compaction_retry_seconds,
+                                        due=((flight.upto_seq, asked),) + topic.due))
     archived = [m for m in topic.messages if m.seq <= result.upto_seq]
     first = topic.archived_first_seq if topic.archived_first_seq is not None else (
         archived[0].seq if archived else None)
@@ -196,25 +199,40 @@ def _on_result(state: TopicsState, result: CompactionDone | CompactionFailed, no
         archived_first_seq=first, compaction=None, compaction_failures=0, compaction_not_before=0.0))
 
 
-def _compactions(state: TopicsState, now: float, config: TopicConfig) -> Stepped:
-    """Ask for a compaction of an overfull topic (one in flight each); re-ask a stuck one."""
+def _decide(topic: Topic, config: TopicConfig, at_seq: int) -> Topic:
+    """Decide a compaction once the messages above the newest decided cutoff exceed
+    max_messages_per_topic: all of them but the newest `recent_message_keep`. Only the log
+    decides (not when summaries come back): the same history always gives the same cutoffs."""
+    cutoff = topic.cutoff
+    above = [m for m in topic.messages if m.seq > cutoff]
+    count = len(above) - config.recent_message_keep
+    if len(above) <= config.max_messages_per_topic or count <= 0:
+        return topic
+    return evolve(topic, due=topic.due + ((above[count - 1].seq, at_seq),))
+
+
+def _compactions(state: TopicsState, now: float, config: TopicConfig, at_seq: int) -> Stepped:
+    """Decide the compactions of overfull topics, ask for the oldest decided one of each topic
+    (one in flight each: request k carries summary k-1), re-ask a stuck one."""
     commands: list[Command] = []
     for topic in state.topics:
-        flight = topic.compaction
+        decided = _decide(topic, config, at_seq)
+        flight = decided.compaction
         if flight is not None:
             if now - flight.requested_at <= config.compaction_timeout_seconds:
+                if decided is not topic:
+                    state = state.with_topic(decided)
                 continue
-            upto_seq, attempt = flight.upto_seq, flight.attempt + 1
-        elif len(topic.messages) > config.max_messages_per_topic and now >= topic.compaction_not_before:
-            count = len(topic.messages) - config.recent_message_keep  # all but the newest few
-            if count <= 0:
-                continue
-            upto_seq, attempt = topic.messages[count - 1].seq, 1
+            upto_seq, asked, attempt, due = flight.upto_seq, flight.asked_seq, flight.attempt + 1, decided.due
+        elif decided.due and now >= decided.compaction_not_before:
+            (upto_seq, asked), due, attempt = decided.due[0], decided.due[1:], 1
         else:
+            if decided is not topic:
+                state = state.with_topic(decided)
             continue
-        old = tuple(m for m in topic.messages if m.seq <= upto_seq)
-        commands.append(CompactionRequested(topic.topic_id, old, topic.summary, upto_seq, attempt))
-        state = state.with_topic(evolve(topic, compaction=PendingCompaction(upto_seq, now, attempt)))
+        old = tuple(m for m in decided.messages if m.seq <= upto_seq)
+        commands.append(CompactionRequested(decided.topic_id, old, decided.summary, upto_seq, attempt, asked))
+        state = state.with_topic(evolve(decided, due=due, compaction=PendingCompaction(upto_seq, now, attempt, asked)))
     return state, tuple(commands)
 
 
@@ -257,7 +275,9 @@ def step(state: TopicsState, observed: Observed, now: float, config: TopicConfig
     elif isinstance(observed, (CompactionDone, CompactionFailed)):
         state = _on_result(state, observed, wall, config)
     state, evicted = _evictions(state, now, config)  # first, so no compaction is asked for a leaver
-    state, compactions = _compactions(state, wall, config)
+    at_seq = observed.seq if isinstance(observed, (UserMessage, AssistantMessage, UnmatchedUserMessage)) \
+        else state.last_seq
+    state, compactions = _compactions(state, wall, config, at_seq)
     return state, commands + evicted + compactions
 
 

@@ -99,6 +99,7 @@ class CompactionRequested:
     previous_summary: str | None  # the summary is extended incrementally
     upto_seq: int
     attempt: int = 1
+    asked_seq: int | None = None  # the fold's position when it was decided (the event's seq)
 
 
 @dataclass(frozen=True)

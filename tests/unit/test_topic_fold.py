@@ -258,10 +258,14 @@ def test_the_next_compaction_extends_the_previous_summary():
 
 def test_a_topic_still_overfull_after_done_asks_again_at_once():
     chat = Chat()
-    (first,) = of_type(chat.turns(axis(0), 30), CompactionRequested)  # 21 more arrive while in flight
-    (again,) = chat.send(CompactionDone(first.topic_id, 8, "S1"), 1.0)  # 21 active > 12
+    (first,) = of_type(chat.turns(axis(0), 30), CompactionRequested)  # 17 more arrive while in flight
+    # The 22nd message put 13 above the first cutoff: the second compaction (9..17) was decided
+    # then, exactly as if the first summary had come back at once, and is asked for now.
+    assert chat.state.topics[0].due == ((17, 21),)
+    (again,) = chat.send(CompactionDone(first.topic_id, 8, "S1"), 1.0)
     assert isinstance(again, CompactionRequested) and again.previous_summary == "S1"
-    assert [m.seq for m in again.messages_to_archive] == list(range(9, 26))  # all but 26..29
+    assert [m.seq for m in again.messages_to_archive] == list(range(9, 18)) and again.asked_seq == 21
+    assert chat.send(CompactionDone(first.topic_id, 17, "S2"), 2.0) == []  # 18..29: 12 active, not over
 
 
 def test_a_topic_back_at_the_limit_after_done_waits_for_the_thirteenth():
@@ -297,7 +301,7 @@ def test_a_failed_compaction_is_retried_after_the_delay():
     assert topic.compaction is None and topic.compaction_failures == 1 and len(topic.messages) == 13
     assert of_type(chat.user(axis(0), now=11.0), CompactionRequested) == []  # still backing off
     (retry,) = of_type(chat.send(Tick(), 10.0 + CFG.compaction_retry_seconds), CompactionRequested)
-    assert retry.attempt == 1 and retry.upto_seq == 9  # 14 active now: all but the newest 4
+    assert retry.attempt == 1 and retry.upto_seq == 8  # the same compaction: cutoffs never move
 
 
 def test_a_stuck_compaction_is_asked_for_again_with_the_same_messages():
@@ -305,7 +309,8 @@ def test_a_stuck_compaction_is_asked_for_again_with_the_same_messages():
     (request,) = of_type(chat.turns(axis(0), 13, now=100.0), CompactionRequested)
     assert chat.send(Tick(), 100.0 + CFG.compaction_timeout_seconds) == []  # at the limit: waiting
     (again,) = chat.send(Tick(), 101.0 + CFG.compaction_timeout_seconds)
-    assert again == CompactionRequested(request.topic_id, request.messages_to_archive, None, 8, attempt=2)
+    assert again == CompactionRequested(request.topic_id, request.messages_to_archive, None, 8, attempt=2,
+                                        asked_seq=12)
     chat.send(CompactionDone(request.topic_id, 8, "S"), 500.0)  # either attempt's answer counts
     assert chat.state.topics[0].archived_count == 9
 
@@ -325,10 +330,19 @@ def test_an_archived_topic_becoming_active_again_requests_a_restore():
 
 def test_a_topic_without_archive_is_activated_without_restore():
     chat = Chat()
-    chat.turns(axis(0), 13)  # compaction requested, not done: nothing archived yet
+    chat.turns(axis(0), 12)  # at the limit: no compaction decided
     chat.user(axis(1))
     assert chat.user(axis(0))[:1] == [TopicActivated("conv:topic-1", "conv:topic-2")]
     assert of_type(chat.emitted, ArchiveRestoreRequested) == []
+
+
+def test_a_topic_whose_compaction_is_in_flight_is_restored_as_if_it_had_come_back():
+    """Whether a summary has come back yet must not change what the read model does."""
+    chat = Chat()
+    chat.turns(axis(0), 13)  # compaction requested, not done
+    chat.user(axis(1))
+    assert chat.user(axis(0))[:2] == [TopicActivated("conv:topic-1", "conv:topic-2"),
+                                      ArchiveRestoreRequested("conv:topic-1")]
 
 
 # --- eviction --------------------------------------------------------------------------------
@@ -448,9 +462,9 @@ def test_to_dict_from_dict_round_trips_through_json():
     chat = Chat()
     chat.turns(axis(0), 13)
     chat.send(CompactionDone("conv:topic-1", 8, "S"), 1.0)
-    chat.turns(axis(1), 15)  # a second topic with a compaction in flight
+    chat.turns(axis(1), 25)  # a second topic with a compaction in flight and one decided
     chat.assistant()
-    assert chat.state.topics[1].compaction is not None
+    assert chat.state.topics[1].compaction is not None and chat.state.topics[1].due
     data = json.loads(json.dumps(chat.state.to_dict()))
     assert TopicsState.from_dict(data) == chat.state
 
@@ -474,3 +488,50 @@ def test_stats_reproduce_the_seed_example():
         "access_count": 15, "memory_type": "long-term", "half_life_days": 8.0, "age_seconds": 3600,
         "inactive_seconds": 120}
     assert topic_stats(TopicsState("c"), "nope", 0.0) is None
+
+
+# --- compaction cutoffs do not depend on when summaries come back ---------------------------
+
+def _summary_of(request: CompactionRequested) -> str:
+    return f"S({request.topic_id}:{request.upto_seq}<-{request.previous_summary})"
+
+
+def _fold_history(seed: int, delay: int):
+    """A random three-subject history of user/assistant turns; each compaction is answered
+    `delay` messages after it was asked for (0: at once), every answer before the end. Returns
+    the requests (wall fields left out) and the final state without its wall-clock fields."""
+    rng = random.Random(seed)
+    chat, requests, pending = Chat(), [], []
+
+    def take(commands, position):
+        for c in commands:
+            if isinstance(c, CompactionRequested):
+                requests.append((c.topic_id, c.upto_seq, tuple(m.seq for m in c.messages_to_archive),
+                                 c.previous_summary, c.asked_seq))
+                pending.append((position + delay, c))
+
+    def answer(position):
+        while pending and pending[0][0] <= position:
+            _, request = pending.pop(0)
+            take(chat.send(CompactionDone(request.topic_id, request.upto_seq, _summary_of(request)), 0.0), position)
+
+    for position in range(rng.randint(60, 160)):
+        answer(position)
+        subject = rng.choice((0, 0, 0, 1, 2))
+        take(chat.user(axis(subject)) + (chat.assistant() if rng.random() < 0.7 else []), position)
+    while pending:
+        answer(pending[0][0])
+    topics = tuple((t.topic_id, t.summary, t.summary_upto_seq, t.archived_count, t.archived_first_seq,
+                    tuple(m.seq for m in t.messages), t.due, t.message_count) for t in chat.state.topics)
+    restores = [c for c in chat.emitted if isinstance(c, (ArchiveRestoreRequested, TopicActivated))]
+    return sorted(requests), topics, restores  # per topic in order; across topics they interleave differently
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_compactions_are_the_same_whenever_the_summaries_come_back(seed):
+    """Stream and batch replays must ask for the same compactions (docs/replay.md): with
+    answers at once, after 3 messages, or after 25 (several decided while one is in flight)."""
+    at_once = _fold_history(seed, 0)
+    assert at_once[0], "the history must cause compactions"
+    for delay in (3, 25):
+        assert _fold_history(seed, delay) == at_once
