@@ -64,14 +64,18 @@ def migrate() -> None:
 
 
 @main.command()
-@click.option("--projectors-only", is_flag=True, help="Run only the projectors (no stream agents).")
-def worker(projectors_only: bool) -> None:
-    """Run the stream agents and projectors until interrupted."""
+@click.option("--role", type=click.Choice(["all", "agents", "stages", "projectors"]), default="all",
+              show_default=True,
+              help="all: folds, stages and projectors in one process; agents: the ordered folds (faust);"
+                   " stages: summaries, extraction, embedding, compaction; projectors: PostgreSQL.")
+@click.option("--projectors-only", is_flag=True, help="Same as --role projectors.")
+def worker(role: str, projectors_only: bool) -> None:
+    """Run the stream agents, stages and projectors (or one of them) until interrupted."""
     from memory_agent.worker import run_worker
 
     settings = get_settings()
     setup_logging(settings.log_level)
-    run_worker(settings, projectors_only=projectors_only)
+    run_worker(settings, role="projectors" if projectors_only else role)
 
 
 @main.command()

@@ -84,8 +84,44 @@ def _log_cpu_split() -> None:
     log.warning("worker cpu split at exit: %s", json.dumps(cpu_split()))  # read by bench/system_bench.py
 
 
-def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
-    """Entry point of `memory-agent worker`."""
+ROLES = ("all", "agents", "stages", "projectors")
+
+
+async def run_stages_only(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """The concurrent stages of the enabled systems (summaries, chunk extraction, topic
+    embedding, backlog recall, compaction) without faust's agents: their consumer group is the
+    one every worker's stages share, so `--role stages` processes take stage partitions over
+    from the others or run them alone (docs/scaling.md, "Roles")."""
+    from streams.app import make_app
+    from streams.stages import run_stages
+
+    await ensure_topics(settings)
+    privacy.install(settings)
+    app = make_app(settings, stages=False)  # registers the systems; only their stage runners run
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    if not app.stage_runners:
+        log.warning("no stage to run: the systems %s have none", list(settings.systems))
+    runner = asyncio.create_task(run_stages(app.stage_runners), name="stages")
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([runner, stopper], return_when=asyncio.FIRST_COMPLETED)
+        if runner in done:
+            runner.result()
+    finally:
+        for task in (runner, stopper):
+            task.cancel()
+        await asyncio.gather(runner, stopper, return_exceptions=True)
+
+
+def run_worker(settings: Settings, *, role: str = "all") -> None:
+    """Entry point of `memory-agent worker`: `role` "all" runs the ordered folds (faust agents),
+    the stages and the projectors in one process; "agents", "stages" and "projectors" run one
+    part each, so each part can have its own number of processes (docs/scaling.md, "Roles")."""
+    if role not in ROLES:
+        raise ValueError(f"unknown worker role {role!r}; one of {', '.join(ROLES)}")
     try:
         serve_metrics(settings)
     except OSError as exc:  # e.g. a replay worker beside the live one on the same port
@@ -93,8 +129,11 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
                     settings.worker.metrics_port, exc)
     privacy.install(settings)
     atexit.register(_log_cpu_split)
-    if projectors_only:
+    if role == "projectors":
         asyncio.run(run_projectors(settings, lag=True))
+        return
+    if role == "stages":
+        asyncio.run(run_stages_only(settings))
         return
     import faust
 
@@ -108,12 +147,13 @@ def run_worker(settings: Settings, *, projectors_only: bool = False) -> None:
     # faust runs on the thread's current loop; create the topics on that same loop first.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    app = make_app(settings)
+    app = make_app(settings, stages=role == "all")
     loop.run_until_complete(ensure_topics(settings, topic_specs(settings) + changelog_specs(app)))
 
-    @app.task
-    async def project() -> None:
-        await run_projectors(settings, stop=asyncio.Event(), lag=True)
+    if role == "all":
+        @app.task
+        async def project() -> None:
+            await run_projectors(settings, stop=asyncio.Event(), lag=True)
 
     worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True)
     # aiokafka builds a debug record per request when its logger inherits DEBUG.

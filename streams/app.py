@@ -17,8 +17,10 @@ from streams.window import register as window
 REGISTRARS = {"window": window.register, "facts": facts.register, "topics": topics.register}
 
 
-def make_app(settings: Settings) -> faust.App:
-    """Build the app; agents, tables and topics are named from the settings (prefix, generation)."""
+def make_app(settings: Settings, *, stages: bool = True) -> faust.App:
+    """Build the app; agents, tables and topics are named from the settings (prefix, generation).
+    `stages=False`: the stage runners are built (`app.stage_runners`) but not run by the app
+    (`memory-agent worker --role agents`, with the stages in `--role stages` processes)."""
     kafka = settings.kafka
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -75,10 +77,11 @@ def make_app(settings: Settings) -> faust.App:
         )
     ] if ctx.stages else []
 
-    @app.task
-    async def stages() -> None:
-        """The systems' concurrent stages, on plain aiokafka (streams/stages.py)."""
-        await run_stages(runners)
+    if stages:
+        @app.task
+        async def run_the_stages() -> None:
+            """The systems' concurrent stages, on plain aiokafka (streams/stages.py)."""
+            await run_stages(runners)
 
     app.stage_runners = runners
     return app
