@@ -34,7 +34,8 @@ def test_the_key_is_stable_for_the_same_inputs():
                                                                ChatMessage(5, "assistant", "Worn pads.")], 5)
     assert key(again) == key(CALL) and len(key(CALL)) == 64
     # The messages' dates are not in the prompt, so not in the key either.
-    dated = replace(CALL, messages=[replace(m, occurred_at=datetime(2026, 1, 1, tzinfo=timezone.utc)) for m in MESSAGES])
+    new_year = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    dated = replace(CALL, messages=[replace(m, occurred_at=new_year) for m in MESSAGES])
     assert key(dated) == key(CALL)
 
 
