@@ -211,6 +211,7 @@ async def test_erasing_a_user_leaves_no_marker_in_any_table_and_the_other_user_i
                 bob_vectors = await vector_residue(settings, bob_texts, dimensions)
                 cached = {c: await cache_sources(settings, c) for c in ("conv-a", "conv-b")}
                 assert cached["conv-a"] and cached["conv-b"], cached  # entries record their conversation
+                assert {"summary", "json", "topic_summary"} <= {kind for _, kind in cached["conv-a"]}, cached
                 if sealed:  # the log holds ciphertext only; the service's decode opens it
                     raw, texts = await log_texts(settings)
                     assert MARK not in raw.decode() and KEEP not in raw.decode()

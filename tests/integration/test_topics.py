@@ -104,7 +104,10 @@ async def test_three_subjects_three_topics_compaction_archive_and_restore(settin
     placed = "SELECT last_seq FROM topic_conversations WHERE conversation_id = 'three-subjects'"
     car_summary_upto = "SELECT summary_upto_seq FROM topics WHERE topic_id = 'three-subjects:topic-2'"
     with FakeOpenAI(latency_s=0.05) as fake:
-        async with worker_process(settings, extra_env=fake.env() | WORKER_ENV) as worker, \
+        # The LLM itself answers every compaction (its prompts are checked below), not the result
+        # cache these fixed texts would hit from an earlier run: test_topic_summary_cache.py covers it.
+        env = fake.env() | WORKER_ENV | {"MEMORY_LLM__CACHE_ENABLED": "false"}
+        async with worker_process(settings, extra_env=env) as worker, \
                 running_api(settings) as base, MemoryClient(settings) as client, \
                 httpx.AsyncClient(base_url=base, headers={"X-API-Key": "key-a"}, timeout=10) as http:
             # Cooking, then four car turns: the car topic passes 6 messages and is compacted.

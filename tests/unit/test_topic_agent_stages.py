@@ -80,7 +80,7 @@ async def test_a_zero_vector_fails_for_good_and_a_provider_error_as_it_says():
 
 
 async def test_the_llm_summary_builds_on_the_previous_one_with_the_topic_prompt(fake_openai):
-    settings = Settings(llm=fake_openai.llm_settings())
+    settings = Settings(llm=fake_openai.llm_settings(cache_enabled=False))  # the cache: test_topic_summary_cache
     summarizer = make_topic_summarizer(settings)
     assert isinstance(summarizer, LlmTopicSummarizer) and summarizer.prompt_version == "topic-summary-v1"
     messages = [ChatMessage(9, "user", "The brakes squeak."), ChatMessage(10, "assistant", "Bed them in.")]
