@@ -75,6 +75,8 @@ def worker(role: str, projectors_only: bool) -> None:
 
     settings = get_settings()
     setup_logging(settings.log_level)
+    if projectors_only and role not in ("all", "projectors"):
+        raise click.UsageError(f"--projectors-only contradicts --role {role}")
     run_worker(settings, role="projectors" if projectors_only else role)
 
 

@@ -98,12 +98,12 @@ async def run_stages_only(settings: Settings, stop: asyncio.Event | None = None)
     await ensure_topics(settings)
     privacy.install(settings)
     app = make_app(settings, stages=False)  # registers the systems; only their stage runners run
+    if not app.stage_runners:
+        raise SystemExit(f"memory-agent worker --role stages: the systems {list(settings.systems)} have no stage")
     if stop is None:
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    if not app.stage_runners:
-        log.warning("no stage to run: the systems %s have none", list(settings.systems))
     runner = asyncio.create_task(run_stages(app.stage_runners), name="stages")
     stopper = asyncio.create_task(stop.wait())
     try:
@@ -114,6 +114,26 @@ async def run_stages_only(settings: Settings, stop: asyncio.Event | None = None)
         for task in (runner, stopper):
             task.cancel()
         await asyncio.gather(runner, stopper, return_exceptions=True)
+
+
+async def wait_for_batch_hand_over(settings: Settings, poll_s: float = 2.0) -> None:
+    """Until the batch replay of this generation has handed every partition over (at once
+    when the generation is not rebuilt in batch). The batch runs in the `all` or `agents`
+    process; a `stages` or `projectors` process started beside it would otherwise consume
+    what the batch is writing (and a member of the stages' group would make the batch's
+    commit of that group fail)."""
+    if settings.replay_mode != "batch" or settings.replay_until is None:
+        return
+    from memory_agent.batch_replay import _handed_over, _partitions_of_the_log
+
+    partitions = await _partitions_of_the_log(settings)
+    announced = False
+    while not await _handed_over(settings, partitions):
+        if not announced:
+            log.info("waiting for the batch replay of %s to hand over (it runs in the agents' process)",
+                     settings.generation)
+            announced = True
+        await asyncio.sleep(poll_s)
 
 
 def run_worker(settings: Settings, *, role: str = "all") -> None:
@@ -129,6 +149,10 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
                     settings.worker.metrics_port, exc)
     privacy.install(settings)
     atexit.register(_log_cpu_split)
+    if role in ("projectors", "stages"):
+        # A generation rebuilt in batch (memory_agent/batch_replay) writes the projections and
+        # commits the stages' group itself, from the agents' process: wait for its hand-over.
+        asyncio.run(wait_for_batch_hand_over(settings))
     if role == "projectors":
         asyncio.run(run_projectors(settings, lag=True))
         return

@@ -199,8 +199,11 @@ async def _compacted(conn, event: Event, q: dict) -> None:
         if row is None:
             log.warning("topic.compacted for unknown topic %s", p.topic_id)
         return  # already applied (redelivery, replay)
+    # Exactly the request's messages: a late one (placed after the compaction was decided) stays
+    # active for the next compaction, as in the fold (docs/topics.md, "Compaction").
+    q |= {"archived": list(p.archived_seqs)}
     cur = await conn.execute(
-        f"SELECT seq, role, content, occurred_at FROM topic_messages WHERE {_TOPIC} AND seq <= %(upto)s", q)
+        f"SELECT seq, role, content, occurred_at FROM topic_messages WHERE {_TOPIC} AND seq = ANY(%(archived)s)", q)
     moving = [TopicMessage(seq, role, content, at.timestamp()) for seq, role, content, at in await cur.fetchall()]
     missing = sorted(set(p.archived_seqs) - {m.seq for m in moving})
     if missing:  # placed before a crash whose assignment event was lost: the log still has them
@@ -223,7 +226,7 @@ async def _compacted(conn, event: Event, q: dict) -> None:
             " gzip_bytes = EXCLUDED.gzip_bytes, updated_at = now()",
             q | {"archive": packed, "count": len(merged), "first": merged[0].seq, "last": merged[-1].seq,
                  "json": len(to_json_bytes(merged)), "gzip": len(packed)})
-    await conn.execute(f"DELETE FROM topic_messages WHERE {_TOPIC} AND seq <= %(upto)s", q)
+    await conn.execute(f"DELETE FROM topic_messages WHERE {_TOPIC} AND seq = ANY(%(archived)s)", q)
     # A restore ends when a compaction requested at or after it (the envelope's seq: the fold's
     # position when it asked) re-archives what was brought back, as seed 004's next compaction does.
     await conn.execute(

@@ -6,7 +6,7 @@ import base64
 import gzip
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Union
 
 from domain.topics.state import TopicMessage
@@ -20,7 +20,8 @@ def _message(item: MessageLike) -> TopicMessage:
 
 def to_json_bytes(messages: Iterable[MessageLike]) -> bytes:
     """The archive's plain form: a JSON list of {seq, role, content, timestamp}, UTF-8."""
-    rows = [asdict(_message(m)) for m in messages]
+    rows = [{"seq": m.seq, "role": m.role, "content": m.content, "timestamp": m.timestamp}
+            for m in map(_message, messages)]
     return json.dumps(rows, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -34,22 +34,29 @@ class TopicMessage:
     role: str
     content: str
     timestamp: float
+    # TopicsState.placements when the message was placed. A compaction takes only the messages
+    # placed by the time it was decided, so a late message (one the fold passed over and placed
+    # afterwards, below a decided cutoff) never changes a decided compaction.
+    placed_at: int = field(default=-1, compare=False)  # -1: placed before any (older states)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TopicMessage:
-        return cls(int(data["seq"]), str(data["role"]), str(data["content"]), float(data["timestamp"]))
+        return cls(int(data["seq"]), str(data["role"]), str(data["content"]), float(data["timestamp"]),
+                   int(data.get("placed_at", -1)))
 
 
 @dataclass(frozen=True)
 class PendingCompaction:
     """A summary request in flight: its messages stay active until CompactionDone.
-    `asked_seq`: the fold's position when the compaction was decided (the request's envelope
-    seq, which tells the read model whether it comes after a restore); None in older states."""
+    `asked_seq`: the seq of the message whose placement decided the compaction (the request's
+    envelope seq, which tells the read model whether it comes after a restore); `decided_at`:
+    TopicsState.placements then. Both None in older states."""
 
     upto_seq: int
     requested_at: float
     attempt: int = 1
     asked_seq: int | None = None
+    decided_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,19 @@ class Topic:
     compaction: PendingCompaction | None = None
     compaction_not_before: float = 0.0  # backoff after a failed compaction
     compaction_failures: int = 0
-    # Compactions decided but not asked for yet, oldest first: (upto_seq, asked_seq) each. A
+    # Compactions decided but not asked for yet, oldest first: (upto_seq, asked_seq, decided_at)
+    # each (PendingCompaction says what they mean). A
     # compaction is decided the moment the messages above the previous decided cutoff exceed
     # max_messages_per_topic, whether or not the one before it has come back, and asked for
     # when it has: so which messages each compaction covers depends on the log only, never on
     # when summaries arrive (a replay, stream or batch, asks for exactly the same ones).
-    due: tuple[tuple[int, int], ...] = ()
+    due: tuple[tuple[int, int, int], ...] = ()
+
+    def covered(self, upto_seq: int, decided_at: int | None) -> tuple[TopicMessage, ...]:
+        """The active messages a compaction up to `upto_seq`, decided after `decided_at`
+        placements, archives: those at or below the cutoff placed by then."""
+        return tuple(m for m in self.messages
+                     if m.seq <= upto_seq and (decided_at is None or m.placed_at <= decided_at))
 
     @property
     def cutoff(self) -> int:
@@ -113,7 +127,7 @@ class Topic:
         known["messages"] = tuple(TopicMessage.from_dict(m) for m in known.get("messages", ()))
         if known.get("compaction") is not None:
             known["compaction"] = PendingCompaction(**_known(PendingCompaction, known["compaction"]))
-        known["due"] = tuple((int(upto), int(asked)) for upto, asked in known.get("due", ()))
+        known["due"] = tuple((int(d[0]), int(d[1]), int(d[2]) if len(d) > 2 else -1) for d in known.get("due", ()))
         return cls(**known)
 
 
@@ -131,18 +145,31 @@ class TopicsState:
     # seeing them (a producer's gap, or a takeover that delivered later messages first): such a
     # message is placed when it comes. The newest MAX_SKIPPED ranges are kept.
     skipped: tuple[tuple[int, int], ...] = ()
+    placements: int = 0  # messages placed (or seen) so far: orders placements, late ones included
     evicted_count: int = 0
     unassigned_count: int = 0
+    # Evicted topics whose compactions were decided and not answered yet: their requests go on
+    # (as they would have, had the answers come sooner) and they leave once all are answered.
+    draining: tuple[Topic, ...] = ()
 
     def topic(self, topic_id: str | None) -> Topic | None:
         return next((t for t in self.topics if t.topic_id == topic_id), None)
+
+    def compacting(self, topic_id: str) -> Topic | None:
+        """A working-set topic, or an evicted one still draining its compactions."""
+        return self.topic(topic_id) or next((t for t in self.draining if t.topic_id == topic_id), None)
 
     @property
     def active_topic(self) -> Topic | None:
         return self.topic(self.active_topic_id)
 
     def with_topic(self, topic: Topic) -> TopicsState:
-        """Replace the topic with the same id, or append a new one."""
+        """Replace the topic with the same id (a draining one stays draining until it has no
+        compaction left), or append a new one."""
+        if any(t.topic_id == topic.topic_id for t in self.draining):
+            if topic.compaction is None and not topic.due:  # drained: it leaves
+                return evolve(self, draining=tuple(t for t in self.draining if t.topic_id != topic.topic_id))
+            return evolve(self, draining=tuple(topic if t.topic_id == topic.topic_id else t for t in self.draining))
         if self.topic(topic.topic_id) is None:
             return evolve(self, topics=self.topics + (topic,))
         return evolve(self, topics=tuple(topic if t.topic_id == topic.topic_id else t for t in self.topics))
@@ -156,24 +183,26 @@ class TopicsState:
         remembers the seqs passed over; an older one (late) is taken out of its skipped range."""
         if seq > self.last_seq:
             skipped = self.skipped + (((self.last_seq + 1, seq - 1),) if seq > self.last_seq + 1 else ())
-            return evolve(self, last_seq=seq, skipped=skipped[-MAX_SKIPPED:])
+            return evolve(self, last_seq=seq, skipped=skipped[-MAX_SKIPPED:], placements=self.placements + 1)
         skipped: list[tuple[int, int]] = []
         for first, last in self.skipped:
             if first <= seq <= last:
                 skipped += [r for r in ((first, seq - 1), (seq + 1, last)) if r[0] <= r[1]]
             else:
                 skipped.append((first, last))
-        return evolve(self, skipped=tuple(skipped[-MAX_SKIPPED:]))
+        return evolve(self, skipped=tuple(skipped[-MAX_SKIPPED:]), placements=self.placements + 1)
 
     def to_dict(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["topics"] = [t.to_dict() for t in self.topics]
+        data["draining"] = [t.to_dict() for t in self.draining]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TopicsState:
         known = _known(cls, data)
         known["topics"] = tuple(Topic.from_dict(t) for t in known.get("topics", ()))
+        known["draining"] = tuple(Topic.from_dict(t) for t in known.get("draining", ()))
         known["skipped"] = tuple((int(first), int(last)) for first, last in known.get("skipped", ()))
         return cls(**known)
 

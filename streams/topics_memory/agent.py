@@ -200,11 +200,15 @@ def needs_tick(state: AgentState, wall: float, config: AgentConfig) -> bool:
                                                                      config.gaps):
         return True
     fold = config.fold
-    for topic in state.topics.topics:
+    for topic in state.topics.topics + state.topics.draining:
         flight = topic.compaction
         if flight is not None and wall - flight.requested_at > fold.compaction_timeout_seconds:
             return True
-        if flight is None and wall >= topic.compaction_not_before and (
-                topic.due or sum(m.seq > topic.cutoff for m in topic.messages) > fold.max_messages_per_topic):
-            return True
+        if flight is None and wall >= topic.compaction_not_before:
+            if topic.due:
+                return True
+            if len(topic.messages) > fold.max_messages_per_topic:
+                cutoff = topic.cutoff
+                if sum(m.seq > cutoff for m in topic.messages) > fold.max_messages_per_topic:
+                    return True
     return False

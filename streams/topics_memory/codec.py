@@ -74,6 +74,7 @@ def dumps(state: AgentState, key: bytes | None = None) -> bytes:
     (titles and summaries are its users' words: schemas/sealed.py)."""
     topics = {name: getattr(state.topics, name) for name in TopicsState.__dataclass_fields__}
     topics["topics"] = [topic_json(topic) for topic in state.topics.topics]
+    topics["draining"] = [topic_json(topic) for topic in state.topics.draining]
     inbox = state.inbox.to_dict()
     for item in inbox["queue"]:
         if item["embedding"] is not None:
@@ -89,7 +90,7 @@ def loads(raw: bytes | None, conversation_id: str) -> AgentState:
         return AgentState(TopicsState(conversation_id=conversation_id))
     data = orjson.loads(raw)
     topics = data.get("topics") or {}
-    for topic in topics.get("topics", ()):
+    for topic in (*topics.get("topics", ()), *topics.get("draining", ())):
         if isinstance(topic.get("centroid"), str):
             topic["centroid"] = unpack_vector(topic["centroid"])
     inbox = data.get("inbox") or {}

@@ -100,7 +100,7 @@ def to_event(command: object, cause: Cause, state: TopicsState, now: float, *, p
         payload = te.TopicMessageUnassigned(seq=command.seq, reason=command.reason)
         return new_event(te.TOPIC_MESSAGE_UNASSIGNED, payload, **(common | dict(seq=command.seq)))
     if isinstance(command, CompactionRequested):
-        topic = state.topic(command.topic_id)
+        topic = state.compacting(command.topic_id)
         payload = te.TopicCompactionRequested(
             topic_id=command.topic_id, upto_seq=command.upto_seq,
             seqs=[m.seq for m in command.messages_to_archive], previous_summary=command.previous_summary,

@@ -125,7 +125,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     unit = unit_vector(msg.embedding)
     shift = announces_new_subject(msg.content)
     best, similarity = best_match(state, unit, 0.0 if shift else config.active_topic_bonus)
-    entry = TopicMessage(msg.seq, "user", msg.content, msg.timestamp)
+    entry = TopicMessage(msg.seq, "user", msg.content, msg.timestamp, state.placements)
     created: tuple[Command, ...] = ()
     # Seed 004: join when cosine > threshold. The conversation's current topic gets
     # `active_topic_bonus` (a follow-up rarely repeats its subject's words; 0 = the seed).
@@ -164,7 +164,7 @@ def _join_active(state: TopicsState, msg: AssistantMessage | UnmatchedUserMessag
         reason = msg.reason if isinstance(msg, UnmatchedUserMessage) else "no active topic"
         return evolve(state, unassigned_count=state.unassigned_count + 1), (MessageUnassigned(msg.seq, reason),)
     role = "user" if isinstance(msg, UnmatchedUserMessage) else "assistant"
-    entry = TopicMessage(msg.seq, role, msg.content, msg.timestamp)
+    entry = TopicMessage(msg.seq, role, msg.content, msg.timestamp, state.placements)
     topic = evolve(topic, messages=_with_message(topic.messages, entry), message_count=topic.message_count + 1,
                     last_active_at=now)
     return state.with_topic(topic), (MessageAssigned(topic.topic_id, msg.seq, None),)
@@ -180,59 +180,78 @@ def _with_message(messages: tuple[TopicMessage, ...], entry: TopicMessage) -> tu
 
 def _on_result(state: TopicsState, result: CompactionDone | CompactionFailed, now: float,
                config: TopicConfig) -> TopicsState:
-    """Only the answer to the request in flight counts; anything else is stale or a duplicate."""
-    topic = state.topic(result.topic_id)
-    if topic is None or topic.compaction is None or topic.compaction.upto_seq != result.upto_seq:
+    """Only the answer to the compaction in flight counts, or a summary of the next one due
+    (an earlier attempt's failure can come back after a re-ask, and the re-ask's summary after
+    it); anything else is stale or a duplicate."""
+    topic = state.compacting(result.topic_id)
+    if topic is None:
+        return state
+    flight = topic.compaction
+    if flight is not None and flight.upto_seq == result.upto_seq:
+        asked, decided_at, due = flight.asked_seq, flight.decided_at, topic.due
+    elif (flight is None and isinstance(result, CompactionDone) and topic.due
+          and topic.due[0][0] == result.upto_seq):
+        (_, asked, decided_at), due = topic.due[0], topic.due[1:]
+        decided_at = decided_at if decided_at >= 0 else None
+    else:
         return state
     if isinstance(result, CompactionFailed):  # the same compaction is asked for again after the backoff
-        flight = topic.compaction
-        asked = flight.asked_seq if flight.asked_seq is not None else state.last_seq
+        again = (flight.upto_seq, asked if asked is not None else state.last_seq,
+                 decided_at if decided_at is not None else -1)
         return state.with_topic(evolve(topic, compaction=None, compaction_failures=topic.compaction_failures + 1,
                                         compaction_not_before=now + config.compaction_retry_seconds,
-                                        due=((flight.upto_seq, asked),) + topic.due))
-    archived = [m for m in topic.messages if m.seq <= result.upto_seq]
+                                        due=(again,) + due))
+    archived = topic.covered(result.upto_seq, decided_at)
     first = topic.archived_first_seq if topic.archived_first_seq is not None else (
         archived[0].seq if archived else None)
+    gone = {m.seq for m in archived}
     return state.with_topic(evolve(
-        topic, messages=tuple(m for m in topic.messages if m.seq > result.upto_seq), summary=result.summary,
-        summary_upto_seq=result.upto_seq, archived_count=topic.archived_count + len(archived),
-        archived_first_seq=first, compaction=None, compaction_failures=0, compaction_not_before=0.0))
+        topic, messages=tuple(m for m in topic.messages if m.seq not in gone), summary=result.summary,
+        summary_upto_seq=max(result.upto_seq, topic.summary_upto_seq),
+        archived_count=topic.archived_count + len(archived), archived_first_seq=first, compaction=None,
+        compaction_failures=0, compaction_not_before=0.0, due=due))
 
 
-def _decide(topic: Topic, config: TopicConfig, at_seq: int) -> Topic:
+def _decide(topic: Topic, config: TopicConfig, at_seq: int, placements: int) -> Topic:
     """Decide a compaction once the messages above the newest decided cutoff exceed
     max_messages_per_topic: all of them but the newest `recent_message_keep`. Only the log
     decides (not when summaries come back): the same history always gives the same cutoffs."""
+    if len(topic.messages) <= config.max_messages_per_topic:
+        return topic
     cutoff = topic.cutoff
     above = [m for m in topic.messages if m.seq > cutoff]
     count = len(above) - config.recent_message_keep
     if len(above) <= config.max_messages_per_topic or count <= 0:
         return topic
-    return evolve(topic, due=topic.due + ((above[count - 1].seq, at_seq),))
+    return evolve(topic, due=topic.due + ((above[count - 1].seq, at_seq, placements),))
 
 
 def _compactions(state: TopicsState, now: float, config: TopicConfig, at_seq: int) -> Stepped:
     """Decide the compactions of overfull topics, ask for the oldest decided one of each topic
-    (one in flight each: request k carries summary k-1), re-ask a stuck one."""
+    (one in flight each: request k carries summary k-1), re-ask a stuck one. Evicted topics
+    still draining their decided compactions are asked for too."""
     commands: list[Command] = []
-    for topic in state.topics:
-        decided = _decide(topic, config, at_seq)
+    for topic in state.topics + state.draining:
+        decided = _decide(topic, config, at_seq, state.placements)
         flight = decided.compaction
         if flight is not None:
             if now - flight.requested_at <= config.compaction_timeout_seconds:
                 if decided is not topic:
                     state = state.with_topic(decided)
                 continue
-            upto_seq, asked, attempt, due = flight.upto_seq, flight.asked_seq, flight.attempt + 1, decided.due
+            upto_seq, asked, decided_at = flight.upto_seq, flight.asked_seq, flight.decided_at
+            attempt, due = flight.attempt + 1, decided.due
         elif decided.due and now >= decided.compaction_not_before:
-            (upto_seq, asked), due, attempt = decided.due[0], decided.due[1:], 1
+            (upto_seq, asked, decided_at), due, attempt = decided.due[0], decided.due[1:], 1
+            decided_at = decided_at if decided_at >= 0 else None
         else:
             if decided is not topic:
                 state = state.with_topic(decided)
             continue
-        old = tuple(m for m in decided.messages if m.seq <= upto_seq)
+        old = decided.covered(upto_seq, decided_at)
         commands.append(CompactionRequested(decided.topic_id, old, decided.summary, upto_seq, attempt, asked))
-        state = state.with_topic(evolve(decided, due=due, compaction=PendingCompaction(upto_seq, now, attempt, asked)))
+        state = state.with_topic(evolve(decided, due=due, compaction=PendingCompaction(
+            upto_seq, now, attempt, asked, decided_at)))
     return state, tuple(commands)
 
 
@@ -249,7 +268,11 @@ def _evictions(state: TopicsState, now: float, config: TopicConfig) -> Stepped:
     if config.capacity_eviction and excess > 0:
         chosen += [TopicEvicted(t.topic_id, p, "capacity") for p, _, _, t in ranked[len(decayed):][:excess]]
     gone = {c.topic_id for c in chosen}
+    # A leaver with compactions decided and not answered keeps them going (answered sooner,
+    # they would have been done before it left: a replay must not depend on that).
+    draining = tuple(t for t in state.topics if t.topic_id in gone and (t.compaction is not None or t.due))
     return evolve(state, topics=tuple(t for t in state.topics if t.topic_id not in gone),
+                   draining=state.draining + draining,
                    evicted_count=state.evicted_count + len(chosen)), tuple(chosen)
 
 

@@ -75,9 +75,20 @@ class CompactionStage:
         """The result event, or None when the read model already has this compaction."""
         request: te.TopicCompactionRequested = event.payload
         cause = event.envelope
-        if await self._already_compacted(cause, request):
-            log.debug("topic %s already compacted up to %s; skipping", request.topic_id, request.upto_seq)
-            return None
+        done = await self._already_compacted(cause, request)
+        if done is not None:
+            upto_seq, summary, model, prompt_version = done
+            if upto_seq != request.upto_seq or not summary:
+                log.debug("topic %s already compacted up to %s; skipping", request.topic_id, upto_seq)
+                return None
+            # This very compaction is in the read model (an earlier attempt's answer): say it again,
+            # without a model call, so a fold that missed that answer still gets it.
+            payload = te.TopicCompacted(
+                topic_id=request.topic_id, upto_seq=request.upto_seq, archived_seqs=request.seqs, summary=summary,
+                attempt=request.attempt, prompt_version=prompt_version or "", model=model or "",
+                generation_time_ms=0,
+            )
+            return new_event(te.TOPIC_COMPACTED, payload, **_same(cause))
         started = time.monotonic()
         try:
             messages = await self._inputs(cause, request)
@@ -99,15 +110,18 @@ class CompactionStage:
         )
         return new_event(te.TOPIC_COMPACTED, payload, **_same(cause))
 
-    async def _already_compacted(self, cause: Envelope, request: te.TopicCompactionRequested) -> bool:
-        """Redelivered requests (restart, rebalance) must not pay for a second LLM call."""
+    async def _already_compacted(self, cause: Envelope, request: te.TopicCompactionRequested
+                                 ) -> tuple[int, str | None, str | None, str | None] | None:
+        """The read model's compaction (upto_seq, summary, model, prompt version) when it covers
+        this request: redelivered requests (restart, rebalance) must not pay for a second LLM call."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT summary_upto_seq FROM topics WHERE tenant_id = %s AND conversation_id = %s AND topic_id = %s",
+                "SELECT summary_upto_seq, summary, summary_model, summary_prompt_version FROM topics"
+                " WHERE tenant_id = %s AND conversation_id = %s AND topic_id = %s",
                 (cause.tenant_id, cause.conversation_id, request.topic_id),
             )
             row = await cur.fetchone()
-        return row is not None and row[0] >= request.upto_seq
+        return tuple(row) if row is not None and row[0] >= request.upto_seq else None
 
     async def _inputs(self, cause: Envelope, request: te.TopicCompactionRequested) -> list[ChatMessage]:
         """The messages to archive, from the projected log (they are in it, or soon will be)."""

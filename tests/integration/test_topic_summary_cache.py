@@ -125,3 +125,27 @@ async def test_a_second_generation_compacts_the_same_messages_from_the_cache_wit
         assert gens.cache_usage(conn, settings.kafka.topic_prefix, second_gen.generation) == {
             TOPIC_SUMMARY_KIND: {"hits": 2, "calls": 0}}
         conn.execute("DELETE FROM public.llm_cache_usage WHERE topic_prefix = %s", (settings.kafka.topic_prefix,))
+
+
+@pytest.mark.asyncio
+async def test_a_request_the_read_model_already_has_is_answered_from_it_without_a_model_call(settings):
+    """A fold that missed an attempt's answer asks again for the same cutoff: the stage must
+    answer it (from the read model, no LLM call), not skip it — a skipped re-ask left the topic
+    waiting for an answer that never came (docs/topics.md, "Compaction")."""
+    await insert_messages(settings, {seq: f"message {seq} about the car" for seq in SEQS})
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
+    ) as conn:
+        await conn.execute(
+            "INSERT INTO topics (tenant_id, conversation_id, topic_id, title, first_seq, summary, summary_upto_seq,"
+            " summary_model, summary_prompt_version, created_at, last_active_at) VALUES ('tenant-a', 'car',"
+            " 'car:topic-1', 'The car', 0, 'S from attempt 1', 8, 'fake-llm', 'topic-summary-v1', now(), now())")
+    with FakeOpenAI() as fake:
+        async with make_pool(settings, schema=settings.pg_schema) as pool:
+            stage = CompactionStage(make_topic_summarizer(settings.model_copy(update={"llm": fake.llm_settings()})),
+                                    pool)
+            answer = await handle(stage, compaction_request("The car", attempt=2))
+            assert answer.type == te.TOPIC_COMPACTED and answer.payload.summary == "S from attempt 1"
+            assert answer.payload.upto_seq == 8 and answer.payload.archived_seqs == SEQS
+            assert answer.envelope.seq == 8
+            assert topic_requests(fake) == []  # no model call

@@ -134,7 +134,7 @@ def test_system_and_tool_messages_belong_to_no_topic():
     d = Driver()
     assert d.say(0, "system", "You are helpful.") == [] and d.say(1, "tool", "{}") == []
     empty = codec.loads(None, "c")
-    assert d.state.topics == replace(empty.topics, last_seq=1)  # seen (no gap), placed nowhere
+    assert d.state.topics == replace(empty.topics, last_seq=1, placements=2)  # seen (no gap), placed nowhere
     assert d.state.inbox == empty.inbox
 
 

@@ -261,7 +261,7 @@ def test_a_topic_still_overfull_after_done_asks_again_at_once():
     (first,) = of_type(chat.turns(axis(0), 30), CompactionRequested)  # 17 more arrive while in flight
     # The 22nd message put 13 above the first cutoff: the second compaction (9..17) was decided
     # then, exactly as if the first summary had come back at once, and is asked for now.
-    assert chat.state.topics[0].due == ((17, 21),)
+    assert chat.state.topics[0].due == ((17, 21, 22),)
     (again,) = chat.send(CompactionDone(first.topic_id, 8, "S1"), 1.0)
     assert isinstance(again, CompactionRequested) and again.previous_summary == "S1"
     assert [m.seq for m in again.messages_to_archive] == list(range(9, 18)) and again.asked_seq == 21
@@ -496,12 +496,36 @@ def _summary_of(request: CompactionRequested) -> str:
     return f"S({request.topic_id}:{request.upto_seq}<-{request.previous_summary})"
 
 
-def _fold_history(seed: int, delay: int):
-    """A random three-subject history of user/assistant turns; each compaction is answered
-    `delay` messages after it was asked for (0: at once), every answer before the end. Returns
-    the requests (wall fields left out) and the final state without its wall-clock fields."""
+def _history(seed: int, *, late: bool, subjects: int):
+    """A random history of user/assistant turns over `subjects` subjects, as (seq, role,
+    subject, time) in log order; `late`: some seqs arrive 3-12 messages after their place."""
     rng = random.Random(seed)
-    chat, requests, pending = Chat(), [], []
+    entries, seq = [], 0
+    for turn in range(rng.randint(60, 160)):
+        subject = rng.choice([0, 0, 0] + list(range(1, subjects)))
+        entries.append((seq, "user", subject, turn * 3600.0))
+        seq += 1
+        if rng.random() < 0.7:
+            entries.append((seq, "assistant", subject, turn * 3600.0 + 60))
+            seq += 1
+    if late:
+        for _ in range(len(entries) // 15):
+            i = rng.randrange(len(entries) - 13)
+            entries.insert(i + rng.randint(3, 12), entries.pop(i))
+    return entries
+
+
+def _fold_history(seed: int, delay: int, *, late: bool = False, subjects: int = 3, config=CFG):
+    """Fold the history with each compaction answered `delay` messages after it was asked for
+    (0: at once), every answer before the end. Returns the requests (wall fields left out), the
+    final working set and draining topics without wall-clock fields, and the restores."""
+    state, emitted, requests, pending = TopicsState("conv"), [], [], []
+
+    def send(observed, now):  # a replay: event time moves, the wall clock hardly does
+        nonlocal state
+        state, commands = step(state, observed, now, config, wall=0.0)
+        emitted.extend(commands)
+        return commands
 
     def take(commands, position):
         for c in commands:
@@ -510,28 +534,78 @@ def _fold_history(seed: int, delay: int):
                                  c.previous_summary, c.asked_seq))
                 pending.append((position + delay, c))
 
-    def answer(position):
+    def answer(position, now):
         while pending and pending[0][0] <= position:
             _, request = pending.pop(0)
-            take(chat.send(CompactionDone(request.topic_id, request.upto_seq, _summary_of(request)), 0.0), position)
+            take(send(CompactionDone(request.topic_id, request.upto_seq, _summary_of(request)), now), position)
 
-    for position in range(rng.randint(60, 160)):
-        answer(position)
-        subject = rng.choice((0, 0, 0, 1, 2))
-        take(chat.user(axis(subject)) + (chat.assistant() if rng.random() < 0.7 else []), position)
+    now = 0.0
+    for position, (seq, role, subject, at) in enumerate(_history(seed, late=late, subjects=subjects)):
+        now = max(now, at)
+        answer(position, now)
+        message = (UserMessage(seq, f"m{seq}", axis(subject), at) if role == "user"
+                   else AssistantMessage(seq, f"r{seq}", at))
+        take(send(message, now), position)
     while pending:
-        answer(pending[0][0])
-    topics = tuple((t.topic_id, t.summary, t.summary_upto_seq, t.archived_count, t.archived_first_seq,
-                    tuple(m.seq for m in t.messages), t.due, t.message_count) for t in chat.state.topics)
-    restores = [c for c in chat.emitted if isinstance(c, (ArchiveRestoreRequested, TopicActivated))]
-    return sorted(requests), topics, restores  # per topic in order; across topics they interleave differently
+        answer(pending[0][0], now)
+
+    def shape(t):
+        return (t.topic_id, t.summary, t.summary_upto_seq, t.archived_count, t.archived_first_seq,
+                tuple(m.seq for m in t.messages), t.due, t.message_count, t.compaction is None)
+
+    restores = [c for c in emitted if isinstance(c, (ArchiveRestoreRequested, TopicActivated, TopicEvicted))]
+    # per topic in order; across topics they interleave differently
+    return sorted(requests), tuple(map(shape, state.topics)), tuple(map(shape, state.draining)), restores
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_the_compactions_are_the_same_whenever_the_summaries_come_back(seed):
+@pytest.mark.parametrize("case", ["in order", "late messages", "evictions"])
+def test_the_compactions_are_the_same_whenever_the_summaries_come_back(seed, case):
     """Stream and batch replays must ask for the same compactions (docs/replay.md): with
-    answers at once, after 3 messages, or after 25 (several decided while one is in flight)."""
-    at_once = _fold_history(seed, 0)
+    answers at once, after 3 messages, or after 25 (several decided while one is in flight);
+    with seqs arriving late (placed after a compaction of their range was decided), and with
+    topics evicted while compactions of theirs are decided and not answered."""
+    options = {"in order": {}, "late messages": {"late": True},
+               "evictions": {"subjects": 5, "config": TopicConfig(max_topics=3)}}[case]
+    at_once = _fold_history(seed, 0, **options)
     assert at_once[0], "the history must cause compactions"
     for delay in (3, 25):
-        assert _fold_history(seed, delay) == at_once
+        assert _fold_history(seed, delay, **options) == at_once
+    if case == "evictions":
+        assert any(isinstance(c, TopicEvicted) for c in at_once[3]), "the history must evict topics"
+
+
+def test_a_late_attempt_s_summary_after_an_earlier_attempt_s_failure_still_counts():
+    """Attempt 1 times out, attempt 2 is asked; attempt 1's failure comes back first (the same
+    cutoff is due again), then attempt 2's summary: it is the compaction, not a stale answer
+    (otherwise the read model has it, the stage skips every re-ask, and the topic never
+    compacts again)."""
+    chat = Chat()
+    (request,) = of_type(chat.turns(axis(0), 13, now=100.0), CompactionRequested)
+    (again,) = chat.send(Tick(), 101.0 + CFG.compaction_timeout_seconds)
+    assert again.attempt == 2
+    assert chat.send(CompactionFailed(request.topic_id, 8, "attempt 1: llm down"), 102.0 + CFG.compaction_timeout_seconds) == []
+    topic = chat.state.topics[0]
+    assert topic.compaction is None and topic.due == ((8, 12, 13),)
+    chat.send(CompactionDone(request.topic_id, 8, "S from attempt 2"), 103.0 + CFG.compaction_timeout_seconds)
+    topic = chat.state.topics[0]
+    assert topic.summary == "S from attempt 2" and topic.archived_count == 9 and topic.due == ()
+    assert topic.compaction is None and [m.seq for m in topic.messages] == [9, 10, 11, 12]
+
+
+def test_an_evicted_topic_still_gets_its_decided_compactions():
+    """Answered at once, both compactions of topic 1 are done before it is evicted; answered
+    late, the second is still due when it leaves: it must still be asked for."""
+    config = TopicConfig(max_topics=2)
+    chat = Chat(config=config)
+    (first,) = of_type(chat.turns(axis(0), 22, now=0.0), CompactionRequested)
+    assert chat.state.topics[0].due == ((17, 21, 22),)  # decided, waiting for the first answer
+    for i in (1, 2):  # two fresh subjects a month later: topic 1 has decayed and leaves
+        chat.user(axis(i), now=30 * DAY)
+    assert [t.topic_id for t in chat.state.topics] == ["conv:topic-2", "conv:topic-3"]
+    assert of_type(chat.emitted, TopicEvicted)[0].topic_id == "conv:topic-1"
+    (second,) = chat.send(CompactionDone(first.topic_id, 8, "S1"), 30 * DAY)
+    assert isinstance(second, CompactionRequested) and second.upto_seq == 17 and second.previous_summary == "S1"
+    assert [t.topic_id for t in chat.state.draining] == ["conv:topic-1"]
+    assert chat.send(CompactionDone(first.topic_id, 17, "S2"), 30 * DAY) == []
+    assert chat.state.draining == ()  # drained: it leaves for good

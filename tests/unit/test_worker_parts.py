@@ -91,3 +91,32 @@ def test_auto_replay_mode_is_batch_when_every_system_has_a_batch_replay():
     assert choose_mode(window, "stream") == "stream"
     with pytest.raises(Exception, match=r"facts and window systems only.*\['topics'\]"):
         choose_mode(everything, "batch")
+
+
+def test_stages_and_projectors_processes_wait_for_the_batch_hand_over(monkeypatch):
+    """`--role stages|projectors` beside a batch replay must not start before its hand-over
+    (the batch commits the stages' group and writes the projections itself)."""
+    import asyncio
+
+    import memory_agent.batch_replay as batch
+    from memory_agent.worker import wait_for_batch_hand_over
+
+    answers = iter([False, False, True])
+    asked: list[int] = []
+
+    async def handed_over(settings, partitions):
+        asked.append(partitions)
+        return next(answers)
+
+    async def partitions_of_the_log(settings):
+        return 4
+
+    monkeypatch.setattr(batch, "_handed_over", handed_over)
+    monkeypatch.setattr(batch, "_partitions_of_the_log", partitions_of_the_log)
+    replaying = Settings(replay_mode="batch", replay_until="2026-01-01T00:00:00Z")
+    asyncio.run(wait_for_batch_hand_over(replaying, poll_s=0.001))
+    assert asked == [4, 4, 4]
+    asked.clear()
+    asyncio.run(wait_for_batch_hand_over(Settings(replay_mode="stream", replay_until="2026-01-01T00:00:00Z")))
+    asyncio.run(wait_for_batch_hand_over(Settings()))  # the live generation: nothing to wait for
+    assert asked == []
