@@ -36,16 +36,20 @@ from psycopg import sql
 
 from memory_agent.batch_replay.facts import FactsBatch, close_stage, open_stage
 from memory_agent.batch_replay.produce import send_all
+from memory_agent.batch_replay.topics import TOPIC_TABLE, TopicsBatch
+from memory_agent.embeddings.factory import make_embedder
 from memory_agent.llm.cache import CachedSummarizer
 from memory_agent.llm.factory import make_summarizer
 from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
 from memory_agent.settings import Settings
 from projections.db import connect
+from projections.facts import FactsProjector
 from projections.lineage import TopicLineageProjector
 from projections.memory import MemoryProjector, load_settled
 from projections.message_index import MessageIndexProjector
 from projections.messages import MessagesProjector
 from projections.runner import apply_records, load_offsets, save_positions
+from projections.topics import TopicsProjector
 from schemas.codec import Event, encode
 from schemas.envelope import Envelope
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
@@ -58,15 +62,16 @@ from streams.kafka_topics import (
     topic_specs,
 )
 from streams.facts.agent import CHUNK_TABLE
+from streams.topics_memory.summarize import make_topic_summarizer
 from streams.window.agent import WINDOW_TABLE, window_config
 from streams.window.batch import Conversation, HistoryFold, Pending
 from streams.window.summarize import completed_event, failed_event
 
 log = logging.getLogger(__name__)
 
-BATCH_SYSTEMS = frozenset({"window", "facts"})
+BATCH_SYSTEMS = frozenset({"window", "facts", "topics"})
 # Per system: its agent's table and the stage answering its requests (the hand-over names).
-_TABLES = {"window": WINDOW_TABLE, "facts": CHUNK_TABLE}
+_TABLES = {"window": WINDOW_TABLE, "facts": CHUNK_TABLE, "topics": TOPIC_TABLE}
 _CHUNK = 5000  # records per projector transaction
 # Vector indexes the batch builds once after its bulk load instead of row by row: inserting
 # 5,000 vectors into an HNSW index cost 10.3 s of PostgreSQL here, without it 0.6 s plus a
@@ -94,6 +99,7 @@ class PartitionReport:
     seconds: float
     phases: dict[str, float]  # seconds per phase; "messages" is what remained after the others
     facts: dict[str, float]  # chunk waves, chunks recorded, failed attempts, seconds per step (facts system)
+    topics: dict[str, float]  # messages folded, compactions, summary waves, seconds per step (topics system)
 
 
 class _Phases:
@@ -255,6 +261,7 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
     summarizer = make_summarizer(settings) if "window" in settings.systems else None
     stage = await open_stage(settings) if "facts" in settings.systems else None
     index = MessageIndexProjector(settings) if settings.retrieval.index_messages else None
+    topics = (make_embedder(settings), make_topic_summarizer(settings)) if "topics" in settings.systems else None
     kafka = settings.kafka
     consumer = AIOKafkaConsumer(
         bootstrap_servers=kafka.bootstrap_servers, enable_auto_commit=False, isolation_level="read_committed",
@@ -275,11 +282,12 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
                 log.info("batch replay of %s: partition %d was handed over already", settings.generation, number)
                 continue
             end = (await consumer.end_offsets([source]))[source]
-            partition = _Partition(settings, summarizer, stage, index, consumer, producer, hand_over, source)
+            partition = _Partition(settings, summarizer, stage, index, consumer, producer, hand_over, source,
+                                   topics)
             reports.append(r := await partition.rebuild(end))
             log.info("batch replay of %s: partition %d: %d events, %d summaries (%d cached, %d LLM calls,"
-                     " %d failed), chunks %s in %.1fs %s", settings.generation, r.partition, r.events, r.summaries,
-                     r.cache_hits, r.llm_calls, r.failed, r.facts, r.seconds, r.phases)
+                     " %d failed), chunks %s, topics %s in %.1fs %s", settings.generation, r.partition, r.events,
+                     r.summaries, r.cache_hits, r.llm_calls, r.failed, r.facts, r.topics, r.seconds, r.phases)
     finally:
         await consumer.stop()
         await producer.stop()
@@ -287,6 +295,9 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
             await summarizer.aclose()
         if stage is not None:
             await close_stage(stage)
+        if topics is not None:
+            for closing in topics:
+                await closing.aclose()
         if index is not None and index._embedder is not None:  # noqa: SLF001 - made on its first call
             await index.embedder.aclose()
     return reports
@@ -336,7 +347,7 @@ async def _commit(settings: Settings, group: str, offsets: dict[TopicPartition, 
 class _Partition:
     def __init__(self, settings: Settings, summarizer: Summarizer | None, stage, index: MessageIndexProjector | None,
                  consumer: AIOKafkaConsumer, producer: AIOKafkaProducer, hand_over: _HandOver,
-                 source: TopicPartition) -> None:
+                 source: TopicPartition, topics: tuple | None = None) -> None:
         self.settings, self.summarizer, self.index = settings, summarizer, index
         self.consumer, self.producer, self.hand_over, self.source = consumer, producer, hand_over, source
         self.derived = TopicPartition(hand_over.derived, source.partition)
@@ -346,6 +357,8 @@ class _Partition:
             if self.window else None
         self.facts = FactsBatch(settings, stage, producer, self.derived, hand_over.changelogs["facts"]) \
             if stage is not None else None
+        self.topics = TopicsBatch(settings, *topics, producer, self.derived, hand_over.changelogs["topics"]) \
+            if topics is not None else None
         self.hits = self.calls = self.failed = 0
 
     async def rebuild(self, end: int) -> PartitionReport:
@@ -366,19 +379,29 @@ class _Partition:
         try:
             if self.facts is not None:  # the stage reads the projected messages
                 await phases.timed("facts", self.facts.rebuild(records, decoded))
+            if self.topics is not None:  # after the chunks: both write the derived topic
+                await phases.timed("topics", self.topics.rebuild(records, decoded))
         finally:
             await asyncio.gather(following, return_exceptions=True)
         await following  # re-raises its error, if any
         derived_end = (await self.consumer.end_offsets([self.derived]))[self.derived]
         async with await connect(self.settings) as conn, conn.transaction():
-            # The topic lineage projector applies topic events only, and a batch writes none: it
-            # starts after them rather than reading the whole derived topic to skip it.
-            await save_positions(conn, TopicLineageProjector.name, {self.derived: derived_end})
+            # Every projector of the derived topic has applied what the batch wrote there (the topic
+            # events by the topics and topic lineage projectors' own code; without the topics system
+            # there are none, and the lineage projector starts after the rest rather than reading the
+            # whole derived topic to skip it; the memory and facts projectors skip topic events).
+            passed = [TopicLineageProjector.name]
+            passed += [MemoryProjector.name] if self.window else []
+            passed += [FactsProjector.name] if self.facts is not None else []
+            passed += [TopicsProjector.name] if self.topics is not None else []
+            for name in passed:
+                await save_positions(conn, name, {self.derived: derived_end})
         await phases.timed("hand-over", self.hand_over.commit(self.source, cut, derived_end))
         summaries = sum(len(c.requests) for c in self.fold.conversations.values()) if self.window else 0
         return PartitionReport(self.source.partition, len(records), summaries, self.hits, self.calls, self.failed,
                                phases.total(), phases.seconds,
-                               {**self.facts.stats, **self.facts.seconds} if self.facts is not None else {})
+                               {**self.facts.stats, **self.facts.seconds} if self.facts is not None else {},
+                               {**self.topics.stats, **self.topics.seconds} if self.topics is not None else {})
 
     async def _window(self, phases: _Phases, records: list[ConsumerRecord], decoded: list) -> None:
         with phases.clock("fold"):

@@ -87,10 +87,10 @@ def test_auto_replay_mode_is_batch_when_every_system_has_a_batch_replay():
     assert choose_mode(window, "auto") == "batch"
     assert choose_mode(window_facts, "auto") == "batch"
     assert choose_mode(Settings(systems=("facts",), replay_until="2026-01-01T00:00:00Z"), "auto") == "batch"
-    assert choose_mode(everything, "auto") == "stream"
+    assert choose_mode(everything, "auto") == "batch"  # topics too, since the topic batch replay
     assert choose_mode(window, "stream") == "stream"
-    with pytest.raises(Exception, match=r"facts and window systems only.*\['topics'\]"):
-        choose_mode(everything, "batch")
+    with pytest.raises(Exception, match=r"needs replay_until"):
+        choose_mode(Settings(), "batch")
 
 
 def test_stages_and_projectors_processes_wait_for_the_batch_hand_over(monkeypatch):

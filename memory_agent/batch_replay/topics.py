@@ -1,0 +1,367 @@
+"""Batch replay of the topic system for one partition (memory_agent/batch_replay).
+
+The topic fold's own shell (`streams/topics_memory/agent.handle`) runs per conversation over the
+history in memory, with a fixed wall clock, and every request it makes is answered at once, as
+by a stage that answers instantly (the reference semantics of the fold: docs/topics.md):
+
+- `topic.embedding_requested`: the vectors of the partition's user messages are computed first,
+  in big batches through the embedding cache (a warm replay embeds nothing), and each request
+  is answered by the embedding stage's own code (`EmbeddingStage._result` / `_failed`: the same
+  normalisation and rounding, the same failed event for a zero or failed vector);
+- `topic.compaction_requested`: answered with a `topic.compacted` whose summary is a placeholder
+  unique to the compaction. Nothing in the fold but the summary text depends on that text (the
+  topic's `summary` and the next request's `previous_summary` carry it), so the history is
+  folded once; then the summaries are written in **waves** (wave k = the k-th compaction of
+  every topic, whose previous summary is answer k-1): one cache lookup per wave
+  (`cached_many`, when the summarizer has one), the misses to the summarizer concurrently up
+  to `llm.concurrency`; then the texts replace the placeholders in the events and the final
+  states. A compaction that fails (an LLM error) changes what the fold does next (it backs
+  off), so the conversations with one are folded again with the answers known by then;
+- `topic.backlog_requested` (only a gap read or a full inbox would ask; instant embeddings
+  keep the inbox short): answered by the backlog stage's own code from the projected messages.
+
+Messages an applied erasure covers never reach the fold, as in the shell (register.py, the
+rule of streams/topics_memory/erased.py, its snapshot read once per partition: the batch
+applies no erasure meanwhile).
+
+The events go to the generation's derived topic and through the topics and topic-lineage
+projectors' own code (rows and positions per transaction); the final states go to the
+`topic-state` changelog with the agent's codec (sealed when the process seals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from domain.topics.state import evolve
+from memory_agent.batch_replay.produce import send_all
+from memory_agent.embeddings.port import EmbeddingError
+from memory_agent.llm.port import ChatMessage, LlmError
+from memory_agent.settings import Settings
+from projections.db import make_pool
+from projections.lineage import TopicLineageProjector
+from projections.runner import apply_records
+from projections.topics import TopicsProjector
+from schemas import topic_events as te
+from schemas.codec import Event, encode, new_event
+from schemas.envelope import Envelope
+from schemas.registry import MESSAGE_APPENDED, REGISTRY
+from streams.topics_memory import codec
+from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle
+from streams.topics_memory.codec import AgentState
+from streams.topics_memory.erased import ErasedCheck, ErasureSnapshot, connector, position
+from streams.topics_memory.stage import EmbeddingStage
+
+log = logging.getLogger(__name__)
+
+TOPIC_TABLE = "topic-state"  # the agent's table (streams/topics_memory/register.py)
+_EMBED_BATCH = 512  # texts per embedding call (one cache lookup each)
+_CHUNK = 5000  # derived records per projector transaction
+_PLACEHOLDER = "\ue000topic-summary:"  # + topic id and upto_seq: never a real summary
+
+
+def _same(cause: Envelope) -> dict:
+    return dict(tenant_id=cause.tenant_id, conversation_id=cause.conversation_id, user_id=cause.user_id,
+                subject_id=cause.subject_id, seq=cause.seq)
+
+
+def _event(envelope: Envelope) -> Event:
+    """An event this process built from a validated model a moment ago: no second validation."""
+    return Event(envelope, REGISTRY[envelope.type].payload.model_construct(**envelope.payload))
+
+
+@dataclass
+class Compaction:
+    """One compaction request of the fold and what answers it."""
+
+    key: bytes
+    request: Envelope
+    placeholder: str
+    messages: list[ChatMessage] | None  # None: not all of its messages are in the log
+    summary: object | None = None  # TopicSummary, once written
+    error: tuple[str, bool] | None = None  # (error, retryable) of a failed one
+
+
+@dataclass
+class _Conversation:
+    key: bytes
+    conversation_id: str
+    events: list[tuple[Event, ConsumerRecord]] = field(default_factory=list)  # what the fold takes, in order
+    messages: dict[int, ChatMessage] = field(default_factory=dict)  # seq -> the first message of that seq
+    state: AgentState | None = None
+    out: list[Envelope] = field(default_factory=list)
+
+
+class TopicsBatch:
+    """The topic system of one partition; `stats` counts what it did (the worker log shows it)."""
+
+    def __init__(self, settings: Settings, embedder, summarizer, producer: AIOKafkaProducer,
+                 derived: TopicPartition, changelog: str) -> None:
+        self.settings, self.producer, self.derived, self.changelog = settings, producer, derived, changelog
+        self.embedding = EmbeddingStage(embedder)
+        self.summarizer = summarizer
+        self.config = AgentConfig.from_settings(settings, model=summarizer.model,
+                                                prompt_version=summarizer.prompt_version)
+        self.wall = time.time()  # fixed: nothing looks stuck while the history is folded
+        self.vectors: dict[str, object] = {}  # text -> vector, or the exception its batch raised
+        self.resolved: dict[tuple[str, int, int], Compaction] = {}  # (topic, upto, attempt) -> answered
+        self.stats = {"messages": 0, "erased": 0, "embedded": 0, "compactions": 0, "summary_hits": 0,
+                      "summary_calls": 0, "failed": 0, "waves": 0, "events": 0, "refolded": 0, "unanswered": 0}
+        self.seconds: dict[str, float] = {}
+        self._texts: dict[str, str] = {}  # placeholder -> the summary's text
+        self._summaries: dict[str, object] = {}  # placeholder -> the TopicSummary
+        self._pool = None
+        self._backlog = None
+
+    def _add(self, step: str, since: float) -> float:
+        now = time.perf_counter()
+        self.seconds[step] = round(self.seconds.get(step, 0.0) + now - since, 3)
+        return now
+
+    async def rebuild(self, records: list[ConsumerRecord], decoded: list) -> None:
+        """Run after the partition's messages are projected (a backlog read reads them)."""
+        clock = time.perf_counter()
+        try:
+            conversations = await self._gather(records, decoded)
+            clock = self._add("gather", clock)
+            await self._embed(conversations)
+            clock = self._add("embed", clock)
+            compactions: list[Compaction] = []
+            for conversation in conversations:
+                compactions += await self._fold(conversation)
+            clock = self._add("fold", clock)
+            await self._summarize(compactions)
+            clock = self._add("summaries", clock)
+            failed = {c.key for c in compactions if c.error is not None}
+            for conversation in conversations:
+                if conversation.key in failed:  # what the fold does next depends on the failure
+                    self.stats["refolded"] += 1
+                    await self._fold(conversation, known=True)
+                self._patch(conversation)
+            clock = self._add("patch", clock)
+            await self._publish(conversations)
+            clock = self._add("publish", clock)
+            await send_all(self.producer, self.changelog, self.derived.partition,
+                           ((c.key, codec.dumps(c.state, c.key)) for c in conversations if c.state is not None))
+            self._add("changelog", clock)
+        finally:
+            if self._pool is not None:
+                await self._pool.close()
+
+    async def _gather(self, records: list[ConsumerRecord], decoded: list) -> list[_Conversation]:
+        """The events the fold takes, per conversation in log order; a message an applied erasure
+        covers is left out, as the shell leaves it out (register.py)."""
+        check = ErasedCheck(connector(self.settings))
+        try:
+            snapshot: ErasureSnapshot = await check._current("", -1)  # noqa: SLF001 - the shell's own read
+        finally:
+            await check.close()
+        conversations: dict[bytes, _Conversation] = {}
+        for record, event in zip(records, decoded):
+            if not isinstance(event, Event) or event.type not in RELEVANT:
+                continue
+            e = event.envelope
+            conversation = conversations.get(record.key)
+            if conversation is None:
+                conversation = conversations[record.key] = _Conversation(record.key, e.conversation_id)
+            if event.type == MESSAGE_APPENDED and event.payload.role in PLACED_ROLES:
+                if snapshot.erasure_of(e.tenant_id, e.conversation_id, e.user_id, position(record)) is not None:
+                    self.stats["erased"] += 1
+                    continue
+                conversation.messages.setdefault(e.seq, ChatMessage(e.seq, event.payload.role, event.payload.content))
+                self.stats["messages"] += 1
+            conversation.events.append((event, record))
+        return list(conversations.values())
+
+    async def _embed(self, conversations: list[_Conversation]) -> None:
+        """Every user message's text, in big batches through the embedder (and its cache)."""
+        texts = list(dict.fromkeys(
+            event.payload.content for c in conversations for event, _ in c.events
+            if event.type == MESSAGE_APPENDED and event.payload.role == "user"))
+        for i in range(0, len(texts), _EMBED_BATCH):
+            part = texts[i:i + _EMBED_BATCH]
+            try:
+                vectors = await self.embedding.embedder.embed_documents(part)
+            except Exception as exc:  # noqa: BLE001 - answered as the stage answers it (failed events)
+                log.warning("batch replay: embedding %d topic messages failed: %s", len(part), exc)
+                self.vectors.update((text, exc) for text in part)
+                continue
+            self.vectors.update(zip(part, vectors))
+            self.stats["embedded"] += len(part)
+
+    async def _fold(self, conversation: _Conversation, known: bool = False) -> list[Compaction]:
+        """The shell over the conversation's history, every request answered at once; returns its
+        compactions (answered with placeholders, or, `known`, with the answers written since)."""
+        state = codec.loads(None, conversation.conversation_id)
+        out: list[Envelope] = []
+        compactions: list[Compaction] = []
+        for event, _ in conversation.events:
+            queue = deque([event])
+            while queue:
+                state, outgoing = handle(self.config, state, queue.popleft(), self.wall)
+                out += outgoing
+                for envelope in outgoing:
+                    answers = await self._answer(conversation, envelope, compactions, known)
+                    out += answers
+                    queue.extend(_event(answer) for answer in answers)
+        conversation.state, conversation.out = state, out
+        return compactions
+
+    async def _answer(self, conversation: _Conversation, request: Envelope, compactions: list[Compaction],
+                      known: bool) -> list[Envelope]:
+        if request.type == te.TOPIC_EMBEDDING_REQUESTED:
+            return [await self._embedded(_event(request))]
+        if request.type == te.TOPIC_COMPACTION_REQUESTED:
+            answer = self._compacted(conversation, request, compactions, known)
+            return [answer] if answer is not None else []
+        if request.type == te.TOPIC_BACKLOG_REQUESTED:
+            return await (await self._backlog_stage()).handle(_event(request))
+        return []
+
+    async def _embedded(self, request: Event) -> Envelope:
+        vector = self.vectors.get(request.payload.content)
+        if vector is None or request.payload.attempt > 1:  # a retry: asked again, as the stage would be
+            try:
+                vector = (await self.embedding.embedder.embed_documents([request.payload.content]))[0]
+            except Exception as exc:  # noqa: BLE001
+                vector = exc
+        if isinstance(vector, EmbeddingError):
+            return self.embedding._failed(request, str(vector), vector.retryable)  # noqa: SLF001 - the stage's own
+        if isinstance(vector, Exception):
+            return self.embedding._failed(request, f"{type(vector).__name__}: {vector}", True)  # noqa: SLF001
+        return self.embedding._result(request, vector)  # noqa: SLF001
+
+    def _compacted(self, conversation: _Conversation, request: Envelope, compactions: list[Compaction],
+                   known: bool) -> Envelope | None:
+        p = request.payload
+        ident = (p["topic_id"], p["upto_seq"], p["attempt"])
+        if known:
+            done = self.resolved.pop(ident, None)
+            if done is None:  # asked again after a failure: left in flight, the live fold re-asks it
+                self.stats["unanswered"] += 1
+                return None
+            compaction = Compaction(conversation.key, request, done.placeholder, done.messages, done.summary,
+                                    done.error)
+        else:
+            seqs = sorted(set(p["seqs"]))
+            found = [conversation.messages[seq] for seq in seqs if seq in conversation.messages]
+            compaction = Compaction(conversation.key, request, f"{_PLACEHOLDER}{p['topic_id']}:{p['upto_seq']}",
+                                    found if len(found) == len(seqs) else None)
+            if compaction.messages is None:  # the stage waits for them, then fails
+                compaction.error = (f"InputsNotReady: {len(found)}/{len(p['seqs'])} messages projected", True)
+        compactions.append(compaction)
+        if compaction.error is not None:
+            payload = te.TopicCompactionFailed(topic_id=p["topic_id"], upto_seq=p["upto_seq"], attempt=p["attempt"],
+                                               error=compaction.error[0][:2000], retryable=compaction.error[1])
+            return new_event(te.TOPIC_COMPACTION_FAILED, payload, **_same(request))
+        payload = te.TopicCompacted(
+            topic_id=p["topic_id"], upto_seq=p["upto_seq"], archived_seqs=p["seqs"], summary=compaction.placeholder,
+            attempt=p["attempt"], prompt_version=self.summarizer.prompt_version, model=self.summarizer.model,
+            generation_time_ms=0)
+        return new_event(te.TOPIC_COMPACTED, payload, **_same(request))
+
+    async def _summarize(self, compactions: list[Compaction]) -> None:
+        """The summaries in waves: wave k writes the k-th compaction of every topic."""
+        chains: dict[tuple[bytes, str], list[Compaction]] = {}
+        for compaction in compactions:
+            chains.setdefault((compaction.key, compaction.request.payload["topic_id"]), []).append(compaction)
+        texts = self._texts
+        limit = asyncio.Semaphore(max(1, self.settings.llm.concurrency))
+        cached_many = getattr(self.summarizer, "cached_many", None)
+        from streams.topics_memory import summarize as module  # noqa: PLC0415
+
+        call_type = getattr(module, "TopicSummaryCall", None)
+        waves = max((len(chain) for chain in chains.values()), default=0)
+        for k in range(waves):
+            self.stats["waves"] += 1
+            wave: list[tuple[Compaction, str | None]] = []
+            for chain in chains.values():
+                if k >= len(chain) or any(c.error is not None for c in chain[:k]):
+                    continue  # after a failure the fold asks for no more (it backs off)
+                compaction = chain[k]
+                if compaction.error is not None:
+                    continue
+                previous = compaction.request.payload["previous_summary"]
+                wave.append((compaction, texts.get(previous, previous) if previous is not None else None))
+            calls = [(c.request.payload["title"], previous, c.messages, c.request.payload["upto_seq"])
+                     for c, previous in wave]
+            found: list = [None] * len(wave)
+            if cached_many is not None and call_type is not None and calls:
+                found = await cached_many([call_type(*call) for call in calls])
+            self.stats["summary_hits"] += sum(summary is not None for summary in found)
+
+            async def ask(call):
+                async with limit:
+                    return await self.summarizer.summarize(*call)
+
+            missing = [i for i, summary in enumerate(found) if summary is None]
+            self.stats["summary_calls"] += len(missing) if cached_many is not None else 0
+            answers = await asyncio.gather(*(ask(calls[i]) for i in missing), return_exceptions=True)
+            for i, answer in zip(missing, answers):
+                if isinstance(answer, LlmError):
+                    wave[i][0].error = (f"{type(answer).__name__}: {answer}", getattr(answer, "retryable", True))
+                elif isinstance(answer, BaseException):
+                    raise answer
+                else:
+                    found[i] = answer
+            for (compaction, _), summary in zip(wave, found):
+                if summary is not None:
+                    compaction.summary = summary
+                    texts[compaction.placeholder] = summary.text
+                    self._summaries[compaction.placeholder] = summary
+        for compaction in compactions:
+            p = compaction.request.payload
+            self.resolved[(p["topic_id"], p["upto_seq"], p["attempt"])] = compaction
+            self.stats["compactions"] += compaction.summary is not None
+            self.stats["failed"] += compaction.error is not None
+
+    def _patch(self, conversation: _Conversation) -> None:
+        """The summaries' texts in place of the placeholders: events and final state."""
+        texts = self._texts
+        out = []
+        for envelope in conversation.out:
+            p = envelope.payload
+            if envelope.type == te.TOPIC_COMPACTION_REQUESTED and p.get("previous_summary") in texts:
+                envelope = envelope.model_copy(update={"payload": p | {"previous_summary": texts[p["previous_summary"]]}})
+            elif envelope.type == te.TOPIC_COMPACTED and p["summary"] in texts:
+                summary = self._summaries[p["summary"]]
+                envelope = envelope.model_copy(update={"payload": p | {
+                    "summary": summary.text, "model": summary.model, "prompt_version": summary.prompt_version}})
+            out.append(envelope)
+        conversation.out = out
+        state = conversation.state
+        topics = tuple(evolve(t, summary=texts[t.summary]) if t.summary in texts else t for t in state.topics.topics)
+        if any(a is not b for a, b in zip(topics, state.topics.topics)):
+            conversation.state = evolve(state, topics=evolve(state.topics, topics=topics))
+        self.stats["events"] += len(out)
+
+    async def _publish(self, conversations: list[_Conversation]) -> None:
+        """Into the derived topic, then through the topics and topic-lineage projectors."""
+        values = [(c.key, encode(envelope)) for c in conversations for envelope in c.out]
+        offsets = await send_all(self.producer, self.derived.topic, self.derived.partition, values)
+        topic, partition = self.derived.topic, self.derived.partition
+        records = [ConsumerRecord(topic, partition, offset, -1, 0, key, value, None,
+                                  len(key) if key is not None else -1, len(value), ())
+                   for offset, (key, value) in zip(offsets, values)]
+        from projections.db import connect  # noqa: PLC0415
+
+        async with await connect(self.settings) as conn:
+            for projector in (TopicsProjector(self.settings), TopicLineageProjector(self.settings)):
+                for i in range(0, len(records), _CHUNK):
+                    await apply_records(conn, self.producer, self.settings, projector, records[i:i + _CHUNK])
+
+    async def _backlog_stage(self):
+        if self._backlog is None:
+            from streams.topics_memory.recall import BacklogStage  # noqa: PLC0415
+
+            self._pool = make_pool(self.settings)
+            await self._pool.open()
+            self._backlog = BacklogStage(self.embedding.embedder, self._pool)
+        return self._backlog
