@@ -24,7 +24,7 @@ TOPICS = {
     "MEMORY_TOPICS__ACTIVE_TOPIC_BONUS": "0",
     "MEMORY_POSTGRES__POOL_MAX_SIZE": "3",  # the database is shared by every test run on this machine
 }
-CONVERSATIONS, SUBJECTS, TURNS = 3, ("orchid", "glacier", "saxophone"), 5  # 3 topics x 16 messages each
+CONVERSATIONS, SUBJECTS, TURNS = 3, ("orchid", "glacier", "saxophone"), 8  # 3 topics x 16 messages each
 MESSAGES = 2 * len(SUBJECTS) * TURNS
 # Columns that say when or by which event a row was written, not what it holds.
 WALL_CLOCK = {"updated_at", "projected_at", "projected_pos", "event_id", "created_event_id", "generation_time_ms"}
@@ -75,47 +75,27 @@ async def placed(settings, schema: str, last_seqs: dict[str, int]) -> None:
     await wait_until(check, 180, f"topics placed in {schema}")
 
 
-async def columns(settings, schema: str, table: str) -> str:
+async def columns(settings, schema: str, table: str, rounded: bool) -> str:
     rows = await _rows(settings, "SELECT column_name FROM information_schema.columns WHERE table_schema = %s"
                                  f" AND table_name = '{table}' ORDER BY ordinal_position".replace("%s", f"'{schema}'"))
-    return ", ".join(name for (name,) in rows if name not in WALL_CLOCK)
+    return ", ".join(f"round({name}::numeric, 6) AS {name}" if rounded and name == "similarity" else name
+                     for (name,) in rows if name not in WALL_CLOCK)
 
 
-async def differences(settings, stream: str, batch: str) -> dict[str, list]:
-    """Rows of each topic table in one generation and not the other (EXCEPT ALL, both ways)."""
+async def differences(settings, stream: str, batch: str, *, rounded: bool = False) -> dict[str, list]:
+    """Rows of each topic table in one generation and not the other (EXCEPT ALL, both ways).
+    `rounded`: similarities to 6 digits (see the hand-over below)."""
     found = {}
     for table in TABLES:
-        cols = await columns(settings, f"gen_{stream}", table)
+        cols = await columns(settings, f"gen_{stream}", table, rounded)
         a = f"SELECT {cols} FROM gen_{stream}.{table}"
         b = f"SELECT {cols} FROM gen_{batch}.{table}"
         only = await _rows(settings, f"SELECT 'stream', * FROM ({a} EXCEPT ALL {b}) x UNION ALL"
                                      f" SELECT 'batch', * FROM ({b} EXCEPT ALL {a}) y ORDER BY 2, 3, 4, 1")
         if only:
-            found[table] = [", ".join(f"{c}={v!r}" for c, v in zip(["from", *cols.split(", ")], row)
+            found[table] = [", ".join(f"{c}={v!r}" for c, v in zip(["from", *[c.rsplit(" ", 1)[-1] for c in cols.split(", ")]], row)
                                       if c not in ("archive", "title", "summary")) for row in only[:12]]
     return found
-
-
-async def dump(settings, name: str) -> str:
-    from aiokafka import AIOKafkaConsumer
-    from schemas.codec import decode
-    consumer = AIOKafkaConsumer(settings.kafka.memory_topic(name), bootstrap_servers=settings.kafka.bootstrap_servers,
-                                auto_offset_reset="earliest")
-    await consumer.start()
-    lines = []
-    try:
-        batch = await consumer.getmany(timeout_ms=3000, max_records=100000)
-        for tp, records in batch.items():
-            for r in records:
-                e = decode(r.value, key=r.key)
-                if e.envelope.conversation_id != "conv-0":
-                    continue
-                p = e.envelope.payload
-                lines.append(f"{tp.partition}:{r.offset} {e.type} seq={e.envelope.seq} "
-                             f"{ {k: v for k, v in p.items() if k in ('topic_id', 'upto_seq', 'seq', 'previous_topic_id', 'attempt')} }")
-    finally:
-        await consumer.stop()
-    return "\n".join(lines)
 
 
 async def compactions(settings, *names: str) -> str:
@@ -140,8 +120,8 @@ async def test_batch_replay_of_topics_equals_the_stream_replay_and_hands_over(se
                 await say(settings, c, range(MESSAGES))
             await placed(settings, settings.pg_schema, last)
         try:
+            embedded = len(fake.embedding_requests)  # the live worker filled the embedding cache
             await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
-            embedded = len(fake.embedding_requests)
             out = await cli(settings, fake, "replay", "start", "--generation", b1, "--detach")  # auto
             assert "batch" in out, out
             for name in (s1, b1):
@@ -149,31 +129,29 @@ async def test_batch_replay_of_topics_equals_the_stream_replay_and_hands_over(se
                 await placed(settings, f"gen_{name}", last)
             (counts,) = await _rows(settings, f"SELECT count(*), min(compactions), sum(compactions)"
                                               f" FROM gen_{b1}.topics")
-            assert counts[0] == CONVERSATIONS * len(SUBJECTS) and counts[1] >= 1, counts  # 2+ compactions each
+            assert counts[0] == CONVERSATIONS * len(SUBJECTS) and counts[1] >= 2, counts  # 2+ compactions each
             found = await differences(settings, s1, b1)
-            if found:
-                import os
-                if os.environ.get("TOPIC_DEBUG"):
-                    print(await dump(settings, s1), "\n=====\n", await dump(settings, b1))
             assert not found, "\n".join(f"{t}: {r}" for t, rows in found.items() for r in rows) + "\n" + \
                 await compactions(settings, s1, b1)
             assert await _rows(settings, f"SELECT count(*) FROM gen_{b1}.topic_unassigned") == [(0,)]
+            assert len(fake.embedding_requests) == embedded  # both replays: every vector from the cache
 
             # Hand-over: ten more messages of conv-0 (the next five turns) are placed by the live
-            # fold from the batch's states, and the orchid topic is compacted once more.
+            # folds, the batch's from its states, and the orchid topic is compacted a third time.
             await say(settings, 0, range(MESSAGES, MESSAGES + 10))
-            await placed(settings, f"gen_{b1}", last | {"conv-0": MESSAGES + 9})
-            await placed(settings, f"gen_{s1}", last | {"conv-0": MESSAGES + 9})
-            found = await differences(settings, s1, b1)
-            if found:
-                import os
-                if os.environ.get("TOPIC_DEBUG"):
-                    print(await dump(settings, s1), "\n=====\n", await dump(settings, b1))
+            for name in (b1, s1):
+                await placed(settings, f"gen_{name}", last | {"conv-0": MESSAGES + 9})
+                assert await _rows(settings, f"SELECT compactions FROM gen_{name}.topics"
+                                             " WHERE topic_id = 'conv-0:topic-1'") == [(3,)], name
+            # The live fold of the batch's generation starts from the changelog, whose centroids are
+            # float32 (streams/topics_memory/codec.py), while the stream's fold still holds its
+            # float64 ones in memory (a restarted stream worker would differ the same way): the
+            # similarities of the messages after the hand-over agree to ~1e-8, not bit for bit.
+            found = await differences(settings, s1, b1, rounded=True)
             assert not found, "\n".join(f"{t}: {r}" for t, rows in found.items() for r in rows) + "\n" + \
                 await compactions(settings, s1, b1)
             assert await _rows(settings, f"SELECT count(*), count(DISTINCT seq) FROM gen_{b1}.topic_assignments"
                                          " WHERE conversation_id = 'conv-0'") == [(MESSAGES + 10, MESSAGES + 10)]
-            del embedded
         finally:
             for name in (s1, b1):
                 replays.stop_worker(state, name)
