@@ -44,6 +44,7 @@ from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
 from memory_agent.settings import Settings
 from projections.db import connect
 from projections.facts import FactsProjector
+from projections.erasure import ErasureProjector
 from projections.lineage import TopicLineageProjector
 from projections.memory import MemoryProjector, load_settled
 from projections.message_index import MessageIndexProjector
@@ -52,6 +53,7 @@ from projections.runner import apply_records, load_offsets, save_positions
 from projections.topics import TopicsProjector
 from schemas.codec import Event, encode
 from schemas.envelope import Envelope
+from schemas.erasure_events import ERASURE_TYPES
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
 from streams.kafka_topics import (
     TopicSpec,
@@ -150,12 +152,16 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
     drop_deferred_indexes(settings)
     context = multiprocessing.get_context("spawn")
     taken = context.Value("i", 0)  # partitions handed out so far
-    children = [context.Process(target=_child, args=(settings, taken, partitions), name=f"batch-replay-{n}")
-                for n in range(1, max(1, min(settings.window.replay_batch_processes, partitions)))]
+    processes = max(1, min(settings.window.replay_batch_processes, partitions))
+    # With the topic system: every process waits for the others twice (every partition's messages
+    # projected; then every erasure of the log applied) before the topic folds (see `_Steps`).
+    barriers = (context.Barrier(processes), context.Barrier(processes)) if "topics" in settings.systems else None
+    children = [context.Process(target=_child, args=(settings, taken, partitions, barriers),
+                                name=f"batch-replay-{n}") for n in range(1, processes)]
     for child in children:  # they import and connect while this process starts on the first partitions
         child.start()
     try:
-        reports = asyncio.run(run_batch_replay(settings, _Claims(taken, partitions)))
+        reports = asyncio.run(run_batch_replay(settings, _Claims(taken, partitions), barriers))
     except BaseException:
         for child in children:
             child.join()
@@ -242,18 +248,26 @@ async def _partitions_of_the_log(settings: Settings) -> int:
     return len(described["partitions"])
 
 
-def _child(settings: Settings, taken, partitions: int) -> None:
+def _child(settings: Settings, taken, partitions: int, barriers=None) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLogger().level))
     from memory_agent import privacy  # noqa: PLC0415 - a spawned child: sealed events open here too
 
     privacy.install(settings)
-    asyncio.run(run_batch_replay(settings, _Claims(taken, partitions)))
+    asyncio.run(run_batch_replay(settings, _Claims(taken, partitions), barriers))
 
 
-async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] | None = None) -> list[PartitionReport]:
+async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] | None = None,
+                           barriers: tuple | None = None) -> list[PartitionReport]:
     """Rebuild the partitions `claim()` hands out (all of them by default) that are not
-    handed over yet."""
+    handed over yet. With the topic system the partitions are rebuilt in two steps: first
+    everything but the topics; then, once every batch process got there (`barriers`: shared by
+    the processes; none when this is the only one), the log's erasures are applied (each process
+    those of its own partitions, by the erasure projector's code: every message is projected by
+    then, so each erasure finds its whole scope), and only then are the topics folded, with the
+    shell's erasure check reading them: a message an erasure covers never reaches the topic fold,
+    as in a stream replay whose erasure projector is ahead (its text would otherwise stay in the
+    fold's state: titles, summaries). Then each partition is handed over."""
     check_batchable(settings)
     if claim is None:
         claim = iter([*range(await _partitions_of_the_log(settings)), None]).__next__
@@ -275,6 +289,7 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
     await consumer.start()
     await producer.start()
     reports = []
+    deferred: list[_Partition] = []  # topic system: rebuilt up to the topics, waiting for the erasures
     try:
         while (number := claim()) is not None:
             source = TopicPartition(kafka.conversation_topic, number)
@@ -284,10 +299,22 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
             end = (await consumer.end_offsets([source]))[source]
             partition = _Partition(settings, summarizer, stage, index, consumer, producer, hand_over, source,
                                    topics)
-            reports.append(r := await partition.rebuild(end))
-            log.info("batch replay of %s: partition %d: %d events, %d summaries (%d cached, %d LLM calls,"
-                     " %d failed), chunks %s, topics %s in %.1fs %s", settings.generation, r.partition, r.events,
-                     r.summaries, r.cache_hits, r.llm_calls, r.failed, r.facts, r.topics, r.seconds, r.phases)
+            await partition.rebuild(end)
+            if topics is None:
+                reports.append(_logged(settings, await partition.finish()))
+            else:
+                deferred.append(partition)
+        if topics is not None:
+            await _wait(barriers, 0)
+            for partition in deferred:
+                await partition.erasures()
+            await _wait(barriers, 1)
+            for partition in deferred:
+                reports.append(_logged(settings, await partition.finish()))
+    except BaseException:
+        for barrier in barriers or ():
+            barrier.abort()  # the other processes stop waiting for this one (BrokenBarrierError)
+        raise
     finally:
         await consumer.stop()
         await producer.stop()
@@ -301,6 +328,18 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
         if index is not None and index._embedder is not None:  # noqa: SLF001 - made on its first call
             await index.embedder.aclose()
     return reports
+
+
+async def _wait(barriers: tuple | None, which: int) -> None:
+    if barriers is not None:
+        await asyncio.to_thread(barriers[which].wait)
+
+
+def _logged(settings: Settings, r: PartitionReport) -> PartitionReport:
+    log.info("batch replay of %s: partition %d: %d events, %d summaries (%d cached, %d LLM calls,"
+             " %d failed), chunks %s, topics %s in %.1fs %s", settings.generation, r.partition, r.events,
+             r.summaries, r.cache_hits, r.llm_calls, r.failed, r.facts, r.topics, r.seconds, r.phases)
+    return r
 
 
 class _HandOver:
@@ -361,9 +400,11 @@ class _Partition:
             if topics is not None else None
         self.hits = self.calls = self.failed = 0
 
-    async def rebuild(self, end: int) -> PartitionReport:
-        phases = _Phases()
+    async def rebuild(self, end: int) -> None:
+        """Everything but the topics and the hand-over (`erasures`, `finish`)."""
+        self.phases = phases = _Phases()
         records, decoded, cut = await phases.timed("read", self._read(end))
+        self.records, self.decoded, self.cut, self.count = records, decoded, cut, len(records)
         async with await connect(self.settings) as messages_conn:
             # PostgreSQL writes the messages on its own core while the fold and summaries run here.
             projecting = asyncio.create_task(self._project_messages(messages_conn, records, decoded, cut))
@@ -379,11 +420,28 @@ class _Partition:
         try:
             if self.facts is not None:  # the stage reads the projected messages
                 await phases.timed("facts", self.facts.rebuild(records, decoded))
-            if self.topics is not None:  # after the chunks: both write the derived topic
-                await phases.timed("topics", self.topics.rebuild(records, decoded))
         finally:
             await asyncio.gather(following, return_exceptions=True)
         await following  # re-raises its error, if any
+        if self.topics is None:  # nothing else needs them
+            self.records = self.decoded = []
+
+    async def erasures(self) -> None:
+        """The partition's erasures, by the erasure projector's own code (its positions too), once
+        every partition's messages are projected."""
+        projector = ErasureProjector(self.settings)
+        found = [record for record, event in zip(self.records, self.decoded)
+                 if isinstance(event, Event) and event.type in ERASURE_TYPES]
+        if found:
+            async with await connect(self.settings) as conn:
+                await self.phases.timed("erasures", apply_records(conn, self.producer, self.settings, projector, found))
+
+    async def finish(self) -> PartitionReport:
+        """The topics (if on), the projectors' positions on the derived topic, the hand-over."""
+        phases, records, decoded, cut = self.phases, self.records, self.decoded, self.cut
+        if self.topics is not None:  # after the chunks: both write the derived topic
+            await phases.timed("topics", self.topics.rebuild(records, decoded))
+            self.records = self.decoded = []
         derived_end = (await self.consumer.end_offsets([self.derived]))[self.derived]
         async with await connect(self.settings) as conn, conn.transaction():
             # Every projector of the derived topic has applied what the batch wrote there (the topic
@@ -398,7 +456,7 @@ class _Partition:
                 await save_positions(conn, name, {self.derived: derived_end})
         await phases.timed("hand-over", self.hand_over.commit(self.source, cut, derived_end))
         summaries = sum(len(c.requests) for c in self.fold.conversations.values()) if self.window else 0
-        return PartitionReport(self.source.partition, len(records), summaries, self.hits, self.calls, self.failed,
+        return PartitionReport(self.source.partition, self.count, summaries, self.hits, self.calls, self.failed,
                                phases.total(), phases.seconds,
                                {**self.facts.stats, **self.facts.seconds} if self.facts is not None else {},
                                {**self.topics.stats, **self.topics.seconds} if self.topics is not None else {})

@@ -64,6 +64,10 @@ log = logging.getLogger(__name__)
 TOPIC_TABLE = "topic-state"  # the agent's table (streams/topics_memory/register.py)
 _EMBED_BATCH = 512  # texts per embedding call (one cache lookup each)
 _CHUNK = 5000  # derived records per projector transaction
+_REDERIVED = """
+SELECT DISTINCT ON (tenant_id, conversation_id) tenant_id, conversation_id, erasure_event_id
+  FROM erasure_rederive ORDER BY tenant_id, conversation_id, created_at DESC
+"""
 _PLACEHOLDER = "\ue000topic-summary:"  # + topic id and upto_seq: never a real summary
 
 
@@ -92,6 +96,7 @@ class Compaction:
 @dataclass
 class _Conversation:
     key: bytes
+    tenant_id: str
     conversation_id: str
     events: list[tuple[Event, ConsumerRecord]] = field(default_factory=list)  # what the fold takes, in order
     messages: dict[int, ChatMessage] = field(default_factory=dict)  # seq -> the first message of that seq
@@ -117,6 +122,7 @@ class TopicsBatch:
         self.seconds: dict[str, float] = {}
         self._texts: dict[str, str] = {}  # placeholder -> the summary's text
         self._summaries: dict[str, object] = {}  # placeholder -> the TopicSummary
+        self.rederived: dict[tuple[str, str], str] = {}  # (tenant, conversation) -> erasure id
         self._pool = None
         self._backlog = None
 
@@ -149,7 +155,8 @@ class TopicsBatch:
             await self._publish(conversations)
             clock = self._add("publish", clock)
             await send_all(self.producer, self.changelog, self.derived.partition,
-                           ((c.key, codec.dumps(c.state, c.key)) for c in conversations if c.state is not None))
+                           ((c.key, codec.dumps(c.state, c.key)) for c in conversations
+                            if c.state is not None and c.state != codec.loads(None, c.conversation_id)))
             self._add("changelog", clock)
         finally:
             if self._pool is not None:
@@ -161,6 +168,12 @@ class TopicsBatch:
         check = ErasedCheck(connector(self.settings))
         try:
             snapshot: ErasureSnapshot = await check._current("", -1)  # noqa: SLF001 - the shell's own read
+            conn = await check.connect()
+            try:
+                # Per mixed conversation, the newest erasure that asks for its topics to be derived again.
+                self.rederived = {(t, c): e for t, c, e in await (await conn.execute(_REDERIVED)).fetchall()}
+            finally:
+                await conn.close()
         finally:
             await check.close()
         conversations: dict[bytes, _Conversation] = {}
@@ -170,7 +183,7 @@ class TopicsBatch:
             e = event.envelope
             conversation = conversations.get(record.key)
             if conversation is None:
-                conversation = conversations[record.key] = _Conversation(record.key, e.conversation_id)
+                conversation = conversations[record.key] = _Conversation(record.key, e.tenant_id, e.conversation_id)
             if event.type == MESSAGE_APPENDED and event.payload.role in PLACED_ROLES:
                 if snapshot.erasure_of(e.tenant_id, e.conversation_id, e.user_id, position(record)) is not None:
                     self.stats["erased"] += 1
@@ -211,6 +224,13 @@ class TopicsBatch:
                     answers = await self._answer(conversation, envelope, compactions, known)
                     out += answers
                     queue.extend(_event(answer) for answer in answers)
+        rederive = self.rederived.get((conversation.tenant_id, conversation.conversation_id))
+        if rederive is not None:
+            # The erased user's messages never reached this fold: its topics are already derived from
+            # the messages that remain, and the rows it writes come after the erasure's deletes. The
+            # re-derivation the worker asks for after the hand-over would derive them again over
+            # these rows (new topic ids, the messages' rows kept by the old ones): taken as done.
+            state = evolve(state, last_rederive=rederive)
         conversation.state, conversation.out = state, out
         return compactions
 
