@@ -1,7 +1,7 @@
 """Replay benchmark: rebuild a generation from N logged messages, cold LLM cache then warm.
 
     python -m bench.replay_bench --messages 100000 --conversations 1000 --llm-latency 0.3 [--mode stream]
-        [--systems window,facts]
+        [--systems window,facts[,topics]]
 
 Writes N messages to a fresh deployment's log, then runs `memory-agent replay start`
 twice with the same settings: the first replay pays for every summary at the fixed LLM
@@ -10,7 +10,8 @@ until the generation has caught up with the log and settled its summaries, and t
 hits/calls. `--systems` picks the generation's memory systems (MEMORY_SYSTEMS; default the
 window system only); with `facts` the fake server also answers the chunk extraction and the
 embeddings (over HTTP, through the LLM and embedding caches), and a replay counts as done
-once every due chunk is recorded too.
+once every due chunk is recorded too; with `topics` (the fake answers the topic summaries and
+the embeddings too) once every message is placed in a topic with no compaction in flight.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from memory_agent.client import MemoryClient
 from projections import generations as gens
 from tests.support.fake_openai import FakeOpenAI
 
-async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, summaries: bool) -> dict:
+async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, summaries: bool,
+                      placed: int = 0) -> dict:
     clock = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", name, "--detach", "--mode", mode,
@@ -42,7 +44,7 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
     while True:
         try:
             p = await replays.progress(settings, name)
-            if p.caught_up and p.total and await _settled(settings, name, chunks, summaries):
+            if p.caught_up and p.total and await _settled(settings, name, chunks, summaries, placed):
                 break
         except psycopg.OperationalError as exc:  # shared database: no free connection this moment
             if "too many clients" not in str(exc):
@@ -54,15 +56,19 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
         summaries = conn.execute(f"SELECT count(*) FROM gen_{name}.memory").fetchone()[0]
         recorded = conn.execute(f"SELECT count(*) FROM gen_{name}.conversation_chunks").fetchone()[0] \
             if chunks else 0
+        topics = conn.execute(f"SELECT count(*), coalesce(sum(compactions), 0) FROM gen_{name}.topics").fetchone() \
+            if placed else (0, 0)
     replays.stop_worker(settings, name)
     return {
         "events": p.total, "seconds": round(elapsed, 1), "events_per_s": round(p.total / elapsed),
-        "summaries": summaries, "chunks": recorded, "llm_cache": usage,
+        "summaries": summaries, "chunks": recorded, "topics": topics[0], "topic_compactions": topics[1],
+        "llm_cache": usage,
     }
 
 
-async def _settled(settings, name: str, chunks: int, summaries: bool) -> bool:
-    """No summary processing (window), and every due chunk recorded (facts)."""
+async def _settled(settings, name: str, chunks: int, summaries: bool, placed: int = 0) -> bool:
+    """No summary processing (window), every due chunk recorded (facts), every message placed
+    in a topic and no compaction in flight (topics)."""
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn) as conn:
         row = await (await conn.execute(
             f"SELECT count(*) FILTER (WHERE status = 'processing'), count(*) FROM gen_{name}.memory"
@@ -70,6 +76,13 @@ async def _settled(settings, name: str, chunks: int, summaries: bool) -> bool:
         if chunks:
             recorded = (await (await conn.execute(f"SELECT count(*) FROM gen_{name}.conversation_chunks")).fetchone())[0]
             if recorded < chunks:
+                return False
+        if placed:
+            done = (await (await conn.execute(
+                f"SELECT (SELECT count(*) FROM gen_{name}.topic_assignments)"
+                f" + (SELECT count(*) FROM gen_{name}.topic_unassigned),"
+                f" (SELECT count(*) FROM gen_{name}.topics WHERE compaction_status = 'requested')")).fetchone())
+            if done[0] < placed or done[1]:
                 return False
     return row[0] == 0 and (row[1] > 0 or not summaries)
 
@@ -91,7 +104,7 @@ async def main() -> None:
     parser.add_argument("--llm-latency", type=float, default=0.3)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--mode", choices=("batch", "stream"), default="batch", help="replay start --mode")
-    parser.add_argument("--systems", default="window", help="comma-separated: window, facts")
+    parser.add_argument("--systems", default="window", help="comma-separated: window, facts, topics")
     args = parser.parse_args()
     systems = args.systems.split(",")
     chunks = due_chunks(args.messages, args.conversations) if "facts" in systems else 0
@@ -102,11 +115,12 @@ async def main() -> None:
             # Text of its own: the first replay must find the shared LLM cache cold.
             await produce(client, args.messages, args.conversations, seq_base={}, salt=f" ({settings.kafka.topic_prefix})")
         with FakeOpenAI(latency_s=args.llm_latency) as fake:
-            env = child_env(settings, fake.env(embeddings="facts" in systems) | {
+            env = child_env(settings, fake.env(embeddings="facts" in systems or "topics" in systems) | {
                 "MEMORY_SYSTEMS": orjson.dumps(systems).decode(), "MEMORY_LLM__CONCURRENCY": str(args.concurrency)})
-            cold = await replay_once(settings, "cold", env, args.mode, chunks, "window" in systems)
+            placed = args.messages if "topics" in systems else 0  # every message is a user or assistant one
+            cold = await replay_once(settings, "cold", env, args.mode, chunks, "window" in systems, placed)
             calls_after_cold, embeds_after_cold = len(fake.chat_requests), len(fake.embedding_requests)
-            warm = await replay_once(settings, "warm", env, args.mode, chunks, "window" in systems)
+            warm = await replay_once(settings, "warm", env, args.mode, chunks, "window" in systems, placed)
             warm["llm_requests_seen_by_server"] = len(fake.chat_requests) - calls_after_cold
             warm["embedding_requests_seen_by_server"] = len(fake.embedding_requests) - embeds_after_cold
         report("replay benchmark", {

@@ -290,3 +290,49 @@ async def test_the_batch_s_topic_fold_never_sees_what_the_log_s_erasures_cover(s
         finally:
             for name in (s1, b1):
                 replays.stop_worker(state, name)
+
+
+@pytest.mark.asyncio
+async def test_a_topic_batch_killed_midway_resumes_and_equals_an_uninterrupted_one(settings):
+    """SIGKILL the batch once the first topic rows are projected; `replay resume` redoes the
+    partitions not handed over (their topic events are written and projected again) and ends with
+    the rows of an uninterrupted batch replay, nothing counted twice."""
+    import os
+    import signal
+
+    k1, b1 = named(settings, "k1"), named(settings, "b1")
+    state = settings.model_copy(update={"state_dir": _state_dir(settings)})
+    conversations = 6
+    last = {f"conv-{c}": MESSAGES - 1 for c in range(conversations)}
+    with FakeOpenAI(latency_s=1.0) as fake:  # an embedding call per partition of 1 s: time to catch it midway
+        for c in range(conversations):
+            await say(settings, c, range(MESSAGES))
+        try:
+            await cli(settings, fake, "replay", "start", "--generation", k1, "--mode", "batch", "--detach")
+
+            async def folding() -> bool:
+                try:
+                    return (await _rows(settings, f"SELECT count(*) FROM gen_{k1}.topic_assignments"))[0][0] > 0
+                except Exception:  # noqa: BLE001 - the schema is being made
+                    return False
+
+            await wait_until(folding, 120, "the first topic rows")
+            os.killpg(int(replays.pid_file(state, k1).read_text()), signal.SIGKILL)
+            assert not (await replays.progress(settings, k1)).caught_up
+
+            out = await cli(settings, fake, "replay", "resume", k1)
+            assert "batch replay" in out
+            await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
+            for name in (k1, b1):
+                await caught_up(settings, name)
+                await placed(settings, f"gen_{name}", last)
+            found = await differences(settings, k1, b1)
+            assert not found, "\n".join(f"{t}: {r}" for t, rows in found.items() for r in rows)
+            for name in (k1, b1):
+                assert await _rows(settings, f"SELECT count(*), count(DISTINCT (conversation_id, seq)) FROM"
+                                             f" gen_{name}.topic_assignments") == [(conversations * MESSAGES,) * 2]
+                (row,) = await _rows(settings, f"SELECT min(compactions), max(compactions) FROM gen_{name}.topics")
+                assert row == (2, 2), (name, row)  # each compaction applied once
+        finally:
+            for name in (k1, b1):
+                replays.stop_worker(state, name)
