@@ -81,6 +81,17 @@ def _event(envelope: Envelope) -> Event:
     return Event(envelope, REGISTRY[envelope.type].payload.model_construct(**envelope.payload))
 
 
+@dataclass(frozen=True)
+class SummaryCall:
+    """The arguments of one `summarize` call, as the cached summarizer's `cached_many` takes them
+    (streams/topics_memory/summarize.py's TopicSummaryCall, when it has one)."""
+
+    title: str
+    previous_summary: str | None
+    messages: list[ChatMessage]
+    upto_seq: int
+
+
 @dataclass
 class Compaction:
     """One compaction request of the fold and what answers it."""
@@ -137,21 +148,8 @@ class TopicsBatch:
         try:
             conversations = await self._gather(records, decoded)
             clock = self._add("gather", clock)
-            await self._embed(conversations)
-            clock = self._add("embed", clock)
-            compactions: list[Compaction] = []
-            for conversation in conversations:
-                compactions += await self._fold(conversation)
-            clock = self._add("fold", clock)
-            await self._summarize(compactions)
-            clock = self._add("summaries", clock)
-            failed = {c.key for c in compactions if c.error is not None}
-            for conversation in conversations:
-                if conversation.key in failed:  # what the fold does next depends on the failure
-                    self.stats["refolded"] += 1
-                    await self._fold(conversation, known=True)
-                self._patch(conversation)
-            clock = self._add("patch", clock)
+            await self.derive(conversations)
+            clock = time.perf_counter()
             await self._publish(conversations)
             clock = self._add("publish", clock)
             await send_all(self.producer, self.changelog, self.derived.partition,
@@ -161,6 +159,26 @@ class TopicsBatch:
         finally:
             if self._pool is not None:
                 await self._pool.close()
+
+    async def derive(self, conversations: list[_Conversation]) -> None:
+        """Fold, answer and patch: each conversation's events and final state (no I/O but the
+        embedder's and the summarizer's)."""
+        clock = time.perf_counter()
+        await self._embed(conversations)
+        clock = self._add("embed", clock)
+        compactions: list[Compaction] = []
+        for conversation in conversations:
+            compactions += await self._fold(conversation)
+        clock = self._add("fold", clock)
+        await self._summarize(compactions)
+        clock = self._add("summaries", clock)
+        failed = {c.key for c in compactions if c.error is not None}
+        for conversation in conversations:
+            if conversation.key in failed:  # what the fold does next depends on the failure
+                self.stats["refolded"] += 1
+                await self._fold(conversation, known=True)
+            self._patch(conversation)
+        self._add("patch", clock)
 
     async def _gather(self, records: list[ConsumerRecord], decoded: list) -> list[_Conversation]:
         """The events the fold takes, per conversation in log order; a message an applied erasure
@@ -294,10 +312,10 @@ class TopicsBatch:
             chains.setdefault((compaction.key, compaction.request.payload["topic_id"]), []).append(compaction)
         texts = self._texts
         limit = asyncio.Semaphore(max(1, self.settings.llm.concurrency))
-        cached_many = getattr(self.summarizer, "cached_many", None)
+        cached_many = getattr(self.summarizer, "cached_many", None)  # the cached topic summarizer's
         from streams.topics_memory import summarize as module  # noqa: PLC0415
 
-        call_type = getattr(module, "TopicSummaryCall", None)
+        call_type = getattr(module, "TopicSummaryCall", SummaryCall)
         waves = max((len(chain) for chain in chains.values()), default=0)
         for k in range(waves):
             self.stats["waves"] += 1
@@ -313,7 +331,7 @@ class TopicsBatch:
             calls = [(c.request.payload["title"], previous, c.messages, c.request.payload["upto_seq"])
                      for c, previous in wave]
             found: list = [None] * len(wave)
-            if cached_many is not None and call_type is not None and calls:
+            if cached_many is not None and calls:
                 found = await cached_many([call_type(*call) for call in calls])
             self.stats["summary_hits"] += sum(summary is not None for summary in found)
 
@@ -322,7 +340,7 @@ class TopicsBatch:
                     return await self.summarizer.summarize(*call)
 
             missing = [i for i, summary in enumerate(found) if summary is None]
-            self.stats["summary_calls"] += len(missing) if cached_many is not None else 0
+            self.stats["summary_calls"] += len(missing)
             answers = await asyncio.gather(*(ask(calls[i]) for i in missing), return_exceptions=True)
             for i, answer in zip(missing, answers):
                 if isinstance(answer, LlmError):
