@@ -36,9 +36,14 @@ class TopicLineageProjector:
         return [settings.kafka.memory_topic(settings.generation)]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+        return await self.apply_events(conn, events_of(records, _TOPIC_TYPES, Limits.of(self.settings)))
+
+    async def apply_events(self, conn: psycopg.AsyncConnection, events: Sequence[Event]) -> list[DeadLetter]:
+        """`apply` for events decoded already (the batch replay decodes once for two projectors)."""
         async with conn.pipeline():
-            for event in events_of(records, _TOPIC_TYPES, Limits.of(self.settings)):
-                await _TOPIC_APPLY[event.type](conn, event)
+            for event in events:
+                if event.type in _TOPIC_TYPES:
+                    await _TOPIC_APPLY[event.type](conn, event)
         return []
 
 

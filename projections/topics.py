@@ -99,7 +99,11 @@ class TopicsProjector:
         return [settings.kafka.memory_topic(settings.generation)]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
-        events = events_of(records, PROJECTED, Limits.of(self.settings))
+        return await self.apply_events(conn, events_of(records, PROJECTED, Limits.of(self.settings)))
+
+    async def apply_events(self, conn: psycopg.AsyncConnection, events: Sequence[Event]) -> list[DeadLetter]:
+        """`apply` for events decoded already (the batch replay decodes once for two projectors)."""
+        events = [event for event in events if event.type in PROJECTED]
         if events:
             # Pipelined: statements go out without waiting for each answer (a read syncs).
             async with conn.pipeline():

@@ -46,12 +46,15 @@ from memory_agent.embeddings.port import EmbeddingError
 from memory_agent.llm.port import ChatMessage, LlmError
 from memory_agent.settings import Settings
 from projections.db import make_pool
+from projections.decoding import records_of
+from projections.lineage import _TOPIC_TYPES as LINEAGE_TYPES
 from projections.lineage import TopicLineageProjector
 from projections.runner import apply_records
-from projections.topics import TopicsProjector
+from projections.topics import PROJECTED, TopicsProjector
 from schemas import topic_events as te
 from schemas.codec import Event, encode, new_event
 from schemas.envelope import Envelope
+from schemas.limits import Limits
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
 from streams.topics_memory import codec
 from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle
@@ -390,10 +393,18 @@ class TopicsBatch:
                    for offset, (key, value) in zip(offsets, values)]
         from projections.db import connect  # noqa: PLC0415
 
+        # Decoded once for both projectors (each would decode every record again): their own
+        # per-event code, a chunk's rows and position in one transaction (`apply_records`,
+        # which applies a chunk the database refuses again record by record by `apply`).
+        decoded = {record.offset: event for record, event in
+                   records_of(records, PROJECTED | LINEAGE_TYPES, Limits.of(self.settings))}
         async with await connect(self.settings) as conn:
             for projector in (TopicsProjector(self.settings), TopicLineageProjector(self.settings)):
                 for i in range(0, len(records), _CHUNK):
-                    await apply_records(conn, self.producer, self.settings, projector, records[i:i + _CHUNK])
+                    chunk = records[i:i + _CHUNK]
+                    events = [decoded[record.offset] for record in chunk if record.offset in decoded]
+                    await apply_records(conn, self.producer, self.settings, projector, chunk,
+                                        apply=lambda p=projector, e=events: p.apply_events(conn, e))
 
     async def _backlog_stage(self):
         if self._backlog is None:
