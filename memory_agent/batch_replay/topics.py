@@ -43,6 +43,7 @@ from aiokafka.structs import ConsumerRecord
 from domain.topics.state import evolve
 from memory_agent.batch_replay.produce import send_all
 from memory_agent.embeddings.port import EmbeddingError
+from memory_agent.llm import provenance as llm_provenance
 from memory_agent.llm.port import ChatMessage, LlmError
 from memory_agent.settings import Settings
 from projections.db import make_pool
@@ -338,13 +339,15 @@ class TopicsBatch:
                 found = await cached_many([call_type(*call) for call in calls])
             self.stats["summary_hits"] += sum(summary is not None for summary in found)
 
-            async def ask(call):
+            async def ask(call, request: Envelope):
                 async with limit:
-                    return await self.summarizer.summarize(*call)
+                    with llm_provenance.serving([_event(request)]):  # the cache entry names its conversation
+                        return await self.summarizer.summarize(*call)
 
             missing = [i for i, summary in enumerate(found) if summary is None]
             self.stats["summary_calls"] += len(missing)
-            answers = await asyncio.gather(*(ask(calls[i]) for i in missing), return_exceptions=True)
+            answers = await asyncio.gather(*(ask(calls[i], wave[i][0].request) for i in missing),
+                                           return_exceptions=True)
             for i, answer in zip(missing, answers):
                 if isinstance(answer, LlmError):
                     wave[i][0].error = (f"{type(answer).__name__}: {answer}", getattr(answer, "retryable", True))
