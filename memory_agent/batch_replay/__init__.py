@@ -1,4 +1,4 @@
-"""Batch replay: rebuild a generation's window and chunks + facts systems from the log
+"""Batch replay: rebuild a generation's window, chunks + facts and topic systems from the log
 without the stream agents, then hand the result over to them.
 
 Per partition of the conversation topic, up to the end it had when the replay started:
@@ -6,7 +6,9 @@ read it once, decode each record once, project the messages (COPY) while the pur
 fold runs over the history in memory (streams/window/batch.py), answer the summary
 requests in waves (one LLM-cache lookup per wave, the misses to the LLM), write the
 derived events to the generation's topic and project them; then the chunk fold likewise
-(streams/facts/batch.py, memory_agent/batch_replay/facts.py). Then hand over: the final
+(streams/facts/batch.py, memory_agent/batch_replay/facts.py); with the topic system, once
+every partition got that far, the log's erasures are applied and the topic fold runs
+(memory_agent/batch_replay/topics.py). Then hand over: the final
 fold states go to the tables' changelogs and the stream agents' and stages' consumer
 groups are committed at the hand-over offsets. The worker then starts as usual and
 follows the live log from there.
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,12 +157,14 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
     taken = context.Value("i", 0)  # partitions handed out so far
     processes = max(1, min(settings.window.replay_batch_processes, partitions))
     # With the topic system: every process waits for the others twice (every partition's messages
-    # projected; then every erasure of the log applied) before the topic folds (see `_Steps`).
+    # projected; then every erasure of the log applied) before the topic folds (run_batch_replay).
     barriers = (context.Barrier(processes), context.Barrier(processes)) if "topics" in settings.systems else None
     children = [context.Process(target=_child, args=(settings, taken, partitions, barriers),
                                 name=f"batch-replay-{n}") for n in range(1, processes)]
     for child in children:  # they import and connect while this process starts on the first partitions
         child.start()
+    if barriers is not None and children:
+        threading.Thread(target=_watch, args=(children, barriers), name="batch-replay-watch", daemon=True).start()
     try:
         reports = asyncio.run(run_batch_replay(settings, _Claims(taken, partitions), barriers))
     except BaseException:
@@ -177,6 +182,18 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
     if failed:
         raise BatchReplayError(f"{failed} failed (see the log above); starting the worker again resumes the batch")
     return reports
+
+
+def _watch(children: list, barriers: tuple) -> None:
+    """A child that dies (a crash, the OOM killer) before a barrier would leave the others waiting
+    for it forever: the barriers are broken instead, and every process fails (BrokenBarrierError);
+    starting the worker again resumes the batch."""
+    while any(child.is_alive() for child in children):
+        if any(child.exitcode not in (None, 0) for child in children):
+            for barrier in barriers:
+                barrier.abort()
+            return
+        time.sleep(0.5)
 
 
 async def _handed_over(settings: Settings, partitions: int) -> bool:

@@ -373,7 +373,8 @@ class TopicsBatch:
         for envelope in conversation.out:
             p = envelope.payload
             if envelope.type == te.TOPIC_COMPACTION_REQUESTED and p.get("previous_summary") in texts:
-                envelope = envelope.model_copy(update={"payload": p | {"previous_summary": texts[p["previous_summary"]]}})
+                previous = texts[p["previous_summary"]]
+                envelope = envelope.model_copy(update={"payload": p | {"previous_summary": previous}})
             elif envelope.type == te.TOPIC_COMPACTED and p["summary"] in texts:
                 summary = self._summaries[p["summary"]]
                 envelope = envelope.model_copy(update={"payload": p | {

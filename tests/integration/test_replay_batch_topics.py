@@ -63,13 +63,14 @@ async def cli(settings, fake: FakeOpenAI, *args: str) -> str:
 
 
 async def placed(settings, schema: str, last_seqs: dict[str, int]) -> None:
-    """Every conversation's messages placed up to its last seq, no compaction in flight."""
+    """These conversations' messages placed up to their last seqs, no compaction of theirs in flight."""
     async def check() -> bool:
         rows = dict(await _rows(settings, f"SELECT conversation_id, last_seq FROM {schema}.topic_conversations"))
         if any(rows.get(c, -1) < seq for c, seq in last_seqs.items()):
             return False
-        (pending,) = await _rows(settings, f"SELECT count(*) FROM {schema}.topics"
-                                           " WHERE compaction_status = 'requested'")
+        names = ", ".join(f"'{c}'" for c in last_seqs)
+        (pending,) = await _rows(settings, f"SELECT count(*) FROM {schema}.topics WHERE compaction_status ="
+                                           f" 'requested' AND conversation_id IN ({names})")
         return pending[0] == 0
 
     await wait_until(check, 180, f"topics placed in {schema}")
@@ -90,10 +91,11 @@ async def differences(settings, stream: str, batch: str, *, rounded: bool = Fals
         cols = await columns(settings, f"gen_{stream}", table, rounded)
         a = f"SELECT {cols} FROM gen_{stream}.{table}"
         b = f"SELECT {cols} FROM gen_{batch}.{table}"
-        only = await _rows(settings, f"SELECT 'stream', * FROM ({a} EXCEPT ALL {b}) x UNION ALL"
-                                     f" SELECT 'batch', * FROM ({b} EXCEPT ALL {a}) y ORDER BY 2, 3, 4, 1")
+        only = await _rows(settings, f"SELECT '{stream}', * FROM ({a} EXCEPT ALL {b}) x UNION ALL"
+                                     f" SELECT '{batch}', * FROM ({b} EXCEPT ALL {a}) y ORDER BY 2, 3, 4, 1")
         if only:
-            found[table] = [", ".join(f"{c}={v!r}" for c, v in zip(["from", *[c.rsplit(" ", 1)[-1] for c in cols.split(", ")]], row)
+            names = ["from", *[c.rsplit(" ", 1)[-1] for c in cols.split(", ")]]
+            found[table] = [", ".join(f"{c}={v!r}" for c, v in zip(names, row)
                                       if c not in ("archive", "title", "summary")) for row in only[:12]]
     return found
 
@@ -236,17 +238,18 @@ async def test_the_batch_s_topic_fold_never_sees_what_the_log_s_erasures_cover(s
                                                 content=f"saxophone saxophone saxophone {MARKER} {prefix}")
                 else:
                     await said("conv-3", "dave", seq, "saxophone")
-            await client.append(new_event(ee.CONVERSATION_ERASED, ee.ConversationErased(erased_conversation_id="conv-1"),
-                                          tenant_id="tenant-a", conversation_id="conv-1", user_id="carol"))
+            erased = ee.ConversationErased(erased_conversation_id="conv-1")
+            await client.append(new_event(ee.CONVERSATION_ERASED, erased, tenant_id="tenant-a",
+                                          conversation_id="conv-1", user_id="carol"))
             await client.append(new_event(ee.USER_ERASED, ee.UserErased(erased_user_id="bob"), tenant_id="tenant-a",
                                           conversation_id=ee.erasure_stream("bob"), user_id="admin:ops"))
         try:
             await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
             await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
-            kept = {"conv-0": 15, "conv-3": 15}
             for name in (s1, b1):
                 await caught_up(settings, name)
-                await placed(settings, f"gen_{name}", kept)
+            await placed(settings, f"gen_{b1}", {"conv-0": 15, "conv-3": 15})
+            await placed(settings, f"gen_{s1}", {"conv-0": 15})  # the stream's conv-3: below
             # The conversation no erasure touches: the stream replay's topics.
             found = {t: [r for r in rows if "conversation_id='conv-0'" in r]
                      for t, rows in (await differences(settings, s1, b1)).items()}
