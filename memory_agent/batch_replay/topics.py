@@ -382,9 +382,16 @@ class TopicsBatch:
             out.append(envelope)
         conversation.out = out
         state = conversation.state
-        topics = tuple(evolve(t, summary=texts[t.summary]) if t.summary in texts else t for t in state.topics.topics)
-        if any(a is not b for a, b in zip(topics, state.topics.topics)):
-            conversation.state = evolve(state, topics=evolve(state.topics, topics=topics))
+        changes = {}
+        for name in ("topics", "draining"):  # the working set, and evicted topics still compacting
+            before = getattr(state.topics, name, None)
+            if before is None:
+                continue
+            after = tuple(evolve(t, summary=texts[t.summary]) if t.summary in texts else t for t in before)
+            if any(a is not b for a, b in zip(after, before)):
+                changes[name] = after
+        if changes:
+            conversation.state = evolve(state, topics=evolve(state.topics, **changes))
         self.stats["events"] += len(out)
 
     async def _publish(self, conversations: list[_Conversation]) -> None:
