@@ -22,6 +22,7 @@ from aiokafka.structs import ConsumerRecord
 
 from memory_agent.batch_replay.coalesce import coalesce_lookups
 from memory_agent.batch_replay.produce import send_all
+from memory_agent.batch_replay.steps import add_seconds
 from memory_agent.embeddings.factory import make_embedder
 from memory_agent.llm.factory import make_json_completer
 from memory_agent.settings import Settings
@@ -184,9 +185,7 @@ class FactsBatch:
         self.seconds: dict[str, float] = {}  # per step of the waves, summed (the worker log shows them)
 
     def _add(self, step: str, since: float) -> float:
-        now = time.perf_counter()
-        self.seconds[step] = round(self.seconds.get(step, 0.0) + now - since, 3)
-        return now
+        return add_seconds(self.seconds, step, since)
 
     async def rebuild(self, records: list[ConsumerRecord], decoded: list) -> None:
         """Run after the partition's messages are projected (the stage reads them)."""

@@ -42,6 +42,7 @@ from aiokafka.structs import ConsumerRecord
 
 from domain.topics.state import evolve
 from memory_agent.batch_replay.produce import send_all
+from memory_agent.batch_replay.steps import add_seconds
 from memory_agent.embeddings.port import EmbeddingError
 from memory_agent.llm import provenance as llm_provenance
 from memory_agent.llm.port import ChatMessage, LlmError
@@ -62,6 +63,7 @@ from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, han
 from streams.topics_memory.codec import AgentState
 from streams.topics_memory.erased import ErasedCheck, ErasureSnapshot, connector, position
 from streams.topics_memory.stage import EmbeddingStage
+from streams.topics_memory.summarize import TopicSummaryCall
 
 log = logging.getLogger(__name__)
 
@@ -83,17 +85,6 @@ def _same(cause: Envelope) -> dict:
 def _event(envelope: Envelope) -> Event:
     """An event this process built from a validated model a moment ago: no second validation."""
     return Event(envelope, REGISTRY[envelope.type].payload.model_construct(**envelope.payload))
-
-
-@dataclass(frozen=True)
-class SummaryCall:
-    """The arguments of one `summarize` call, as the cached summarizer's `cached_many` takes them
-    (streams/topics_memory/summarize.py's TopicSummaryCall, when it has one)."""
-
-    title: str
-    previous_summary: str | None
-    messages: list[ChatMessage]
-    upto_seq: int
 
 
 @dataclass
@@ -142,9 +133,7 @@ class TopicsBatch:
         self._backlog = None
 
     def _add(self, step: str, since: float) -> float:
-        now = time.perf_counter()
-        self.seconds[step] = round(self.seconds.get(step, 0.0) + now - since, 3)
-        return now
+        return add_seconds(self.seconds, step, since)
 
     async def rebuild(self, records: list[ConsumerRecord], decoded: list) -> None:
         """Run after the partition's messages are projected (a backlog read reads them)."""
@@ -317,9 +306,6 @@ class TopicsBatch:
         texts = self._texts
         limit = asyncio.Semaphore(max(1, self.settings.llm.concurrency))
         cached_many = getattr(self.summarizer, "cached_many", None)  # the cached topic summarizer's
-        from streams.topics_memory import summarize as module  # noqa: PLC0415
-
-        call_type = getattr(module, "TopicSummaryCall", SummaryCall)
         waves = max((len(chain) for chain in chains.values()), default=0)
         for k in range(waves):
             self.stats["waves"] += 1
@@ -336,7 +322,7 @@ class TopicsBatch:
                      for c, previous in wave]
             found: list = [None] * len(wave)
             if cached_many is not None and calls:
-                found = await cached_many([call_type(*call) for call in calls])
+                found = await cached_many([TopicSummaryCall(*call) for call in calls])
             self.stats["summary_hits"] += sum(summary is not None for summary in found)
 
             async def ask(call, request: Envelope):
