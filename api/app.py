@@ -13,16 +13,16 @@ from api.auth import KeyRing
 from api.generation import ActiveGeneration
 from api.routes import lineage as lineage_routes
 from api.routes import erasure
-from memory_agent import privacy
+from core import privacy
 from api.log_ends import LogEnds
 from api.served import ServedRecorder
 from api.limits import TenantSlots, tenant_share
 from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
                         ui_data)
-from memory_agent.client import MemoryClient
-from memory_agent.settings import Settings
+from runtime.client import MemoryClient
+from core.settings import Settings
 from retrieval.service import warm_up as warm_up_retrieval
-from projections.db import connect_kwargs
+from runtime.db import connect_kwargs
 
 
 def make_api_pool(settings: Settings) -> AsyncConnectionPool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fastapi import HTTPException, status
 
-from memory_agent.settings import ActAs, ApiSettings, key_digest
+from core.settings import ActAs, ApiSettings, key_digest
 
 audit = logging.getLogger("memory_agent.audit")
 

@@ -14,8 +14,8 @@ from aiokafka.structs import RecordMetadata
 from psycopg_pool import PoolTimeout
 
 from api.auth import Principal
-from memory_agent.client import MemoryClient
-from memory_agent.settings import Settings
+from runtime.client import MemoryClient
+from core.settings import Settings
 from schemas.envelope import Envelope
 
 api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error=False,

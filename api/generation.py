@@ -7,7 +7,7 @@ import weakref
 
 import psycopg
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 
 class ActiveGeneration:

@@ -20,7 +20,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 from projections.messages import MessagesProjector
 
 log = logging.getLogger(__name__)

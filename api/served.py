@@ -16,7 +16,7 @@ from prometheus_client import Counter
 from api.schemas import ContextOut
 from retrieval.request import ContextRequest
 from domain.lineage import served_topic, version_of
-from memory_agent.settings import Settings
+from core.settings import Settings
 from schemas.codec import encode_checked, new_event
 from schemas.lineage_events import CONTEXT_SERVED, ContextServed, ServedClock, ServedItem, ServedSummary, ServedTopic
 

@@ -14,7 +14,7 @@ import asyncio
 import time
 
 from bench.common import Clock, bench_settings, drop, percentile, prepare, report, scalar, worker
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 
 
 async def produce(

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import psycopg
 
-from memory_agent.settings import KafkaSettings, PostgresSettings, Settings, get_settings
+from core.settings import KafkaSettings, PostgresSettings, Settings, get_settings
 from projections.migrate import migrate
-from streams.kafka_topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
 
 
 def bench_settings(name: str, *, partitions: int = 8, **overrides) -> Settings:

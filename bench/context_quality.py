@@ -80,7 +80,7 @@ def _free_port() -> int:
 def start_api(settings, port: int) -> subprocess.Popen:
     """The real app under uvicorn in its own process, configured like the worker."""
     env = common.child_env(settings, {"MEMORY_API__API_KEYS": json.dumps({API_KEY: TENANT})})
-    code = ("import uvicorn; from api.app import create_app; from memory_agent.settings import Settings; "
+    code = ("import uvicorn; from api.app import create_app; from core.settings import Settings; "
             f"uvicorn.run(create_app(Settings()), host='127.0.0.1', port={port}, log_level='warning', "
             "access_log=False)")
     log = Path(f"/tmp/memory-agent-bench/{settings.generation}-api.log")
@@ -91,7 +91,7 @@ def start_api(settings, port: int) -> subprocess.Popen:
 
 async def ingest(settings, conversations) -> int:
     """Every message through the SDK's idempotent producer, occurred_at = the session time."""
-    from memory_agent.client import MemoryClient
+    from runtime.client import MemoryClient
 
     sent = []
     async with MemoryClient(settings) as client:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file, not installed
 
-from memory_agent.embeddings import LocalOnnxEmbedder  # noqa: E402
+from core.embeddings import LocalOnnxEmbedder  # noqa: E402
 
 _WORDS = (
     "the user asked about router firmware wifi channel evening drops cat named miso shy "

@@ -19,8 +19,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.backbone_bench import produce
 from bench.common import bench_settings, drop, prepare, report, scalar, worker
-from memory_agent.client import MemoryClient
-from streams.kafka_topics import agents_group
+from runtime.client import MemoryClient
+from runtime.kafka_topics import agents_group
 from tests.support.fake_openai import FakeOpenAI
 
 

@@ -24,7 +24,7 @@ import uvicorn
 
 from api.app import create_app
 from bench.common import bench_settings, drop, percentile, prepare, report
-from memory_agent.settings import ApiSettings
+from core.settings import ApiSettings
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 

@@ -34,7 +34,7 @@ import psycopg
 from bench.backbone_bench import produce
 from bench.common import bench_settings, machine, prepare, report, scalar
 from bench.system_bench import Lag, clean_up, cpu_seconds, start_workers, stop_workers
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.support.fake_openai import FakeOpenAI
 
 WARM_UP_MESSAGES = 40

@@ -38,7 +38,7 @@ from bench import retrieval_bench as rb  # noqa: E402
 from bench.common import machine, percentile  # noqa: E402
 from api.served import served_payload  # noqa: E402
 from api.turn_context import build_turn_context  # noqa: E402
-from memory_agent.settings import KafkaSettings, PostgresSettings, Settings, get_settings  # noqa: E402
+from core.settings import KafkaSettings, PostgresSettings, Settings, get_settings  # noqa: E402
 from projections import queries  # noqa: E402
 from retrieval.request import ContextRequest  # noqa: E402
 from retrieval.service import warm_up  # noqa: E402

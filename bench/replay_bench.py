@@ -27,7 +27,7 @@ import psycopg
 from bench.common import bench_settings, child_env, drop, prepare, report
 from bench.backbone_bench import produce
 from memory_agent import replay as replays
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from projections import generations as gens
 from tests.support.fake_openai import FakeOpenAI
 

@@ -30,8 +30,8 @@ from psycopg.rows import class_row
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file, not installed
 
 from bench.common import machine, percentile  # noqa: E402
-from memory_agent.embeddings import make_embedder  # noqa: E402
-from memory_agent.settings import KafkaSettings, PostgresSettings, Settings, get_settings  # noqa: E402
+from core.embeddings import make_embedder  # noqa: E402
+from core.settings import KafkaSettings, PostgresSettings, Settings, get_settings  # noqa: E402
 from projections.migrate import migrate  # noqa: E402
 from retrieval.search import Scope, SearchRow, search_sql, vector_literal  # noqa: E402
 from retrieval.service import RetrievalConfig, rank_all, search_rows  # noqa: E402
@@ -320,7 +320,7 @@ def start_api(settings: Settings, port: int, threads: int | None, workers: int |
                MEMORY_TOPICS__CONTEXT_WAIT_MS="0", MEMORY_API__POOL_TIMEOUT_S="60")
     if threads is not None:
         env["MEMORY_EMBEDDING__INTRA_OP_THREADS"] = str(threads)
-    code = ("import uvicorn; from api.app import create_app; from memory_agent.settings import Settings; "
+    code = ("import uvicorn; from api.app import create_app; from core.settings import Settings; "
             f"uvicorn.run(create_app(Settings()), host='127.0.0.1', port={port}, log_level='warning', "
             "access_log=False)")
     if workers is not None:  # `memory-agent api --workers N`: uvicorn workers, each warmed up
@@ -375,7 +375,7 @@ async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
     # The topic each served context is recorded on, as `memory-agent migrate` creates it: without
     # it every request's record fails in the background and costs the API CPU.
     from domain.lineage import served_topic
-    from streams.kafka_topics import TopicSpec, ensure_topics
+    from runtime.kafka_topics import TopicSpec, ensure_topics
     await ensure_topics(settings, [TopicSpec(served_topic(settings), settings.kafka.partitions, {})])
     port = free_port()
     process = start_api(settings, port, args.api_embedding_threads, args.api_workers)

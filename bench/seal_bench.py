@@ -16,8 +16,8 @@ import os
 import platform
 import timeit
 
-from memory_agent import sealing
-from memory_agent.privacy import opener, seal
+from core import sealing
+from core.privacy import opener, seal
 from schemas import sealed
 from schemas.codec import decode, encode, encode_checked, new_event
 from schemas.events import MessageAppended, SummaryCompleted

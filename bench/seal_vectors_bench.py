@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from domain.facts import ids
-from memory_agent import sealing
+from core import sealing
 from schemas import facts_events as fe
 from schemas import sealed
 from schemas.codec import decode, encode, new_event

@@ -18,7 +18,7 @@ import time
 import psycopg
 
 from bench.common import Clock, bench_settings, drop, percentile, prepare, report, scalar, worker
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.support.fake_openai import FakeOpenAI
 
 

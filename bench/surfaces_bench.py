@@ -23,7 +23,7 @@ import uvicorn
 
 from api.app import create_app
 from bench.common import bench_settings, drop, drop_topics, percentile, prepare, report, worker
-from memory_agent.settings import ApiSettings
+from core.settings import ApiSettings
 
 THINGS = ["router", "laptop", "backup job", "database", "printer", "deploy script", "VPN", "kettle", "calendar",
           "invoice run", "monitor", "test suite", "garden hose", "bike", "train ticket", "passport"]

@@ -16,7 +16,7 @@ of the generation at lag 0 for three polls in a row. Reported:
   polling and heartbeating with nothing to do), and the per-message CPU without that fixed cost
   over the interval (what a message costs a busy worker; on a shared machine the run is slow, so
   the idle part weighs heavily on the first figure);
-* its split, from the line each worker logs at exit (`memory_agent.metrics.cpu_split`): process
+* its split, from the line each worker logs at exit (`core.metrics.cpu_split`): process
   CPU while an embedding call / an OpenAI-client call was in flight (time.process_time around the
   calls, overlaps counted once: an upper bound, the event loop keeps working during a call), the
   rest is "everything else" (Kafka, faust, decoding, folds, PostgreSQL client). PostgreSQL's and
@@ -49,7 +49,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.backbone_bench import produce
 from bench.common import bench_settings, child_env, drop, drop_topics, prepare, report, scalar
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.support.fake_openai import FakeOpenAI
 
 SPLIT_LINE = re.compile(r"worker cpu split at exit: (\{.*\})")

@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import drop_topics  # noqa: E402
 from topic_compression import SEED, TOPICS, conversation  # noqa: E402
 
-from memory_agent.embeddings import make_embedder  # noqa: E402
-from memory_agent.llm.port import ChatMessage  # noqa: E402
-from memory_agent.settings import Settings, TopicSettings  # noqa: E402
+from core.embeddings import make_embedder  # noqa: E402
+from core.llm.port import ChatMessage  # noqa: E402
+from core.settings import Settings, TopicSettings  # noqa: E402
 from schemas import topic_events as te  # noqa: E402
 from schemas.codec import decode, encode, new_event  # noqa: E402
 from schemas.events import MessageAppended  # noqa: E402
@@ -160,7 +160,7 @@ def _cpu_seconds(pid: int) -> float:
 
 async def _placement_latency(client_settings, conn, chat, count: int = 20) -> list[float]:
     """Once the backlog is gone: how long one new user message takes to be placed and projected."""
-    from memory_agent.client import MemoryClient
+    from runtime.client import MemoryClient
 
     users = [text for _, role, text in chat if role == "user"]
     latencies = []
@@ -185,10 +185,10 @@ async def live(args, chat) -> None:
 
     import psycopg
 
-    from memory_agent.client import MemoryClient
-    from memory_agent.settings import KafkaSettings, PostgresSettings
+    from runtime.client import MemoryClient
+    from core.settings import KafkaSettings, PostgresSettings
     from projections.migrate import migrate
-    from streams.kafka_topics import ensure_topics
+    from runtime.kafka_topics import ensure_topics
 
     uid = uuid.uuid4().hex[:8]
     bootstrap = os.environ.get("MEMORY_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:19092")

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 from bench.common import bench_settings, drop, machine
 from domain.erasure import erased_by
-from projections.db import make_pool
+from runtime.db import make_pool
 from projections.erased_messages import applied_erasures
 from projections.migrate import migrate
 from schemas.codec import decode, encode, new_event

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from bench.common import machine
-from memory_agent.settings import Settings
+from core.settings import Settings
 from schemas import topic_events as te
 from schemas.codec import decode, encode, new_event
 from schemas.envelope import conversation_key

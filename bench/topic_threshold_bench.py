@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.topic_compression import conversation as realistic_chat  # noqa: E402
-from memory_agent.embeddings.local_onnx import LocalOnnxEmbedder  # noqa: E402
-from memory_agent.settings import Settings  # noqa: E402
+from core.embeddings.local_onnx import LocalOnnxEmbedder  # noqa: E402
+from core.settings import Settings  # noqa: E402
 from streams.topics_memory import TopicsState, UserMessage, step  # noqa: E402
 from domain.topics.decay import TopicConfig  # noqa: E402
 from tests.support.topic_subjects import conversation as subjects_chat  # noqa: E402

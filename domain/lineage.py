@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 KINDS = ("summary", "chunk", "fact", "topic", "message")
 

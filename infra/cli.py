@@ -9,7 +9,7 @@ import click
 
 from infra import launcher
 from infra.process import InfraError, ServiceStatus
-from memory_agent.settings import Settings, get_settings
+from core.settings import Settings, get_settings
 
 
 @click.group()

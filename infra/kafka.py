@@ -27,7 +27,7 @@ from infra.process import (
     tail,
     terminate,
 )
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from infra import kafka, postgres
 from infra.process import ServiceStatus
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 
 @dataclass(frozen=True)

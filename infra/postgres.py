@@ -18,7 +18,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from infra.process import InfraError, ServiceStatus, is_alive, refuse_busy_port, tail
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import httpx
 
-from memory_agent.settings import HASHED_PREFIX, Settings
+from core.settings import HASHED_PREFIX, Settings
 
 
 class ApiError(Exception):

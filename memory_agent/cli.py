@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from memory_agent.cli_logging import setup_logging
-from memory_agent.settings import get_settings
+from core.settings import get_settings
 
 
 def _version() -> str:
@@ -53,7 +53,7 @@ for _command in MEMORY_COMMANDS:  # search, store, list, show, forget, export: c
 def migrate() -> None:
     """Apply the SQL migrations to this generation's schema and create the Kafka topics."""
     from projections.migrate import migrate as run_migrations
-    from streams.kafka_topics import ensure_topics
+    from runtime.kafka_topics import ensure_topics
 
     settings = get_settings()
     setup_logging(settings.log_level)

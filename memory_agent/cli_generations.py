@@ -13,7 +13,7 @@ import psycopg
 from tqdm import tqdm
 
 from memory_agent import replay as replays
-from memory_agent.settings import get_settings
+from core.settings import get_settings
 from projections import generations as gens
 from projections.diff import diff_generations, render_text
 

@@ -14,7 +14,7 @@ import click
 import httpx
 
 from domain.lineage import KINDS
-from memory_agent.settings import get_settings
+from core.settings import get_settings
 
 
 OK, NOT_FOUND, USAGE, AUTH, SERVER, DIFFERS = 0, 1, 2, 3, 4, 5

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from memory_agent.api_client import ApiError, Connection, MemoryApi
-from memory_agent.settings import get_settings
+from core.settings import get_settings
 
 OK, NOT_FOUND, USAGE, AUTH, SERVER = 0, 1, 2, 3, 4
 EXIT_CODES = f"""

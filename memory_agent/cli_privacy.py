@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from memory_agent.cli_logging import setup_logging
-from memory_agent.settings import get_settings
+from core.settings import get_settings
 
 
 @click.group()
@@ -16,7 +16,7 @@ def privacy() -> None:
 @privacy.command("new-master-key")
 def new_master_key() -> None:
     """Print a new master key (base64 of 32 random bytes) to put under a new id."""
-    from memory_agent.master_keys import new_master_key as make  # noqa: PLC0415
+    from core.master_keys import new_master_key as make  # noqa: PLC0415
 
     click.echo(make())
 
@@ -24,8 +24,8 @@ def new_master_key() -> None:
 @privacy.command()
 def check() -> None:
     """Unwrap one data key per master key id of this deployment; exit 1 naming what is wrong."""
-    from memory_agent import privacy as keys  # noqa: PLC0415
-    from memory_agent.master_keys import MasterKeyError  # noqa: PLC0415
+    from core import privacy as keys  # noqa: PLC0415
+    from core.master_keys import MasterKeyError  # noqa: PLC0415
 
     settings = get_settings()
     setup_logging(settings.log_level)
@@ -42,8 +42,8 @@ def check() -> None:
 def rewrap() -> None:
     """Wrap every live data key of this deployment with the current master key
     (MEMORY_PRIVACY__MASTER_KEY_ID), unwrapping with whichever configured key wrapped it."""
-    from memory_agent import privacy as keys  # noqa: PLC0415
-    from memory_agent.master_keys import MasterKeyError  # noqa: PLC0415
+    from core import privacy as keys  # noqa: PLC0415
+    from core.master_keys import MasterKeyError  # noqa: PLC0415
 
     settings = get_settings()
     setup_logging(settings.log_level)

@@ -19,10 +19,10 @@ from importlib import resources
 import httpx
 import psycopg
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from memory_agent.demo_render import render_report
 from memory_agent.ingest import derived_event_id, stored_event_ids
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 DEMO_USER = "demo-user"
 # The next user message of the demo: the turn whose context is printed at the end.

@@ -21,8 +21,8 @@ import orjson
 import psycopg
 from tqdm import tqdm
 
-from memory_agent.client import MemoryClient
-from memory_agent.settings import Settings
+from runtime.client import MemoryClient
+from core.settings import Settings
 from schemas.codec import encode_checked, validate
 from schemas.envelope import Envelope, InvalidEvent
 from schemas.limits import DEFAULT_LIMITS, Limits

@@ -8,47 +8,14 @@ import json
 import logging
 import signal
 
-from memory_agent import privacy
-from memory_agent.settings import Settings
+from core import privacy
+from core.settings import Settings
 from memory_agent.worker_metrics import report_lag, serve_metrics
-from projections import facts, message_index, topics
-from projections.lineage import projectors as lineage_projectors
-from projections.erasure import ErasureProjector
-from projections.memory import MemoryProjector
-from projections.messages import MessagesProjector
+from projections.catalog import NO_LINGER, consumer_groups, projectors  # noqa: F401 - tests import them here
 from projections.runner import ProjectorGroup
-from streams.kafka_topics import changelog_specs, ensure_topics, topic_specs
+from runtime.kafka_topics import changelog_specs, ensure_topics, topic_specs
 
 log = logging.getLogger(__name__)
-
-
-def projectors(settings: Settings) -> list:
-    """The messages projector and the message index (retrieval searches the log), plus those of
-    the enabled memory systems (`settings.systems`)."""
-    by_system = {
-        "window": lambda: [MemoryProjector(settings)],
-        "facts": lambda: facts.projectors(settings),
-        "topics": lambda: topics.projectors(settings),
-    }
-    return [MessagesProjector(settings), *message_index.projectors(settings), *lineage_projectors(settings),
-            ErasureProjector(settings), *(p for system in settings.systems for p in by_system[system]())]
-
-
-# Projectors that call a model keep a consumer of their own: a shared fetch waits for its
-# slowest projector, and the messages projector (what reads see first) must not wait for embeddings.
-OWN_CONSUMER = frozenset({"message_index"})
-# What reads see first, projected as soon as it is fetched; the other projectors (derived events)
-# linger while records flow (`projector_fetch_min_bytes`: batches, not a transaction per record).
-NO_LINGER = frozenset({"messages", "erasure", "message_index"})
-
-
-def consumer_groups(settings: Settings, chosen: list) -> list[list]:
-    """Projectors that read the same topics share one consumer (projections/runner.py)."""
-    groups: dict[tuple, list] = {}
-    for projector in chosen:
-        key = (projector.name,) if projector.name in OWN_CONSUMER else tuple(sorted(projector.topics(settings)))
-        groups.setdefault(key, []).append(projector)
-    return list(groups.values())
 
 
 async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, *, lag: bool = False) -> None:
@@ -79,7 +46,7 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, 
 
 
 def _log_cpu_split() -> None:
-    from memory_agent.metrics import cpu_split
+    from core.metrics import cpu_split
 
     log.warning("worker cpu split at exit: %s", json.dumps(cpu_split()))  # read by bench/system_bench.py
 

@@ -16,8 +16,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
 from prometheus_client import start_http_server
 
-from memory_agent import metrics
-from memory_agent.settings import Settings
+from core import metrics
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from projections.dead_letter import decode_dead_letter
+from runtime.dead_letter import decode_dead_letter
 
 
 @dataclass

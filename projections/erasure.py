@@ -23,11 +23,11 @@ import psycopg
 from psycopg import sql
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent.embeddings.cache import text_key
-from memory_agent.embeddings.prefixes import KNOWN_PREFIXES
-from memory_agent.llm import provenance as llm_provenance
-from memory_agent.settings import Settings
-from projections.dead_letter import DeadLetter
+from core.embeddings.cache import text_key
+from core.embeddings.prefixes import KNOWN_PREFIXES
+from core.llm import provenance as llm_provenance
+from core.settings import Settings
+from runtime.dead_letter import DeadLetter
 from projections.decoding import records_of
 from projections.message_index import EMBED_CHARS
 from schemas import erasure_events as ee
@@ -284,7 +284,7 @@ async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRec
                            " SELECT %s, unnest(%s::bytea[]) ON CONFLICT DO NOTHING", (deployment, keys))
         await delete("embedding_cache", "DELETE FROM public.embedding_cache WHERE text_sha256 = ANY(%s)", (keys,))
     # public.llm_cache by provenance: entries a request of an erased conversation wrote or used
-    # (memory_agent/llm/provenance.py, crypto branch).
+    # (core/llm/provenance.py, crypto branch).
     counts["llm_cache"] = counts.get("llm_cache", 0) + await llm_provenance.erase(conn, tenant, [*whole, *partial])
     await conn.execute(
         "INSERT INTO erasures (event_id, tenant_id, kind, erased_user_id, conversation_ids, deleted_rows, rederive,"

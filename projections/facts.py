@@ -13,8 +13,8 @@ import psycopg
 from aiokafka.structs import ConsumerRecord
 from psycopg.types.json import Jsonb
 
-from memory_agent.settings import Settings
-from projections.dead_letter import DeadLetter
+from core.settings import Settings
+from runtime.dead_letter import DeadLetter
 from schemas import facts_events as fe
 from schemas.codec import Event, decode
 from schemas.limits import Limits

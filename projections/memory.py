@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import psycopg
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent.settings import Settings
-from projections.db import copy_insert
-from projections.dead_letter import DeadLetter
+from core.settings import Settings
+from runtime.db import copy_insert
+from runtime.dead_letter import DeadLetter
 from schemas.codec import Event, decode
 from schemas.limits import Limits
 from schemas.envelope import InvalidEvent

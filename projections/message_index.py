@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import psycopg
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent.embeddings import Embedder, EmbeddingError, make_embedder
-from memory_agent.settings import Settings
-from projections.dead_letter import DeadLetter
+from core.embeddings import Embedder, EmbeddingError, make_embedder
+from core.settings import Settings
+from runtime.dead_letter import DeadLetter
 from projections.erased_messages import erased_messages
 from projections.vectors import PackedVector, use_packed_vectors
 from schemas.codec import decode

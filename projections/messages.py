@@ -10,10 +10,10 @@ import orjson
 import psycopg
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent import metrics
-from memory_agent.settings import Settings
-from projections.db import copy_insert
-from projections.dead_letter import DeadLetter
+from core import metrics
+from core.settings import Settings
+from runtime.db import copy_insert
+from runtime.dead_letter import DeadLetter
 from projections.erased_messages import erased_messages
 from schemas.codec import Event, decode
 from schemas.limits import Limits

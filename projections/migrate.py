@@ -8,7 +8,7 @@ from importlib import resources
 
 import psycopg
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 _LOCK_ID = 0x6D656D  # pg_advisory_xact_lock key shared by every migrate run

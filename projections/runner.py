@@ -22,13 +22,13 @@ from aiokafka import (
 )
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent import metrics
-from memory_agent.settings import Settings
-from projections import dead_letter, isolation
-from projections.db import connect
-from projections.dead_letter import DeadLetter
-from projections.fetch_pace import FetchPace
-from projections.outage import retry_transient
+from core import metrics
+from core.settings import Settings
+from runtime import dead_letter, isolation
+from runtime.db import connect
+from runtime.dead_letter import DeadLetter
+from runtime.fetch_pace import FetchPace
+from runtime.outage import retry_transient
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ async def apply_records(
     """One projector batch in one transaction: rows, dead letters of refused records, offsets.
     `apply` replaces `projector.apply(conn, records)` (for a caller that decoded them already).
     A record the database refuses is found and dead-lettered; the others are applied
-    (projections/isolation.py)."""
+    (runtime/isolation.py)."""
     try:
         await apply_batch(conn, producer, settings, projector, records, apply)
     except Exception as exc:  # noqa: BLE001 - sorted into the record's fault or not

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import psycopg
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent.settings import Settings
-from projections.dead_letter import DeadLetter
+from core.settings import Settings
+from runtime.dead_letter import DeadLetter
 from projections.decoding import events_of
 from schemas import topic_events as te
 from schemas.codec import Event

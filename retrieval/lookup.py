@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import psycopg
 
-from memory_agent.embeddings import Embedder
+from core.embeddings import Embedder
 from retrieval.packing import pack, render_line
 from retrieval.scoring import score_candidates
 from retrieval.search import KINDS, NO_SEQ, CommonLexemes, Kind, Scope, SearchRow

@@ -7,8 +7,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from memory_agent.embeddings import Embedder
-from memory_agent.embeddings.port import DelegatingEmbedder
+from core.embeddings import Embedder
+from core.embeddings.port import DelegatingEmbedder
 
 
 class CachedQueryEmbedder(DelegatingEmbedder):

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
-from projections.queries import ConversationRow
+
+class ConversationRow(Protocol):
+    """The conversation as the read model holds it (projections.queries.ConversationRow)."""
+
+    tenant_id: str
+    conversation_id: str
+    user_id: str
+    subject_id: str | None
+    last_seq: int
 
 
 @dataclass(frozen=True)

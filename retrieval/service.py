@@ -15,8 +15,8 @@ import psycopg
 
 from domain.speakers import split_prefix
 from retrieval.request import ContextRequest
-from memory_agent.embeddings import Embedder, make_embedder
-from memory_agent.settings import RetrievalSettings, Settings
+from core.embeddings import Embedder, make_embedder
+from core.settings import RetrievalSettings, Settings
 from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible

@@ -47,7 +47,7 @@ class Limits:
 
     @classmethod
     def of(cls, settings: Any) -> Limits:
-        """From a `memory_agent.settings.Settings` (duck-typed: schemas import no settings)."""
+        """From a `core.settings.Settings` (duck-typed: schemas import no settings)."""
         return cls(
             max_event_bytes=settings.kafka.max_event_bytes,
             max_content_chars=settings.limits.max_content_chars,

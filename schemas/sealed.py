@@ -1,6 +1,6 @@
 """Sealed (encrypted) free text in events: the markers, which fields are sealed, the hooks.
 
-Messages: a producer with `privacy.encrypt_content` on (memory_agent/privacy.py) replaces a
+Messages: a producer with `privacy.encrypt_content` on (core/privacy.py) replaces a
 `message.appended` payload's content and metadata by `content` = the AES-GCM ciphertext
 (base64) of {"content", "metadata"} and `metadata` = {SEALED: "v1:<key_id>"}. The opener opens
 it, or returns the ERASED payload when the author's key was destroyed (a tombstone message: the

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import faust
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 from streams import kafka_transport
 from streams.context import StreamContext
 from streams import rederive
 from streams.facts import register as facts
 from streams.stages import StageRunner, run_stages
-from streams.kafka_topics import agents_group, stage_group, stages_group
+from runtime.kafka_topics import agents_group, stage_group, stages_group
 from streams.topics_memory import register as topics
 from streams.window import register as window
 

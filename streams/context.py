@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 import faust
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent import metrics
-from memory_agent.settings import Settings
-from projections.db import make_pool
-from projections.dead_letter import DeadLetter, dead_letter_value, letter_key
-from projections.isolation import describe, is_record_error
+from core import metrics
+from core.settings import Settings
+from runtime.db import make_pool
+from runtime.dead_letter import DeadLetter, dead_letter_value, letter_key
+from runtime.isolation import describe, is_record_error
 from schemas.codec import Event, decode, peek_type
 from schemas.envelope import InvalidEvent
 from schemas.limits import Limits
@@ -79,7 +79,7 @@ class StreamContext:
 
     @contextlib.asynccontextmanager
     async def applying(self, stream: faust.StreamT, agent: str) -> AsyncIterator[None]:
-        """Around one event's fold step: an error the record causes (projections/isolation.py)
+        """Around one event's fold step: an error the record causes (runtime/isolation.py)
         dead-letters the record and the stream goes on; any other error propagates."""
         try:
             yield

@@ -29,7 +29,7 @@ import time
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-from projections.fetch_pace import FetchPace
+from runtime.fetch_pace import FetchPace
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         # aiokafka reads this attribute when it starts its fetcher (pinned in pyproject).
         consumer._fetch_max_wait_ms = getattr(self.app, "fetch_max_wait_ms", DEFAULT_FETCH_MAX_WAIT_MS)
-        # Longer waits while nothing arrives (projections/fetch_pace.py).
+        # Longer waits while nothing arrives (runtime/fetch_pace.py).
         self._pace = FetchPace(consumer, busy_ms=consumer._fetch_max_wait_ms,
                                idle_ms=getattr(self.app, "idle_fetch_max_wait_ms", consumer._fetch_max_wait_ms))
         return consumer

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 import faust
 
-from projections.outage import is_transient
+from runtime.outage import is_transient
 from schemas import erasure_events as ee
 from schemas import facts_events as fe
 from schemas.codec import encode, new_event

@@ -42,13 +42,13 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent import metrics
-from memory_agent.llm import provenance as llm_provenance
-from projections import dead_letter
-from projections.dead_letter import DeadLetter
-from projections.fetch_pace import FetchPace
-from projections.isolation import describe, is_record_error
-from projections.outage import retry_transient
+from core import metrics
+from core.llm import provenance as llm_provenance
+from runtime import dead_letter
+from runtime.dead_letter import DeadLetter
+from runtime.fetch_pace import FetchPace
+from runtime.isolation import describe, is_record_error
+from runtime.outage import retry_transient
 from schemas.codec import Event, encode_checked
 from schemas.envelope import Envelope, InvalidEvent
 from schemas.limits import DEFAULT_LIMITS, DEFAULT_MAX_DEAD_LETTER_BYTES, Limits, scrub_text
@@ -239,7 +239,7 @@ class StageRunner:
         self.limits = limits
         self.bootstrap_servers, self.decode_if = bootstrap_servers, decode_if
         self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.idle_fetch_max_wait_ms = idle_fetch_max_wait_ms or fetch_max_wait_ms  # projections/fetch_pace.py
+        self.idle_fetch_max_wait_ms = idle_fetch_max_wait_ms or fetch_max_wait_ms  # runtime/fetch_pace.py
         self.commit_interval_s, self.settle_timeout_s = commit_interval_s, settle_timeout_s
         self.session_timeout_s = session_timeout_s
         self.offsets = OffsetTracker()

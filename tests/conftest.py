@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INTEGRATION_DIR = REPO_ROOT / "tests" / "integration"

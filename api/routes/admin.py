@@ -9,8 +9,8 @@ import psycopg
 from fastapi import APIRouter, Depends, HTTPException, Request, Security, status
 
 from api.deps import SettingsDep, admin_key_header
-from memory_agent import replay as replays
-from memory_agent.settings import Settings
+from projections import progress as replays
+from core.settings import Settings
 from projections import generations as gens
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from api.auth import conversation_user, forbidden
 from api.deps import ConnDep, PrincipalDep, admin_key_header, api_key_header, append_or_503
 from api.routes.context import ConversationId
-from memory_agent import privacy
+from core import privacy
 from schemas import erasure_events as ee
 from schemas.codec import new_event
 from schemas.envelope import IDENTIFIER

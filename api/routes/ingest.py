@@ -22,7 +22,7 @@ from api.auth import writer_may_append
 from api.deps import ClientDep, PrincipalDep, append_or_503
 from api.routes.context import ConversationId
 from projections import queries
-from memory_agent import metrics
+from core import metrics
 from schemas.envelope import InvalidEvent
 
 TOO_LARGE_REASONS = frozenset({"oversized", "metadata_too_large"})

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from api.auth import named_user
 from api.deps import ConnDep, PrincipalDep
 from api.sections.retrieval import ExcludedOut, RetrievedItemOut, to_out
-from memory_agent.embeddings import EmbeddingError
+from core.embeddings import EmbeddingError
 from retrieval.lookup import SearchRequest, search_memory, user_subjects
 from retrieval.search import KINDS
 from retrieval.service import RetrievalConfig, common_lexemes_for, embedder_for

@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 
 from api.deps import ConnDep, PrincipalDep
 from api.routes.admin import AdminDep
-from memory_agent import replay as replays
-from memory_agent.settings import Settings
+from projections import progress as replays
+from core.settings import Settings
 from projections import generations as gens
 from projections import surface_queries as sq
 from projections.dead_letter_reader import read_recent

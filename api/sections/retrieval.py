@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from api.deps import side_connections
 from retrieval.request import ContextRequest
-from memory_agent.embeddings import EmbeddingError
+from core.embeddings import EmbeddingError
 from retrieval.scoring import ScoreBreakdown
 from retrieval.search import SearchRow
 from retrieval.packing import exclusion_tokens

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memory_agent.settings import TopicSettings
+    from core.settings import TopicSettings
 
 SECONDS_PER_DAY = 86400.0
 

@@ -40,12 +40,12 @@ from psycopg import sql
 from memory_agent.batch_replay.facts import FactsBatch, close_stage, open_stage
 from memory_agent.batch_replay.produce import send_all
 from memory_agent.batch_replay.topics import TOPIC_TABLE, TopicsBatch
-from memory_agent.embeddings.factory import make_embedder
-from memory_agent.llm.cache import CachedSummarizer
-from memory_agent.llm.factory import make_summarizer
-from memory_agent.llm.port import LlmError, Summarizer, SummaryOutput
-from memory_agent.settings import Settings
-from projections.db import connect
+from core.embeddings.factory import make_embedder
+from core.llm.cache import CachedSummarizer
+from runtime.llm_factory import make_summarizer
+from core.llm.port import LlmError, Summarizer, SummaryOutput
+from core.settings import Settings
+from runtime.db import connect
 from projections.facts import FactsProjector
 from projections.erasure import ErasureProjector
 from projections.lineage import TopicLineageProjector
@@ -58,7 +58,7 @@ from schemas.codec import Event, encode
 from schemas.envelope import Envelope
 from schemas.erasure_events import ERASURE_TYPES
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
-from streams.kafka_topics import (
+from runtime.kafka_topics import (
     TopicSpec,
     agents_group,
     changelog_topic,
@@ -268,7 +268,7 @@ async def _partitions_of_the_log(settings: Settings) -> int:
 def _child(settings: Settings, taken, partitions: int, barriers=None) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLogger().level))
-    from memory_agent import privacy  # noqa: PLC0415 - a spawned child: sealed events open here too
+    from core import privacy  # noqa: PLC0415 - a spawned child: sealed events open here too
 
     privacy.install(settings)
     asyncio.run(run_batch_replay(settings, _Claims(taken, partitions), barriers))

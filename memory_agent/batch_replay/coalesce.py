@@ -51,7 +51,7 @@ class _Batcher:
 
 
 class CoalescedLlmCache:
-    """memory_agent.llm.cache.LlmCache with `get` gathered into `get_many`."""
+    """core.llm.cache.LlmCache with `get` gathered into `get_many`."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
@@ -65,7 +65,7 @@ class CoalescedLlmCache:
 
 
 class CoalescedEmbeddingStore:
-    """memory_agent.embeddings.cache.EmbeddingStore with `get_many` calls gathered into one."""
+    """core.embeddings.cache.EmbeddingStore with `get_many` calls gathered into one."""
 
     def __init__(self, inner) -> None:
         self.inner = inner

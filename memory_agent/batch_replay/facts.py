@@ -23,11 +23,11 @@ from aiokafka.structs import ConsumerRecord
 from memory_agent.batch_replay.coalesce import coalesce_lookups
 from memory_agent.batch_replay.produce import send_all
 from memory_agent.batch_replay.steps import add_seconds
-from memory_agent.embeddings.factory import make_embedder
-from memory_agent.llm.factory import make_json_completer
-from memory_agent.settings import Settings
-from projections.db import connect, make_pool
-from projections.dead_letter import DeadLetter
+from core.embeddings.factory import make_embedder
+from runtime.llm_factory import make_json_completer
+from core.settings import Settings
+from runtime.db import connect, make_pool
+from runtime.dead_letter import DeadLetter
 from projections.facts import INSERT_CHUNK, FactsProjector, chunk_row
 from projections.memory import MemoryProjector
 from projections.runner import apply_records

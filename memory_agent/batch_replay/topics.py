@@ -43,11 +43,11 @@ from aiokafka.structs import ConsumerRecord
 from domain.topics.state import evolve
 from memory_agent.batch_replay.produce import send_all
 from memory_agent.batch_replay.steps import add_seconds
-from memory_agent.embeddings.port import EmbeddingError
-from memory_agent.llm import provenance as llm_provenance
-from memory_agent.llm.port import ChatMessage, LlmError
-from memory_agent.settings import Settings
-from projections.db import make_pool
+from core.embeddings.port import EmbeddingError
+from core.llm import provenance as llm_provenance
+from core.llm.port import ChatMessage, LlmError
+from core.settings import Settings
+from runtime.db import make_pool
 from projections.decoding import records_of
 from projections.lineage import _TOPIC_TYPES as LINEAGE_TYPES
 from projections.lineage import TopicLineageProjector
@@ -388,7 +388,7 @@ class TopicsBatch:
         records = [ConsumerRecord(topic, partition, offset, -1, 0, key, value, None,
                                   len(key) if key is not None else -1, len(value), ())
                    for offset, (key, value) in zip(offsets, values)]
-        from projections.db import connect  # noqa: PLC0415
+        from runtime.db import connect  # noqa: PLC0415
 
         # Decoded once for both projectors (each would decode every record again): their own
         # per-event code, a chunk's rows and position in one transaction (`apply_records`,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 from schemas import facts_events as fe
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope

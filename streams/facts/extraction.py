@@ -28,7 +28,7 @@ class MalformedExtraction(ValueError):
 
 
 class Turn(Protocol):
-    """Any message with a role and text (memory_agent.llm ChatMessage fits)."""
+    """Any message with a role and text (core.llm ChatMessage fits)."""
 
     role: str
     content: str

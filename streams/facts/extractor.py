@@ -8,8 +8,8 @@ from typing import Sequence
 
 from domain.dates import annotate, format_date
 from domain.speakers import speaker_of
-from memory_agent.llm.port import ChatMessage, JsonCompleter, LlmError
-from memory_agent.settings import Settings
+from core.llm.port import ChatMessage, JsonCompleter, LlmError
+from core.settings import Settings
 from schemas.facts_events import GateVerdict
 from streams.facts.extraction import (
     OFFLINE_EXTRACTOR, ExtractionResult, MalformedExtraction, extract_offline, heuristic_gate, parse_extraction,

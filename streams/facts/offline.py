@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from domain.dates import annotate, format_date
-from memory_agent.llm.extractive import DatedSentence, dense_summary, split_sentences
+from domain.extractive import DatedSentence, dense_summary, split_sentences
 from domain.speakers import Spoken, in_third_person, speaker_of
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")

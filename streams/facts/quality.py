@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from memory_agent.llm.port import ChatMessage
+from core.llm.port import ChatMessage
 from streams.facts.extraction import heuristic_gate
 from streams.facts.offline import _words, category_of, importance_of, memory_type_of, tags_of
 

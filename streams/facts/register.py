@@ -7,8 +7,8 @@ import time
 import faust
 import orjson
 
-from memory_agent.embeddings.factory import make_embedder
-from memory_agent.llm.factory import make_json_completer
+from core.embeddings.factory import make_embedder
+from runtime.llm_factory import make_json_completer
 from schemas.codec import encode
 from schemas.envelope import parse_conversation_key
 from schemas.facts_events import CHUNK_REQUESTED

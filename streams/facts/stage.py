@@ -11,9 +11,9 @@ from datetime import datetime
 
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent import metrics
-from memory_agent.embeddings.port import Embedder, EmbeddingError
-from memory_agent.llm.port import ChatMessage, LlmError
+from core import metrics
+from core.embeddings.port import Embedder, EmbeddingError
+from core.llm.port import ChatMessage, LlmError
 from schemas import facts_events as fe
 from schemas.codec import Event, encode, new_event
 from schemas.envelope import Envelope

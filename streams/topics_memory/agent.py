@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 from schemas import topic_events as te
 from schemas.codec import Event
 from schemas.envelope import Envelope

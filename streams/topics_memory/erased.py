@@ -33,8 +33,8 @@ from collections.abc import Awaitable, Callable, Iterable
 import psycopg
 
 from domain.erasure import AppliedErasure, LogPosition, erased_by
-from memory_agent.settings import Settings
-from projections.db import connect_kwargs
+from core.settings import Settings
+from runtime.db import connect_kwargs
 from schemas.codec import Event
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from domain.topics.gaps import missing_in
-from memory_agent.embeddings.port import Embedder, EmbeddingError
+from core.embeddings.port import Embedder, EmbeddingError
 from schemas import topic_events as te
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope

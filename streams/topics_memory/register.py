@@ -7,7 +7,7 @@ import time
 
 import faust
 
-from memory_agent.embeddings.factory import make_embedder
+from core.embeddings.factory import make_embedder
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
 from schemas.envelope import parse_conversation_key

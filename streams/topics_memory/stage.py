@@ -9,8 +9,8 @@ import time
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent.embeddings.port import Embedder, EmbeddingError
-from memory_agent.llm.port import ChatMessage, LlmError
+from core.embeddings.port import Embedder, EmbeddingError
+from core.llm.port import ChatMessage, LlmError
 from schemas import topic_events as te
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope

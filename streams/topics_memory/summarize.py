@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory_agent.llm.cache import LlmCache, cache_key
-from memory_agent.llm.extractive import ExtractiveSummarizer
-from memory_agent.llm.openai_provider import OpenAiLlm
-from memory_agent.llm.port import ChatMessage, MalformedOutput
-from memory_agent.llm.prompts import format_messages, load_prompt
-from memory_agent.settings import Settings
+from core.llm.cache import LlmCache, cache_key
+from domain.extractive import ExtractiveSummarizer
+from core.llm.openai_provider import OpenAiLlm
+from core.llm.port import ChatMessage, MalformedOutput
+from core.llm.prompts import format_messages, load_prompt
+from core.settings import Settings
 
 
 @dataclass(frozen=True)

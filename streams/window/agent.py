@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
 from schemas.events import SummaryFailed, SummaryRequested, WindowTicked

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from memory_agent.llm.port import ChatMessage, SummaryCall
+from core.llm.port import ChatMessage, SummaryCall
 from schemas.codec import Event
 from schemas.envelope import Envelope
 from schemas.events import SummaryRequested

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from memory_agent.settings import WindowSettings
+from core.settings import WindowSettings
 from schemas import registry
 from schemas.erasure_events import REDERIVE_REQUESTED
 

@@ -8,9 +8,9 @@ import time
 import faust
 import orjson
 
-from memory_agent import metrics
-from memory_agent.llm.factory import make_summarizer
-from projections.outage import is_transient
+from core import metrics
+from runtime.llm_factory import make_summarizer
+from runtime.outage import is_transient
 from schemas.codec import encode
 from schemas.envelope import parse_conversation_key
 from schemas.registry import SUMMARY_REQUESTED

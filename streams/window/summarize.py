@@ -12,8 +12,8 @@ from typing import Literal
 
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent import metrics
-from memory_agent.llm.port import ChatMessage, LlmError, Summarizer, SummaryOutput
+from core import metrics
+from core.llm.port import ChatMessage, LlmError, Summarizer, SummaryOutput
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
 from schemas.events import SummaryCompleted, SummaryFailed, SummaryRequested

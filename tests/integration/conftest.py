@@ -15,11 +15,11 @@ import uvicorn
 from aiokafka.admin import AIOKafkaAdminClient
 
 from api.app import create_app
-from memory_agent import privacy
-from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings, PrivacySettings, Settings
+from core import privacy
+from core.settings import ApiSettings, KafkaSettings, PostgresSettings, PrivacySettings, Settings
 from memory_agent.worker import run_projectors
 from projections.migrate import migrate
-from streams.kafka_topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
 
 # Service keys that may name any user of their tenant (X-User-Id); tests/integration/test_auth.py
 # covers user-bound keys and the narrower scopes.

@@ -11,8 +11,8 @@ import httpx
 import psycopg
 import pytest
 
-from memory_agent.settings import ApiSettings, KafkaSettings, PostgresSettings
-from streams.kafka_topics import ensure_topics
+from core.settings import ApiSettings, KafkaSettings, PostgresSettings
+from runtime.kafka_topics import ensure_topics
 from tests.integration.conftest import free_port, running_api, running_projectors
 
 KEYS = {

@@ -9,9 +9,9 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from projections import messages as messages_projector
-from projections.dead_letter import decode_dead_letter
+from runtime.dead_letter import decode_dead_letter
 from schemas.codec import encode
 from schemas.envelope import conversation_key
 from tests.integration.conftest import running_api, running_projectors, scalar, wait_until

@@ -17,8 +17,8 @@ from aiokafka.structs import ConsumerRecord
 
 from domain.facts import ids
 from memory_agent.batch_replay.facts import FactsBatch, _BatchStage
-from memory_agent.llm.port import ChatMessage
-from projections.db import connect, make_pool
+from core.llm.port import ChatMessage
+from runtime.db import connect, make_pool
 from projections.facts import FactsProjector
 from schemas import facts_events as fe
 from schemas.codec import encode, new_event
@@ -168,7 +168,7 @@ async def test_send_all_appends_in_order_and_returns_each_records_offset(setting
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     from memory_agent.batch_replay.produce import send_all
-    from streams.kafka_topics import TopicSpec, ensure_topics
+    from runtime.kafka_topics import TopicSpec, ensure_topics
 
     topic = f"{settings.kafka.topic_prefix}.send-all"
     await ensure_topics(settings, [TopicSpec(topic, 2, {})])

@@ -9,7 +9,7 @@ import sys
 
 import orjson
 
-from memory_agent.settings import ApiSettings
+from core.settings import ApiSettings
 from tests.integration.conftest import API_KEYS, free_port, running_api, settings_env, worker_process
 
 KEYS = {**API_KEYS, "nox-key": {"tenant": "tenant-a", "user": "nox"}}

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from memory_agent.client import MemoryClient
-from memory_agent.settings import DEV_ADMIN_KEY, ApiSettings, WorkerSettings
+from runtime.client import MemoryClient
+from core.settings import DEV_ADMIN_KEY, ApiSettings, WorkerSettings
 from projections.migrate import migrate
 from schemas import facts_events as fe
 from schemas.codec import new_event

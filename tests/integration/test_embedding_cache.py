@@ -11,7 +11,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from projections.migrate import migrate
 from tests.integration.conftest import scalar, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI
@@ -63,7 +63,7 @@ async def test_two_consumers_one_model_call_and_a_replay_embeds_nothing(settings
 async def test_a_text_an_erasure_removed_is_never_cached_again(settings):
     """A consumer that read a text from the log before its erasure may embed it afterwards: the
     erasure remembers the text's keys, and the cache writes no vector for them."""
-    from memory_agent.embeddings.cache import EmbeddingStore, text_key
+    from core.embeddings.cache import EmbeddingStore, text_key
     from projections.erasure import embedding_cache_keys
 
     erased, kept = f"secret {settings.kafka.topic_prefix}", f"kept {settings.kafka.topic_prefix}"

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from memory_agent.llm.port import SummaryOutput
-from projections.db import make_pool
+from core.llm.port import SummaryOutput
+from runtime.db import make_pool
 from schemas import facts_events as fe
 from schemas.codec import decode, encode, new_event
 from schemas.events import SummaryRequested

@@ -18,10 +18,10 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from memory_agent.client import MemoryClient
-from memory_agent.embeddings.cache import text_key
-from memory_agent.master_keys import new_master_key
-from memory_agent.settings import ApiSettings, PrivacySettings
+from runtime.client import MemoryClient
+from core.embeddings.cache import text_key
+from core.master_keys import new_master_key
+from core.settings import ApiSettings, PrivacySettings
 from projections.erasure import ErasureProjector
 from projections.migrate import migrate
 from projections.runner import ProjectorRunner
@@ -31,7 +31,7 @@ from schemas.erasure_events import CONVERSATION_ERASED, ConversationErased
 from schemas.codec import decode, new_event
 from schemas.events import SummaryCompleted, SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_REQUESTED
-from streams.kafka_topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
 from schemas.sealed import ERASED_CONTENT
 from tests.integration.conftest import (API_KEYS, running_api, running_projectors, sealed_variant, wait_until,
                                        worker_process)

@@ -12,12 +12,12 @@ import numpy as np
 import orjson
 from aiokafka import AIOKafkaConsumer
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from projections.generations import activate
 from projections.migrate import migrate
 from schemas import facts_events as fe
 from schemas.codec import new_event
-from streams.kafka_topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
 from tests.integration.conftest import running_api, scalar, wait_until, worker_process
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows, say_session, wait_for_chunks
 from tests.support.fake_openai import FakeOpenAI, RecordedRequest, hashed_embedding

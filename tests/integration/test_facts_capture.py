@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from schemas import facts_events as fe
 from tests.integration.conftest import SEALING, running_api, scalar, wait_until, sealed_variant, worker_process
 from tests.support.topic_reader import topic_residue

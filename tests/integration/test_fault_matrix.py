@@ -28,10 +28,10 @@ from aiokafka.errors import KafkaError
 from infra import kafka as infra_kafka
 from infra import launcher
 from infra import postgres as infra_postgres
-from memory_agent.client import MemoryClient
-from memory_agent.settings import KafkaSettings, PostgresSettings, Settings
+from runtime.client import MemoryClient
+from core.settings import KafkaSettings, PostgresSettings, Settings
 from projections.migrate import migrate
-from streams.kafka_topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
 from tests.conftest import REPO_ROOT, Stack
 from tests.integration.conftest import make_settings, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI

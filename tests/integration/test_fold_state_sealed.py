@@ -12,8 +12,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from memory_agent import privacy
-from memory_agent.client import MemoryClient
+from core import privacy
+from runtime.client import MemoryClient
 from schemas.sealed import ERASED_CONTENT
 from streams.facts import state_codec
 from tests.integration.conftest import sealed_variant, wait_until, worker_process

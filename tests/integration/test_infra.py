@@ -20,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from infra import launcher
 from infra.postgres import PostgresConfig
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 needs_launchers = pytest.mark.skipif(

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from domain.lineage import version_of
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import SEALING, running_api, settings_env, wait_until, sealed_variant, worker_process
 from tests.support.topic_reader import topic_residue
 from tests.integration.test_facts_capture import SMALL_CHUNKS, rows

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from memory_agent.llm.cache import CachedJsonCompleter, CachedSummarizer, LlmCache
-from memory_agent.llm.openai_provider import OpenAiLlm
-from memory_agent.llm.port import ChatMessage
+from core.llm.cache import CachedJsonCompleter, CachedSummarizer, LlmCache
+from core.llm.openai_provider import OpenAiLlm
+from core.llm.port import ChatMessage
 from tests.integration.conftest import scalar, wait_until
 from tests.support.fake_openai import FakeOpenAI
 

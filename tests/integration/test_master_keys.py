@@ -14,9 +14,9 @@ import pytest
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from memory_agent import privacy
-from memory_agent.master_keys import MasterKeyError, MasterKeys, new_master_key
-from memory_agent.settings import PrivacySettings
+from core import privacy
+from core.master_keys import MasterKeyError, MasterKeys, new_master_key
+from core.settings import PrivacySettings
 from schemas.codec import decode, encode, new_event
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
@@ -150,7 +150,7 @@ def test_the_privacy_commands_check_and_rewrap(stack, monkeypatch):
     from click.testing import CliRunner
 
     from memory_agent.cli import main
-    from memory_agent.settings import get_settings
+    from core.settings import get_settings
 
     deployment, tenant = f"mk-{uuid.uuid4().hex[:8]}", "t"
     sealed_message(tenant, "alice", "alice zqxcli", store(stack, deployment, {"mk1": ONE}))

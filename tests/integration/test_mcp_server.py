@@ -14,7 +14,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from memory_agent.settings import ApiSettings
+from core.settings import ApiSettings
 from tests.integration.conftest import API_KEYS, free_port, running_api, settings_env, wait_until, worker_process
 
 KEYS = {**API_KEYS, "nox-key": {"tenant": "tenant-a", "user": "nox"}}

@@ -9,7 +9,7 @@ import httpx
 import psycopg
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import running_api, running_projectors, scalar, wait_until
 
 START = datetime(2023, 3, 1, 18, 0, tzinfo=UTC)

@@ -16,7 +16,7 @@ from schemathesis.specs.openapi.checks import (
     content_type_conformance, response_headers_conformance, response_schema_conformance, status_code_conformance,
 )
 
-from memory_agent.settings import ApiSettings
+from core.settings import ApiSettings
 from tests.integration.conftest import running_api
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,

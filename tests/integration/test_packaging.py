@@ -82,7 +82,7 @@ def test_wheel_holds_every_package_and_its_data(wheel: Path) -> None:
     for data in ("projections/migrations/0001_messages.sql", "memory_agent/data/sample_conversation.json",
                  "infra/kafka/pom.xml", "api/ui/static/index.html", "api/ui/static/app.js", "api/ui/static/app.css"):
         assert data in names, data
-    assert any(n.startswith("memory_agent/prompts/") and n.endswith(".md") for n in names)
+    assert any(n.startswith("core/prompts/") and n.endswith(".md") for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "memory-agent = memory_agent.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

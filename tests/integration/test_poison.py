@@ -14,7 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 import schemas.codec
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
 from schemas.envelope import InvalidEvent, conversation_key
@@ -193,7 +193,7 @@ def _topic_created(topic_id: str, seq: int):
 @pytest.mark.asyncio
 async def test_a_record_the_database_refuses_is_dead_lettered_and_its_batch_applied(settings, monkeypatch):
     # Switch the storable rules off so that the database itself meets the poison: the
-    # projector's own safety net (projections/isolation.py) must hold without them.
+    # projector's own safety net (runtime/isolation.py) must hold without them.
     monkeypatch.setattr(schemas.codec, "check_storable", lambda *args: None)
     monkeypatch.setattr(schemas.codec, "check_integers", lambda *args: None)
     key = conversation_key("tenant-a", "net")

@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from memory_agent.worker import consumer_groups
-from projections.db import connect
+from runtime.db import connect
 from projections.runner import ProjectorGroup, save_positions
 from tests.integration.conftest import wait_until
 

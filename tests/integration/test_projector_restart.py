@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import scalar, wait_until, worker_process
 
 TOTAL = 1000

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from memory_agent import replay as replays
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from schemas.envelope import conversation_key
 from tests.integration.conftest import running_api, settings_env, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from memory_agent import replay as replays
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import settings_env, wait_until, worker_process
 from tests.integration.test_replay import _rows as _connect_and_fetch
 from tests.integration.test_replay import _state_dir, named

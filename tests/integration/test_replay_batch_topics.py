@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from memory_agent import replay as replays
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import settings_env, wait_until, worker_process
 from tests.integration.test_replay import _state_dir, named
 from tests.integration.test_replay_batch_facts import _rows, caught_up
@@ -184,7 +184,7 @@ async def fold_states(settings, generation: str) -> dict[bytes, bytes]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from memory_agent.batch_replay.topics import TOPIC_TABLE
-    from streams.kafka_topics import changelog_topic
+    from runtime.kafka_topics import changelog_topic
 
     topic = changelog_topic(settings.model_copy(update={"generation": generation}), TOPIC_TABLE)
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_auto_commit=False)

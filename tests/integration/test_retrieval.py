@@ -10,7 +10,7 @@ import httpx
 import psycopg
 import pytest
 
-from memory_agent.embeddings import LocalOnnxEmbedder
+from core.embeddings import LocalOnnxEmbedder
 from retrieval.search import Scope, vector_literal
 from retrieval.service import RetrievalConfig, query_text, query_vector, rank_all, search_rows
 from retrieval.tokens import count_tokens
@@ -220,7 +220,7 @@ async def test_nothing_to_search_gives_no_section_but_a_query_always_does(loaded
 async def test_embedder_down_still_answers_the_context_with_the_reason(stack):
     from tests.integration.conftest import free_port, make_settings
 
-    from memory_agent.settings import EmbeddingSettings
+    from core.settings import EmbeddingSettings
     from projections.migrate import migrate
 
     settings = make_settings(stack, embedding=EmbeddingSettings(

@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from domain.lineage import served_topic
-from memory_agent import privacy
+from core import privacy
 from schemas import facts_events as fe
 from schemas.codec import encode, new_event
 from schemas.events import SummaryCompleted, SummaryRequested

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from projections.db import make_pool
+from runtime.db import make_pool
 from schemas.codec import decode, encode, new_event
 from schemas.events import SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED

@@ -15,9 +15,9 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from memory_agent.settings import ApiSettings
+from core.settings import ApiSettings
 from projections.migrate import migrate
-from streams.kafka_topics import ensure_topics
+from runtime.kafka_topics import ensure_topics
 from tests.integration.conftest import API_KEYS, running_api, running_projectors, scalar, wait_until
 from tests.integration.test_retrieval import context, conversation, loaded  # noqa: F401 - the fixture
 from tests.support import labelled_set as L

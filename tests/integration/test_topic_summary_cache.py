@@ -8,10 +8,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from memory_agent.llm import provenance
-from memory_agent.llm.port import ChatMessage
+from core.llm import provenance
+from core.llm.port import ChatMessage
 from projections import generations as gens
-from projections.db import make_pool
+from runtime.db import make_pool
 from schemas import topic_events as te
 from schemas.codec import decode, encode, new_event
 from streams.topics_memory.stage import CompactionStage

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from streams.topics_memory.fold import make_title
 from tests.integration.conftest import SEALING, running_api, scalar, wait_until, sealed_variant, worker_process
 from tests.support.topic_reader import topic_residue
@@ -180,7 +180,7 @@ def agent_event_stream(conversation_id: str) -> list:
     answered at once), as the memory topic would hold them."""
     from datetime import UTC, datetime
 
-    from memory_agent.settings import Settings, TopicSettings
+    from core.settings import Settings, TopicSettings
     from schemas import topic_events as te
     from schemas.codec import decode, encode, new_event
     from schemas.events import MessageAppended

@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from schemas.codec import peek_type
-from streams.kafka_topics import agents_group
+from runtime.kafka_topics import agents_group
 from domain.topics.archive import decompress_bytes
 from tests.integration.conftest import scalar, wait_until, worker_process
 from tests.support.topic_subjects import conversation
@@ -133,8 +133,8 @@ def backlog_request(from_seq: int, upto_seq: int, limit: int, final: bool = Fals
 
 @pytest.mark.asyncio
 async def test_the_recall_stage_reads_a_range_back_in_order_and_waits_for_the_projection(settings):
-    from memory_agent.embeddings import make_embedder
-    from projections.db import make_pool
+    from core.embeddings import make_embedder
+    from runtime.db import make_pool
     from schemas import topic_events as te
     from schemas.codec import decode, encode
     from streams.topics_memory.recall import BacklogStage

@@ -13,8 +13,8 @@ import httpx
 import psycopg
 import pytest
 
-from memory_agent.client import MemoryClient
-from memory_agent.settings import ApiSettings
+from runtime.client import MemoryClient
+from core.settings import ApiSettings
 from tests.integration.conftest import running_api, sealed_variant, wait_until, worker_process
 from tests.integration.test_erasure import (ADMIN, ALICE, BOB, KEEP, KEYS, MARK, TENANT, erasure_projector_alone,
                                             residue, say)

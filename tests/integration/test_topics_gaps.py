@@ -14,7 +14,7 @@ import orjson
 import psycopg
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from schemas import topic_events as te
 from tests.integration.conftest import scalar, wait_until, worker_process
 from tests.integration.test_topics_backlog import events_of

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import scalar as _scalar
 from tests.integration.conftest import wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from memory_agent.settings import ApiSettings
+from core.settings import ApiSettings
 from tests.integration.conftest import running_api
 
 TENANTS = {"ta": "tenant-a", "tb": "tenant-b"}

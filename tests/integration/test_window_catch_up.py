@@ -10,7 +10,7 @@ import httpx
 import psycopg
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import running_api, running_projectors, wait_until, worker_process
 
 MESSAGES = 400

@@ -8,7 +8,7 @@ import contextlib
 import httpx
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import running_api, scalar, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI
 

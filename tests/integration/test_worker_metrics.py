@@ -8,7 +8,7 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import free_port, wait_until, worker_process
 
 MESSAGES = 8

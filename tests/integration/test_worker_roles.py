@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 from tests.integration.conftest import scalar, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI
 

@@ -30,7 +30,7 @@ import pytest
 from aiohttp import web
 from pydantic import SecretStr
 
-from memory_agent.settings import EmbeddingSettings, LlmSettings
+from core.settings import EmbeddingSettings, LlmSettings
 
 Endpoint = Literal["chat", "embeddings"]
 MalformedKind = Literal[

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from memory_agent.llm.port import ChatMessage
+from core.llm.port import ChatMessage
 
 SESSION_1 = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)  # a Monday
 SESSION_2 = datetime(2023, 5, 25, 19, 30, tzinfo=timezone.utc)

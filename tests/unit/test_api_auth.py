@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 import api.auth as auth
 from api.auth import KeyRing, Principal, conversation_user, named_user, writer_may_append
-from memory_agent.settings import ApiKeyGrant, ApiSettings, Settings
+from core.settings import ApiKeyGrant, ApiSettings, Settings
 
 
 def hashed(key: str) -> str:

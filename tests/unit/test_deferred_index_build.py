@@ -4,7 +4,7 @@ import psycopg
 import pytest
 
 from memory_agent import batch_replay
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 
 class FakeConnection:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory_agent.embeddings import make_embedder
-from memory_agent.embeddings.cache import CachedEmbedder, text_key
-from memory_agent.embeddings.stub import StubEmbedder
-from memory_agent.metrics import EMBEDDING_CACHE
-from memory_agent.settings import EmbeddingSettings, Settings
+from core.embeddings import make_embedder
+from core.embeddings.cache import CachedEmbedder, text_key
+from core.embeddings.stub import StubEmbedder
+from core.metrics import EMBEDDING_CACHE
+from core.settings import EmbeddingSettings, Settings
 
 
 class CountingEmbedder(StubEmbedder):

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_agent.embeddings import EmbeddingError, LocalOnnxEmbedder, make_embedder
-from memory_agent.settings import EmbeddingSettings, Settings
+from core.embeddings import EmbeddingError, LocalOnnxEmbedder, make_embedder
+from core.settings import EmbeddingSettings, Settings
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory_agent.embeddings import (
+from core.embeddings import (
     EmbeddingError,
     OpenAiEmbedder,
     make_embedder,
     prefixes_for,
 )
-from memory_agent.settings import Settings
+from core.settings import Settings
 from tests.support.fake_openai import FakeOpenAI, fake_openai, hashed_embedding  # noqa: F401
 
 

@@ -6,8 +6,8 @@ import asyncio
 
 import numpy as np
 
-from memory_agent.embeddings.cache import text_key
-from memory_agent.embeddings.stub import StubEmbedder
+from core.embeddings.cache import text_key
+from core.embeddings.stub import StubEmbedder
 from projections.erasure import embedding_cache_keys
 from projections.message_index import EMBED_CHARS
 from retrieval.query_cache import CachedQueryEmbedder

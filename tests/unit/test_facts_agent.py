@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memory_agent.settings import FactsSettings, LlmSettings, Settings
+from core.settings import FactsSettings, LlmSettings, Settings
 from schemas import facts_events as fe
 from schemas.codec import Event, decode, encode, new_event
 from schemas.events import MessageAppended

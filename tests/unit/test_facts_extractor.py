@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory_agent.llm.port import ChatMessage, JsonOutput, LlmError
-from memory_agent.settings import FactsSettings, LlmSettings, Settings
+from core.llm.port import ChatMessage, JsonOutput, LlmError
+from core.settings import FactsSettings, LlmSettings, Settings
 from streams.facts.extraction import OFFLINE_EXTRACTOR, MalformedExtraction
 from streams.facts.extractor import ChunkExtractor, gate_method
 
@@ -118,7 +118,7 @@ class RecordingLlm(ScriptedLlm):
 
 
 async def test_llm_sees_dated_named_messages_and_related_memories_and_its_targets_map_to_fact_ids():
-    from memory_agent.llm.prompts import load_prompt
+    from core.llm.prompts import load_prompt
     from streams.facts.offline import ExistingFact
     from tests.support.two_people import messages
 

@@ -1,8 +1,8 @@
-"""Short fetch waits while records flow, long ones after a quiet spell (projections/fetch_pace.py)."""
+"""Short fetch waits while records flow, long ones after a quiet spell (runtime/fetch_pace.py)."""
 
 from types import SimpleNamespace
 
-from projections.fetch_pace import FetchPace
+from runtime.fetch_pace import FetchPace
 
 
 def make(idle_after_s=2.0):

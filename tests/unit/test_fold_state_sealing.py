@@ -9,7 +9,7 @@ import typing
 
 import orjson
 
-from memory_agent import sealing
+from core import sealing
 from schemas import sealed
 from schemas.sealed import ERASED_CONTENT
 from streams.facts import state_codec

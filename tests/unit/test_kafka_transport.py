@@ -4,7 +4,7 @@ from pathlib import Path
 
 from aiokafka import TopicPartition
 
-from memory_agent.settings import KafkaSettings, Settings
+from core.settings import KafkaSettings, Settings
 from streams import kafka_transport
 from streams.app import make_app
 

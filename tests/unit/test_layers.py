@@ -1,43 +1,38 @@
-"""Imports go one way (house rules): ground <- streams/projections/retrieval <- api <- roof.
+"""Imports go down the floors only (docs/architecture.md), checked for every package as importer.
 
-The ground floor (settings, schemas, domain rules, model ports) imports nothing above it; the
-middle floor (agents, projectors, retrieval) never imports the API or the roof (CLI, worker,
-replay orchestration, demo), the only place that wires everything. Every import counts, also
+ground:  schemas (event contracts) <- core (settings, metrics, model ports and adapters, sealing)
+domain:  domain (each memory system's pure rules)
+runtime: runtime + infra (shared plumbing, launchers) <- streams | projections | retrieval
+api:     api
+roof:    memory_agent (CLI, worker, replay, batch replay, MCP, demo)
+
+A module may import its own package and any package on a lower floor; packages on the same
+floor (streams, projections, retrieval) do not import each other. Every import counts, also
 those inside functions or under TYPE_CHECKING: a lazy import is still a dependency.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-GROUND = ("schemas", "domain", "memory_agent.settings", "memory_agent.llm", "memory_agent.embeddings")
-MIDDLE = ("streams", "projections", "retrieval")
-ROOF = (
-    "memory_agent.cli",  # and every memory_agent.cli_* module
-    "memory_agent.worker",
-    "memory_agent.replay",
-    "memory_agent.batch_replay",
-    "memory_agent.demo",
-)
-ABOVE_GROUND = MIDDLE + ("api",) + ROOF
-ABOVE_MIDDLE = ("api",) + ROOF
-
-# (importing module, imported module) pairs that stay, each with its reason. Keep it short.
-ALLOWED: dict[tuple[str, str], str] = {}
-
-
-def _under(name: str, prefixes: tuple[str, ...]) -> bool:
-    for prefix in prefixes:
-        if name == prefix or name.startswith(prefix + "."):
-            return True
-        if prefix == "memory_agent.cli" and name.startswith("memory_agent.cli_"):
-            return True
-    return False
+FLOORS: dict[str, int] = {
+    "schemas": 0,
+    "core": 1,
+    "domain": 2,
+    "runtime": 3,
+    "infra": 3,
+    "streams": 4,
+    "projections": 4,
+    "retrieval": 4,
+    "api": 5,
+    "memory_agent": 6,
+}
 
 
 def _module_name(path: Path, root: Path = ROOT) -> str:
@@ -49,7 +44,7 @@ def _module_name(path: Path, root: Path = ROOT) -> str:
 
 def _source_files() -> list[Path]:
     files: list[Path] = []
-    for top in ("schemas", "domain", "streams", "projections", "retrieval", "api", "memory_agent"):
+    for top in FLOORS:
         files.extend(p for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
     return sorted(files)
 
@@ -75,61 +70,54 @@ def imports_of(path: Path, root: Path = ROOT) -> set[str]:
     return found
 
 
+def wrong(module: str, target: str) -> bool:
+    """May `module` import `target`? Only its own package or a lower floor."""
+    mine, theirs = module.split(".")[0], target.split(".")[0]
+    if theirs not in FLOORS or theirs == mine:
+        return False
+    return FLOORS[theirs] >= FLOORS[mine]
+
+
 def violations() -> list[str]:
-    wrong: list[str] = []
-    for path in _source_files():
-        module = _module_name(path)
-        if _under(module, GROUND):
-            forbidden = ABOVE_GROUND
-        elif _under(module, MIDDLE):
-            forbidden = ABOVE_MIDDLE
-        else:
-            continue
-        for target in sorted(imports_of(path)):
-            if _under(target, forbidden) and (module, target) not in ALLOWED:
-                wrong.append(f"{module} imports {target}")
-    return wrong
+    return [f"{_module_name(path)} imports {target}"
+            for path in _source_files() for target in sorted(imports_of(path))
+            if wrong(_module_name(path), target)]
 
 
-def test_source_tree_is_found() -> None:
-    names = {_module_name(p) for p in _source_files()}
-    for expected in ("domain.facts.dedup", "domain.topics.archive", "streams.kafka_topics",
-                     "projections.facts", "retrieval.service", "api.app", "memory_agent.worker"):
-        assert expected in names
+def test_every_package_is_on_a_floor() -> None:
+    packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()} - {"tests", "bench"}
+    assert packages == set(FLOORS)
 
 
-def test_imports_go_one_way() -> None:
+def test_imports_go_down_the_floors() -> None:
     assert violations() == []
 
 
-def test_allowed_exceptions_are_still_needed() -> None:
-    # An exception whose import is gone must leave the list, so the list stays honest.
-    for importer, imported in ALLOWED:
-        path = ROOT / (importer.replace(".", "/") + ".py")
-        if not path.exists():
-            path = ROOT / importer.replace(".", "/") / "__init__.py"
-        assert imported in imports_of(path), f"{importer} no longer imports {imported}"
-
-
 @pytest.mark.parametrize(
-    ("module", "target", "wrong"),
+    ("module", "target", "is_wrong"),
     [
         ("domain.facts.dedup", "streams.facts.agent", True),
         ("schemas.events", "memory_agent.cli_memory", True),
-        ("memory_agent.llm.openai", "api.app", True),
+        ("core.llm.openai_provider", "api.app", True),
+        ("core.settings", "domain.dates", True),
         ("projections.facts", "api.sections.topic", True),
         ("streams.app", "memory_agent.worker", True),
         ("retrieval.service", "memory_agent.replay", True),
+        ("retrieval.service", "projections.queries", True),  # same floor: sideways
+        ("streams.context", "projections.runner", True),
+        ("api.app", "memory_agent.client", True),
+        ("runtime.db", "streams.app", True),
         ("projections.facts", "domain.facts.dedup", False),
-        ("api.app", "streams.kafka_topics", False),
+        ("api.app", "runtime.kafka_topics", False),
         ("memory_agent.worker", "api.app", False),
-        ("streams.app", "memory_agent.settings", False),
-        ("streams.app", "memory_agent.client", False),
+        ("streams.app", "core.settings", False),
+        ("streams.context", "runtime.dead_letter", False),
+        ("domain.lineage", "core.settings", False),
+        ("memory_agent.cli", "memory_agent.worker", False),
     ],
 )
-def test_rule_tells_wrong_from_right(module: str, target: str, wrong: bool) -> None:
-    forbidden = ABOVE_GROUND if _under(module, GROUND) else ABOVE_MIDDLE if _under(module, MIDDLE) else ()
-    assert _under(target, forbidden) is wrong
+def test_rule_tells_wrong_from_right(module: str, target: str, is_wrong: bool) -> None:
+    assert wrong(module, target) is is_wrong
 
 
 def test_relative_and_nested_imports_are_seen(tmp_path: Path) -> None:
@@ -148,18 +136,16 @@ def test_relative_and_nested_imports_are_seen(tmp_path: Path) -> None:
 
 
 def test_domain_imports_only_the_ground() -> None:
-    # domain/ is pure rules: the standard library, numpy, schemas/, settings and itself, no I/O client.
-    import sys
-
-    allowed = ("numpy", "schemas", "memory_agent.settings", "domain")
-    wrong = []
+    # domain/ is pure rules: the standard library, numpy, the ground and itself; no I/O client.
+    allowed = ("numpy", "schemas", "core", "domain")
+    found = []
     for path in _source_files():
         module = _module_name(path)
-        if not _under(module, ("domain",)):
+        if module.split(".")[0] != "domain":
             continue
         for target in imports_of(path):
             top = target.split(".")[0]
-            if top in sys.stdlib_module_names or top == "__future__" or _under(target, allowed):
+            if top in sys.stdlib_module_names or top == "__future__" or top in allowed:
                 continue
-            wrong.append(f"{module} imports {target}")
-    assert wrong == []
+            found.append(f"{module} imports {target}")
+    assert found == []

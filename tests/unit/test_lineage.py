@@ -116,7 +116,7 @@ async def test_recording_never_waits_nor_fails_the_request_when_kafka_is_unreach
     import asyncio
 
     from api.served import RECORDED, ServedRecorder
-    from memory_agent.settings import KafkaSettings, Settings
+    from core.settings import KafkaSettings, Settings
 
     recorder = ServedRecorder(Settings(kafka=KafkaSettings(bootstrap_servers="127.0.0.1:1")))
     out = ContextOut(conversation_id="c", mode="raw", summary=None, messages=[],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import asynccontextmanager
 
-from memory_agent.llm.cache import LlmCache
+from core.llm.cache import LlmCache
 
 
 class _Database:

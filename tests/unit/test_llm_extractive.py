@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from memory_agent.llm import ChatMessage, ExtractiveSummarizer
+from core.llm import ChatMessage
+from domain.extractive import ExtractiveSummarizer
 
 CONVERSATION = [
     ChatMessage(0, "user", "Hi! I adopted a cat named Miso last week. She is very shy."),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from memory_agent.llm import ExtractiveSummarizer, OpenAiLlm, make_json_completer, make_summarizer
-from memory_agent.llm.cache import CachedJsonCompleter, CachedSummarizer
-from memory_agent.settings import LlmSettings, Settings
+from core.llm import OpenAiLlm
+from domain.extractive import ExtractiveSummarizer
+from runtime.llm_factory import make_json_completer, make_summarizer
+from core.llm.cache import CachedJsonCompleter, CachedSummarizer
+from core.settings import LlmSettings, Settings
 from tests.support.fake_openai import fake_openai  # noqa: F401
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from memory_agent.llm import ChatMessage, LlmError, MalformedOutput, OpenAiLlm, load_prompt
+from core.llm import ChatMessage, LlmError, MalformedOutput, OpenAiLlm, load_prompt
 from tests.support.fake_openai import FakeOpenAI, compact_summary, fake_openai  # noqa: F401
 
 MESSAGES = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory_agent.llm import load_prompt
+from core.llm import load_prompt
 
 
 def test_summary_prompt_declares_its_variables_and_window_rule():

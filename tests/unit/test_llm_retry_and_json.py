@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from memory_agent.llm import MalformedOutput, parse_json_object
-from memory_agent.llm.retry import RetryPolicy
+from core.llm import MalformedOutput, parse_json_object
+from core.llm.retry import RetryPolicy
 
 
 def test_backoff_is_exponential_jittered_and_capped():

@@ -1,4 +1,4 @@
-"""Master keys wrapping the data keys (memory_agent/master_keys.py, docs/security.md)."""
+"""Master keys wrapping the data keys (core/master_keys.py, docs/security.md)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from domain.secrets import is_secret
-from memory_agent.master_keys import MasterKeyError, MasterKeys, new_master_key
-from memory_agent.settings import ApiSettings, PrivacySettings, Settings
+from core.master_keys import MasterKeyError, MasterKeys, new_master_key
+from core.settings import ApiSettings, PrivacySettings, Settings
 
 ONE, TWO = new_master_key(), new_master_key()
 ID = b"data-key\ndeployment\ntenant\nalice\nkey-1"

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent.embeddings import EmbeddingError
-from memory_agent.settings import Settings
+from core.embeddings import EmbeddingError
+from core.settings import Settings
 from projections import message_index
 from projections.message_index import MessageIndexProjector
 from schemas.codec import encode
-from memory_agent.client import MemoryClient
+from runtime.client import MemoryClient
 
 
 class FlakyEmbedder:

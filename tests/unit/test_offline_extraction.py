@@ -9,8 +9,8 @@ import re
 import pytest
 
 from domain.speakers import in_third_person, speaker_of
-from memory_agent.llm import ExtractiveSummarizer
-from memory_agent.llm.port import ChatMessage
+from domain.extractive import ExtractiveSummarizer
+from core.llm.port import ChatMessage
 from streams.facts.extraction import extract_offline, heuristic_gate
 from streams.facts.offline import ExistingFact, related_query
 from tests.support.two_people import messages

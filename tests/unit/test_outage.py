@@ -10,7 +10,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSize
 from psycopg import errors as pg_errors
 from psycopg_pool import PoolTimeout
 
-from projections.outage import Backoff, is_transient, retry_transient
+from runtime.outage import Backoff, is_transient, retry_transient
 
 
 @pytest.mark.parametrize(

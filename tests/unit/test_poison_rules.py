@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 import pytest
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent.client import MemoryClient
-from memory_agent.settings import Settings
-from projections.dead_letter import DeadLetter, dead_letter_value, decode_dead_letter
-from projections.isolation import is_record_error, isolate
+from runtime.client import MemoryClient
+from core.settings import Settings
+from runtime.dead_letter import DeadLetter, dead_letter_value, decode_dead_letter
+from runtime.isolation import is_record_error, isolate
 from schemas import topic_events as te
 from schemas.codec import decode, encode, encode_checked, new_event
 from schemas.envelope import InvalidEvent, conversation_key, parse_conversation_key

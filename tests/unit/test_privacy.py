@@ -4,8 +4,8 @@ derived free text sealed with every contributor's key."""
 import orjson
 import pytest
 
-from memory_agent import sealing
-from memory_agent.privacy import opener, seal
+from core import sealing
+from core.privacy import opener, seal
 from schemas import sealed
 from schemas.codec import decode, encode, new_event
 from schemas import facts_events as fe

@@ -4,7 +4,7 @@ import asyncio
 
 from aiokafka.structs import ConsumerRecord
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 from projections.runner import ProjectorGroup, barrier_segments
 
 

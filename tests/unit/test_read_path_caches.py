@@ -68,7 +68,7 @@ def test_no_ttl_keeps_nothing() -> None:
 
 
 def test_the_api_embeds_a_query_on_one_thread_unless_the_embedding_settings_say_otherwise():
-    from memory_agent.settings import EmbeddingSettings, RetrievalSettings, Settings
+    from core.settings import EmbeddingSettings, RetrievalSettings, Settings
     from retrieval.service import query_embedding_settings
 
     auto = Settings()

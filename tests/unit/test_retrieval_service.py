@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memory_agent.settings import RetrievalSettings
+from core.settings import RetrievalSettings
 from retrieval.scoring import DAY_S
 from retrieval.search import SearchRow, search_sql, tsquery_text, vector_literal
 from retrieval.service import (

@@ -9,7 +9,7 @@ import pytest
 from memory_agent.api_client import ApiError, Connection
 from memory_agent.cli_memory import AUTH, NOT_FOUND, SERVER, USAGE, exit_code, table
 from memory_agent.mcp_server import request_key
-from memory_agent.settings import ApiSettings, ClientSettings, Settings
+from core.settings import ApiSettings, ClientSettings, Settings
 from retrieval.lookup import _in_window
 from retrieval.search import SearchRow
 

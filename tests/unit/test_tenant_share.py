@@ -8,7 +8,7 @@ import pytest
 from fastapi import HTTPException
 
 from api.limits import TenantSlots, tenant_share
-from memory_agent.settings import ApiSettings
+from core.settings import ApiSettings
 
 
 def test_one_tenant_gets_the_whole_pool_and_several_share_it():

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memory_agent.settings import Settings, TopicSettings
+from core.settings import Settings, TopicSettings
 from schemas import topic_events as te
 from schemas.codec import decode, encode, new_event, peek_type
 from schemas.events import MessageAppended

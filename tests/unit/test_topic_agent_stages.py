@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from memory_agent.embeddings import EmbeddingError, make_embedder
-from memory_agent.llm.port import ChatMessage
-from memory_agent.settings import Settings, TopicSettings
+from core.embeddings import EmbeddingError, make_embedder
+from core.llm.port import ChatMessage
+from core.settings import Settings, TopicSettings
 from schemas import topic_events as te
 from schemas.codec import decode, encode, new_event
 from streams.topics_memory import (

@@ -6,8 +6,8 @@ import pytest
 
 from domain.topics.shift import announces_new_subject
 from memory_agent.demo import sample_rounds
-from memory_agent.embeddings import make_embedder
-from memory_agent.settings import Settings
+from core.embeddings import make_embedder
+from core.settings import Settings
 from streams.topics_memory import TopicConfig
 from domain.topics.state import TopicsState
 from streams.topics_memory.fold import step

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memory_agent.llm.port import ChatMessage, LlmError, MalformedOutput
-from memory_agent.settings import LlmSettings, Settings
+from core.llm.port import ChatMessage, LlmError, MalformedOutput
+from core.settings import LlmSettings, Settings
 from streams.topics_memory.summarize import (
     TOPIC_SUMMARY_KIND,
     CachedTopicSummarizer,
@@ -56,7 +56,7 @@ def test_the_key_changes_with_every_input(changed):
 
 def test_the_key_changes_with_the_model_and_the_prompt_version_and_is_its_own_kind():
     assert len({key(), key(model="m2"), key(prompt_version="topic-summary-v2")}) == 3
-    from memory_agent.llm.cache import cache_key
+    from core.llm.cache import cache_key
     window_like = {"previous": CALL.previous_summary, "messages": [[m.seq, m.role, m.content] for m in MESSAGES],
                    "window": [4, 5]}
     assert cache_key("summary", "m", "topic-summary-v1", window_like) != key()

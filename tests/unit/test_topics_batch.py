@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from memory_agent.batch_replay.topics import TopicsBatch, _Conversation, _event
-from memory_agent.llm.port import ChatMessage, LlmError
-from memory_agent.settings import Settings, TopicSettings
+from core.llm.port import ChatMessage, LlmError
+from core.settings import Settings, TopicSettings
 from schemas import topic_events as te
 from schemas.codec import new_event
 from schemas.events import MessageAppended

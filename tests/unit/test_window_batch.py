@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory_agent.llm.port import SummaryOutput
+from core.llm.port import SummaryOutput
 from schemas.codec import Event, decode, encode, new_event
 from schemas.events import MessageAppended
 from schemas.registry import REGISTRY

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from memory_agent.settings import WindowSettings
+from core.settings import WindowSettings
 from schemas import events, registry
 from streams.window.fold import (
     GiveUp,

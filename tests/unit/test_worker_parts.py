@@ -4,7 +4,7 @@ from aiokafka import TopicPartition
 
 from memory_agent.cli_generations import _behind
 from memory_agent.replay import behind, expected_projectors, slowest
-from memory_agent.settings import Settings
+from core.settings import Settings
 from memory_agent.worker import projectors
 
 
@@ -62,7 +62,7 @@ def test_replay_progress_expects_the_projectors_of_the_systems_the_generation_re
 def test_the_batch_replay_names_the_groups_and_changelog_as_the_faust_app_does(tmp_path):
     """The batch hands over through these names without building the app."""
     from streams.app import make_app
-    from streams.kafka_topics import agents_group, changelog_topic, stage_group, stages_group
+    from runtime.kafka_topics import agents_group, changelog_topic, stage_group, stages_group
     from streams.facts.agent import CHUNK_TABLE, EXTRACT_STAGE
     from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from memory_agent.embeddings.cache import CachedEmbedder, EmbeddingStore
-from memory_agent.embeddings.local_onnx import ACCEPTED_NAMES, DIMENSIONS, LocalOnnxEmbedder
-from memory_agent.embeddings.openai_provider import OpenAiEmbedder
-from memory_agent.embeddings.port import Embedder
-from memory_agent.embeddings.prefixes import prefixes_for
-from memory_agent.embeddings.stub import StubEmbedder
-from memory_agent.settings import Settings
+from core.embeddings.cache import CachedEmbedder, EmbeddingStore
+from core.embeddings.local_onnx import ACCEPTED_NAMES, DIMENSIONS, LocalOnnxEmbedder
+from core.embeddings.openai_provider import OpenAiEmbedder
+from core.embeddings.port import Embedder
+from core.embeddings.prefixes import prefixes_for
+from core.embeddings.stub import StubEmbedder
+from core.settings import Settings
 
 
 def make_embedder(settings: Settings) -> CachedEmbedder:

@@ -17,8 +17,8 @@ from typing import Sequence
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent.embeddings.port import DelegatingEmbedder, Embedder
-from memory_agent.metrics import EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_TEXTS
+from core.embeddings.port import DelegatingEmbedder, Embedder
+from core.metrics import EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_TEXTS
 
 log = logging.getLogger(__name__)
 

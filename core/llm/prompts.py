@@ -1,4 +1,4 @@
-"""Versioned prompt files (memory_agent/prompts/<version>.md), loaded and rendered by version."""
+"""Versioned prompt files (core/prompts/<version>.md), loaded and rendered by version."""
 
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ def _fill(template: str, variables: Mapping[str, object]) -> str:
 
 @lru_cache(maxsize=32)
 def load_prompt(version: str) -> Prompt:
-    """Read memory_agent/prompts/<version>.md; raises ValueError for unknown versions."""
+    """Read core/prompts/<version>.md; raises ValueError for unknown versions."""
     if not _VERSION.match(version):
         raise ValueError(f"bad prompt version {version!r} (expected e.g. 'summary-v1')")
-    path = resources.files("memory_agent").joinpath("prompts", f"{version}.md")
+    path = resources.files("core").joinpath("prompts", f"{version}.md")
     if not path.is_file():
         raise ValueError(f"no prompt file for version {version!r}")
     text = path.read_text(encoding="utf-8")

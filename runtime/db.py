@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 
 def connect_kwargs(settings: Settings) -> dict:

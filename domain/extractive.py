@@ -12,7 +12,7 @@ import numpy as np
 
 from domain.dates import MONTHS, WEEKDAYS, annotate, format_date
 from domain.speakers import speaker_of
-from memory_agent.llm.port import ChatMessage, SummaryOutput
+from core.llm.port import ChatMessage, SummaryOutput
 
 MODEL = "extractive-v2"
 PROMPT_VERSION = "extractive-v2"  # no prompt: the algorithm's version stands in for it

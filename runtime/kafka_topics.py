@@ -13,7 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from domain.lineage import served_topic
-from memory_agent.settings import Settings
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 FOREVER = "-1"

@@ -1,5 +1,5 @@
 """LLM results cached in PostgreSQL by (model, prompt version, input hash), shared by generations;
-each entry's provenance in public.llm_cache_sources (memory_agent/llm/provenance.py)."""
+each entry's provenance in public.llm_cache_sources (core/llm/provenance.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import orjson
 from psycopg.types.json import Jsonb, set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
-from memory_agent.llm import provenance
-from memory_agent.llm.port import ChatMessage, JsonOutput, SummaryCall, SummaryOutput
+from core.llm import provenance
+from core.llm.port import ChatMessage, JsonOutput, SummaryCall, SummaryOutput
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Master keys that wrap the per-user data keys (docs/security.md, "Data keys at rest").
 
-The data keys of crypto-shredding (memory_agent/privacy.py) are stored in PostgreSQL
+The data keys of crypto-shredding (core/privacy.py) are stored in PostgreSQL
 (`public.data_keys`) wrapped by a master key held outside the database: a setting
 (`MEMORY_PRIVACY__MASTER_KEYS`) or a file (`MEMORY_PRIVACY__MASTER_KEY_FILE`), each key named
 by an id so it can be rotated. A dump of PostgreSQL alone then opens nothing.

@@ -8,17 +8,17 @@ import logging
 import re
 from typing import Any, Callable, Mapping
 
-from memory_agent.llm.port import (
+from core.llm.port import (
     ChatMessage,
     JsonOutput,
     LlmError,
     MalformedOutput,
     SummaryOutput,
 )
-from memory_agent.llm.prompts import format_messages, load_prompt
-from memory_agent.metrics import LLM_CLOCK
-from memory_agent.llm.retry import RetryPolicy, call_with_retries
-from memory_agent.settings import LlmSettings
+from core.llm.prompts import format_messages, load_prompt
+from core.metrics import LLM_CLOCK
+from core.llm.retry import RetryPolicy, call_with_retries
+from core.settings import LlmSettings
 
 log = logging.getLogger(__name__)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from memory_agent.embeddings.port import l2_normalise
+from core.embeddings.port import l2_normalise
 
 MODEL_NAME = "stub-shake256"
 

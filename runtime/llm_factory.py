@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from memory_agent.llm.cache import CachedJsonCompleter, CachedSummarizer, LlmCache
-from memory_agent.llm.extractive import ExtractiveSummarizer
-from memory_agent.llm.openai_provider import OpenAiLlm
-from memory_agent.llm.port import Summarizer
-from memory_agent.settings import Settings
+from core.llm.cache import CachedJsonCompleter, CachedSummarizer, LlmCache
+from domain.extractive import ExtractiveSummarizer
+from core.llm.openai_provider import OpenAiLlm
+from core.llm.port import Summarizer
+from core.settings import Settings
 
 
 def _cache(settings: Settings) -> LlmCache:

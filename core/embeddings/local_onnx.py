@@ -10,8 +10,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from memory_agent.embeddings.port import EmbeddingError, l2_normalise
-from memory_agent.embeddings.prefixes import prefixes_for
+from core.embeddings.port import EmbeddingError, l2_normalise
+from core.embeddings.prefixes import prefixes_for
 
 # The vectors come from the int8 export, not the fp32 original: rows record this name.
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"

@@ -8,10 +8,10 @@ from typing import Sequence
 import numpy as np
 from openai import AsyncOpenAI
 
-from memory_agent.embeddings.port import EmbeddingError, l2_normalise
-from memory_agent.embeddings.prefixes import prefixes_for
-from memory_agent.llm.retry import RetryPolicy, call_with_retries
-from memory_agent.settings import EmbeddingSettings
+from core.embeddings.port import EmbeddingError, l2_normalise
+from core.embeddings.prefixes import prefixes_for
+from core.llm.retry import RetryPolicy, call_with_retries
+from core.settings import EmbeddingSettings
 
 
 def accepts_dimensions(model: str) -> bool:

@@ -1,10 +1,10 @@
 """Crypto-shredding (docs/lineage.md): per-user data keys behind one small port, sealing of
 `message.appended` content by the producer, the opener every consumer's decode calls, and
-`install`, which also hooks the sealing of derived free text (memory_agent/sealing.py).
+`install`, which also hooks the sealing of derived free text (core/sealing.py).
 
 `KeyStore` is the port a KMS (AWS KMS, Vault transit) can replace; `PostgresKeyStore` keeps
 the keys in `public.data_keys`, wrapped by a master key held outside the database
-(memory_agent/master_keys.py; stored as they are only when none is configured, which production
+(core/master_keys.py; stored as they are only when none is configured, which production
 refuses). Destroying a user's key overwrites it with NULL: every sealed copy of that user's
 messages, on the log and in its backups, then opens as ERASED_CONTENT."""
 
@@ -23,9 +23,9 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from memory_agent import sealing
-from memory_agent.master_keys import MasterKeyError, MasterKeys
-from memory_agent.settings import Settings
+from core import sealing
+from core.master_keys import MasterKeyError, MasterKeys
+from core.settings import Settings
 from schemas.codec import encode
 from schemas.envelope import Envelope
 from schemas.limits import Limits, check_size
@@ -312,7 +312,7 @@ def key_store(settings: Settings) -> PostgresKeyStore:
 
 
 def participants(settings: Settings) -> sealing.Participants:
-    """Who wrote in which conversation (memory_agent/sealing.py), per database and deployment."""
+    """Who wrote in which conversation (core/sealing.py), per database and deployment."""
     where = _deployment(settings)
     return _participants.setdefault(where, sealing.Participants(*where, cache_s=CACHE_S))
 
