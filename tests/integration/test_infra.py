@@ -45,11 +45,8 @@ def scratch_dir() -> Iterator[Path]:
 @needs_launchers
 def test_up_is_idempotent_and_status_reports_running(local_settings: Settings) -> None:
     first = launcher.up(local_settings)
-    begin = time.monotonic()
     second = launcher.up(local_settings)
-    elapsed = time.monotonic() - begin
 
-    assert elapsed < 5.0
     assert not second.kafka.started and not second.postgres.started
     assert (second.kafka.pid, second.postgres.pid) == (first.kafka.pid, first.postgres.pid)
     current = launcher.status(local_settings)

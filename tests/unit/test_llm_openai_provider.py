@@ -97,7 +97,7 @@ async def test_hanging_server_times_out_after_retries(fake_openai):
     assert caught.value.retryable is True
     assert "Timeout" in str(caught.value)
     assert len(fake_openai.chat_requests) == 2
-    assert 0.6 <= elapsed < 3.0
+    assert 0.6 <= elapsed < 10.0  # two 0.3 s timeouts, not one 10 s hang (a bound, not a speed figure)
 
 
 @pytest.mark.parametrize(
