@@ -7,7 +7,6 @@ import random
 import shutil
 import socket
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
