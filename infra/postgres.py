@@ -30,6 +30,27 @@ SYSTEM_DIR = Path("/var/lib/memory-agent")
 SUPERUSER = "postgres"
 _SOCKET_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 
+# Server settings given on every start (docs/security.md, "Erasure on disk"): how long an erased
+# row's bytes may stay in the write-ahead log, and no message or query text in the server log.
+SERVER_SETTINGS = {
+    # A WAL segment behind the last checkpoint is deleted, not renamed into a future segment that
+    # would keep its old bytes until overwritten; none is kept for standbys or an archive.
+    "wal_recycle": "off",
+    "wal_keep_size": "0",
+    "archive_mode": "off",
+    "max_wal_size": "256MB",
+    "min_wal_size": "32MB",
+    "checkpoint_timeout": "5min",
+    # The server log: no statements, no bind parameters, no DETAIL lines (a unique violation's
+    # DETAIL quotes the key's values), no statement text with an error.
+    "log_statement": "none",
+    "log_min_duration_statement": "-1",
+    "log_min_error_statement": "panic",
+    "log_error_verbosity": "terse",
+    "log_parameter_max_length": "0",
+    "log_parameter_max_length_on_error": "0",
+}
+
 
 @dataclass(frozen=True)
 class PostgresConfig:
@@ -160,7 +181,8 @@ def up(config: PostgresConfig) -> ServiceStatus:
     socket = config.socket_dir / f".s.PGSQL.{config.port}"
     if len(str(socket)) > _SOCKET_PATH_MAX:
         raise InfraError(f"postgres: socket path {socket} is too long; use a shorter state_dir")
-    options = f"-h {config.host} -p {config.port} -k {config.socket_dir}"
+    settings = " ".join(f"-c {name}={value}" for name, value in SERVER_SETTINGS.items())
+    options = f"-h {config.host} -p {config.port} -k {config.socket_dir} {settings}"
     _pg("pg_ctl", "-D", str(config.data), "-o", options, "-l", str(config.log_file),
         "-w", "-t", "60", "start", config=config)  # fmt: skip
     _ensure_database(config)

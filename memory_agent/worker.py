@@ -13,6 +13,7 @@ from core.settings import Settings
 from memory_agent.worker_metrics import report_lag, serve_metrics
 from projections.catalog import NO_LINGER, consumer_groups, projectors  # noqa: F401 - tests import them here
 from projections.runner import ProjectorGroup
+from projections.scrub import run_scrubs
 from runtime.kafka_topics import changelog_specs, ensure_topics, topic_specs
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, 
                               else settings.kafka.projector_fetch_min_bytes)
                for group in consumer_groups(settings, projectors(settings))]
     tasks = [asyncio.create_task(r.run(), name=f"projectors-{r.name}") for r in runners]
+    tasks.append(asyncio.create_task(run_scrubs(settings), name="erasure-scrub"))  # erasure on disk
     if lag and settings.worker.metrics_port:  # the gauge /metrics shows (memory_agent/worker_metrics.py)
         tasks.append(asyncio.create_task(report_lag(settings), name="consumer-lag"))
     stopper = asyncio.create_task(stop.wait())

@@ -29,6 +29,7 @@ from core.llm import provenance as llm_provenance
 from core.settings import Settings
 from runtime.dead_letter import DeadLetter
 from projections.decoding import records_of
+from projections import scrub
 from projections.message_index import EMBED_CHARS
 from schemas import erasure_events as ee
 from schemas.codec import Event, peek_type
@@ -286,6 +287,9 @@ async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRec
     # public.llm_cache by provenance: entries a request of an erased conversation wrote or used
     # (core/llm/provenance.py, crypto branch).
     counts["llm_cache"] = counts.get("llm_cache", 0) + await llm_provenance.erase(conn, tenant, [*whole, *partial])
+    # The files: every table it deleted from is rewritten by the scrub (projections/scrub.py); for a
+    # user erasure also public.data_keys, whose destroyed key's old row version is still on its pages.
+    await scrub.request(conn, e.event_id, [*(t for t, n in counts.items() if n), *(["data_keys"] if user else [])])
     await conn.execute(
         "INSERT INTO erasures (event_id, tenant_id, kind, erased_user_id, conversation_ids, deleted_rows, rederive,"
         " requested_by, requested_at, log_partition, log_offset, logged_at)"
