@@ -7,8 +7,10 @@ page (and in TOAST and index pages) until something overwrites them, and the WAL
 as they were inserted (and whole pages after each checkpoint). So, per pending table of
 `erasure_scrubs` (migration 0025, written by the erasure in its transaction):
 
-1. `VACUUM (FULL)` the table: a new file with the live rows only, TOAST and indexes rebuilt; the
-   old files are truncated at commit and unlinked at the next checkpoint. It holds ACCESS
+1. `VACUUM (FULL, ANALYZE)` the table: a new file with the live rows only, TOAST and indexes
+   rebuilt; the old files are truncated at commit and unlinked at the next checkpoint; its
+   statistics sampled again from the live rows (a text column's histogram holds sample values).
+   Then `pg_catalog.pg_statistic` itself is rewritten (its old rows are dead, not gone). It holds ACCESS
    EXCLUSIVE for its duration (reads and writes of that table wait: measured in docs/security.md);
    a lock that is not granted within LOCK_TIMEOUT_MS is given up (a queued ACCESS EXCLUSIVE
    request would block every new reader behind it) and tried again at the next round.
@@ -69,6 +71,7 @@ async def scrub_once(conn: psycopg.AsyncConnection) -> dict[str, float]:
             if seconds is not None:
                 done[table] = seconds
         if done:
+            await _rewrite(conn, "pg_catalog.pg_statistic", analyze=False)
             await _retire_wal(conn)
             rows = [(e, t) for e, t in pending if t in done]
             await conn.execute(
@@ -81,16 +84,27 @@ async def scrub_once(conn: psycopg.AsyncConnection) -> dict[str, float]:
         await conn.execute("SELECT pg_advisory_unlock(%s)", (_ADVISORY_KEY,))
 
 
-async def _rewrite(conn: psycopg.AsyncConnection, table: str) -> float | None:
+async def _rewrite(conn: psycopg.AsyncConnection, table: str, analyze: bool = True) -> float | None:
     """VACUUM FULL one table; seconds taken, or None when its lock was not granted in time
-    (tried again next round). A table dropped since (its generation) counts as done."""
-    schema, name = table.split(".", 1)
-    target = sql.Identifier(schema.strip('"'), name.strip('"'))
+    (tried again next round). A table dropped since (its generation) counts as done, and so does
+    one the role may not rewrite (VACUUM would only warn and skip it: logged here; docs/security.md
+    says which role the scrub needs)."""
+    found = await (await conn.execute(
+        "SELECT n.nspname, c.relname, (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
+        " OR pg_has_role(current_user, c.relowner, 'MEMBER') FROM pg_class c JOIN pg_namespace n"
+        " ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)", (table,))).fetchone()
+    if found is None:
+        return 0.0
+    schema, name, allowed = found
+    if not allowed:
+        log.warning("erasure scrub: the role may not rewrite %s; its erased rows stay on its pages", table)
+        return 0.0
     loop = asyncio.get_running_loop()
     begin = loop.time()
     try:
         await conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_MS}ms'")
-        await conn.execute(sql.SQL("VACUUM (FULL) {}").format(target))
+        await conn.execute(sql.SQL("VACUUM (FULL, ANALYZE) {}" if analyze else "VACUUM (FULL) {}").format(
+            sql.Identifier(schema, name)))
     except psycopg.errors.LockNotAvailable:
         log.info("erasure scrub: %s is busy; again in the next round", table)
         return None

@@ -136,12 +136,12 @@ async def test_no_file_of_the_stack_holds_an_erased_users_words_after_the_bound(
                         await say(client, BOB, "disk-b", keep)
                     for conversation in ("disk-a1", "disk-b"):
                         await until(settings, "SELECT 1 FROM facts WHERE source_conversation_id = %s", (conversation,),
-                                    f"a fact of {conversation}", log, timeout=180)
+                                    f"a fact of {conversation}", log, timeout=400)
                         await until(settings, "SELECT 1 FROM memory WHERE conversation_id = %s AND status ="
                                               " 'completed'", (conversation,), f"a summary of {conversation}", log,
-                                    timeout=180)
+                                    timeout=400)
                         await until(settings, "SELECT 1 FROM topic_archives WHERE conversation_id = %s",
-                                    (conversation,), f"a topic archive of {conversation}", log, timeout=180)
+                                    (conversation,), f"a topic archive of {conversation}", log, timeout=400)
                     served = await http.get("/v1/conversations/disk-a1/context", params={"query": f"Where is {mark}?"})
                     assert served.status_code == 200, served.text
                     await until(settings, "SELECT 1 FROM served_contexts WHERE conversation_id = 'disk-a1'", (),
