@@ -22,6 +22,18 @@ insert between two probes would go unseen, which is why the table must stay inse
 
 While PostgreSQL does not answer, the fold waits (and says so): going on without the check could
 bring erased words back, and failing would stop the fold.
+
+Stream replays (`replay_mode` "stream", `replay_until` set). The log's history holds erasures
+written after the messages they cover, on other partitions: the fold would reach such a message
+before the generation's erasure projector reaches the erasure, place it, and the erasure — applied
+before that message was projected — would not know the conversation, so the message's words
+stayed in its topic rows. So, as the batch replay does, before the check answers for the first
+time it waits (`ReplayBarrier`) until the erasure projector has read the conversation log up to
+the replay's start on every partition: every erasure of the replayed history is applied, and no
+message it covers reaches the fold. Such an erasure's request to derive a mixed conversation's
+topics again (`conversation.rederive.requested`) is then moot — the fold had placed nothing
+before it was applied, and places nothing it covers afterwards — and is left out
+(`moot_rederive`): re-derived, the topics would get new numbers, unlike the batch replay's.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 
 import psycopg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from domain.erasure import AppliedErasure, LogPosition, erased_by
 from core.settings import Settings
@@ -78,6 +92,71 @@ def _erasure(row) -> AppliedErasure:
 
 
 Connect = Callable[[], Awaitable[psycopg.AsyncConnection]]
+ERASURE_PROJECTOR = "erasure"  # projections/erasure.py's name in projector_offsets
+
+
+async def log_offsets_at(settings: Settings, when_ms: int) -> dict[int, int]:
+    """{partition: offset of the conversation log's first record at or after `when_ms` (the end
+    offset when none is)}, by one group-less consumer."""
+    topic = settings.kafka.conversation_topic
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic)
+                                                                 or await _partitions(consumer, topic))]
+        found = await consumer.offsets_for_times({tp: when_ms for tp in partitions})
+        ends = await consumer.end_offsets(partitions)
+        return {tp.partition: found[tp].offset if found.get(tp) is not None else ends[tp] for tp in partitions}
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    await consumer._client.force_metadata_update()  # noqa: SLF001 - a group-less consumer knows no topic yet
+    return consumer.partitions_for_topic(topic) or set()
+
+
+class ReplayBarrier:
+    """A stream replay's fold waits until its erasure projector has read the log up to the
+    replay's start (module docstring)."""
+
+    def __init__(self, settings: Settings, *, poll_s: float = 0.5) -> None:
+        self.settings = settings
+        self.until_ms = int(settings.replay_until.timestamp() * 1000)
+        self.poll_s = poll_s
+        self.passed = False
+
+    async def wait(self, conn: psycopg.AsyncConnection) -> None:
+        if self.passed:
+            return
+        while True:
+            try:
+                targets = await log_offsets_at(self.settings, self.until_ms)
+                break
+            except KafkaError as exc:
+                log.warning("topic fold: cannot read the replayed log's offsets (%s); again in 5s", exc)
+                await asyncio.sleep(5)
+        topic, said = self.settings.kafka.conversation_topic, 0.0
+        loop = asyncio.get_running_loop()
+        begin = loop.time()
+        while True:
+            read = dict(await (await conn.execute(
+                "SELECT partition, next_offset FROM projector_offsets WHERE projector = %s AND topic = %s",
+                (ERASURE_PROJECTOR, topic))).fetchall())
+            behind = {p: o for p, o in targets.items() if o > 0 and read.get(p, 0) < o}
+            if not behind:
+                break
+            if loop.time() - said > 30:
+                said = loop.time()
+                log.info("topic fold: waiting for the erasure projector to read the replayed log (partitions %s)"
+                         " before placing messages", sorted(behind))
+            await asyncio.sleep(self.poll_s)
+        self.passed = True
+        log.info("topic fold: the replayed log's erasures are applied (%.1fs); placing messages", loop.time() - begin)
+
+    def covers(self, erasure: AppliedErasure) -> bool:
+        """Whether the erasure is one of the replayed history's (applied before the fold placed anything)."""
+        return erasure.position.timestamp_ms < self.until_ms
 
 
 def connector(settings: Settings) -> Connect:
@@ -92,8 +171,10 @@ def connector(settings: Settings) -> Connect:
 class ErasedCheck:
     """Called by the fold only (concurrency 1): one probe at a time."""
 
-    def __init__(self, connect: Connect, *, retry_s: float = 1.0, max_retry_s: float = 10.0) -> None:
+    def __init__(self, connect: Connect, *, retry_s: float = 1.0, max_retry_s: float = 10.0,
+                 barrier: ReplayBarrier | None = None) -> None:
         self.connect = connect
+        self.barrier = barrier
         self.retry_s = retry_s
         self.max_retry_s = max_retry_s
         self.snapshot: ErasureSnapshot | None = None
@@ -105,6 +186,15 @@ class ErasedCheck:
         e = event.envelope
         snapshot = await self._current(e.conversation_id, e.seq)
         return snapshot.erasure_of(e.tenant_id, e.conversation_id, e.user_id, position(record))
+
+    async def moot_rederive(self, erasure_id: str) -> bool:
+        """In a stream replay: whether a re-derivation request comes from an erasure of the
+        replayed history (applied before the fold placed anything: nothing to derive again)."""
+        if self.barrier is None:
+            return False
+        snapshot = await self._current("", -1)
+        return any(e.event_id == erasure_id and self.barrier.covers(e)
+                   for found in (*snapshot.by_user.values(), *snapshot.by_conversation.values()) for e in found)
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -118,6 +208,8 @@ class ErasedCheck:
             try:
                 if self._conn is None or self._conn.closed:
                     self._conn = await self.connect()
+                if self.barrier is not None:
+                    await self.barrier.wait(self._conn)
                 [count] = await (await self._conn.execute(_COUNT, prepare=True)).fetchone()
                 if self.snapshot is None or count != self.snapshot.version:
                     rows = await (await self._conn.execute(_ALL)).fetchall()

@@ -11,12 +11,13 @@ from core.embeddings.factory import make_embedder
 from schemas import topic_events as te
 from schemas.codec import encode, new_event
 from schemas.envelope import parse_conversation_key
+from schemas.erasure_events import REDERIVE_REQUESTED
 from schemas.registry import MESSAGE_APPENDED
 from streams.context import StreamContext
 from streams.stages import Lazy, Stage, one_by_one
 from streams.topics_memory import codec
 from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle, needs_tick
-from streams.topics_memory.erased import ErasedCheck, connector
+from streams.topics_memory.erased import ErasedCheck, ReplayBarrier, connector
 from streams.topics_memory.recall import BacklogStage
 from streams.topics_memory.stage import CompactionStage, EmbeddingStage
 from streams.topics_memory.summarize import make_topic_summarizer
@@ -44,6 +45,9 @@ def register(app: faust.App, ctx: StreamContext) -> None:
         async for key, value in stream.items():
             event = ctx.decode_if(value, RELEVANT, key=key)
             if event is None:
+                continue
+            if event.type == REDERIVE_REQUESTED and await (await erased_check.get()).moot_rederive(
+                    event.payload.erasure_event_id):  # a stream replay's: nothing to derive again (erased.py)
                 continue
             if event.type == MESSAGE_APPENDED and event.payload.role in PLACED_ROLES:
                 record = stream.current_event.message
@@ -119,7 +123,9 @@ async def _backlog_stage(embedder: Lazy, ctx: StreamContext) -> BacklogStage:
 
 
 async def _erased_check(ctx: StreamContext) -> ErasedCheck:
-    return ErasedCheck(connector(ctx.settings))
+    settings = ctx.settings
+    replay = settings.replay_until is not None and settings.replay_mode == "stream"
+    return ErasedCheck(connector(settings), barrier=ReplayBarrier(settings) if replay else None)
 
 
 async def _compaction_stage(summarizer, ctx: StreamContext) -> CompactionStage:
