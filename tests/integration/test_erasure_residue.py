@@ -218,3 +218,31 @@ async def test_without_sealing_kafka_segments_keep_an_erased_users_words(setting
         await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (answer.json()["event_id"],),
                     "the erasure applied")
     assert hits(dirs, [mark.encode()]) == {}, "Kafka's segments hold the erased words"
+
+
+@pytest.mark.asyncio
+async def test_the_scrub_gives_way_to_a_reader_and_rewrites_the_table_at_the_next_round(settings):
+    """A transaction that read `messages` holds its lock: the scrub does not queue behind it (that
+    would block every new reader) but gives up within its lock timeout and leaves the row pending;
+    the next round rewrites the table (a new file) and stamps the row."""
+    from projections.scrub import request, scrub_once
+    from runtime.db import connect_kwargs
+
+    dsn, kwargs = settings.postgres.dsn, connect_kwargs(settings)
+    async with await psycopg.AsyncConnection.connect(dsn, **kwargs) as reader, \
+            await psycopg.AsyncConnection.connect(dsn, **{**kwargs, "autocommit": True}) as scrubber:
+        async with reader.transaction():
+            await request(reader, "erasure-1", ["messages", "memory"])
+        [(before,)] = await (await scrubber.execute("SELECT pg_relation_filenode('messages')")).fetchall()
+        async with reader.transaction():
+            await reader.execute("SELECT count(*) FROM messages")  # holds ACCESS SHARE until it ends
+            first = await scrub_once(scrubber)
+            assert [t.rsplit(".", 1)[-1] for t in first] == ["memory"], first  # messages was busy
+        pending = await rows(settings, "SELECT table_name FROM erasure_scrubs WHERE scrubbed_at IS NULL")
+        assert pending == [(f"{settings.pg_schema}.messages",)], pending
+        second = await scrub_once(scrubber)
+        assert [t.rsplit(".", 1)[-1] for t in second] == ["messages"], second
+        [(after,)] = await (await scrubber.execute("SELECT pg_relation_filenode('messages')")).fetchall()
+        assert after != before  # rewritten into a new file
+        assert await rows(settings, "SELECT count(*) FROM erasure_scrubs WHERE scrubbed_at IS NULL") == [(0,)]
+        assert await scrub_once(scrubber) == {}  # nothing left
