@@ -456,6 +456,10 @@ class PrivacySettings(BaseModel):
     master_keys: dict[str, SecretStr] = {}
     master_key_file: Path | None = None
     master_key_id: str | None = None
+    # Erasure on disk (docs/security.md): how often a projectors' process rewrites the tables
+    # erasures deleted from and retires the WAL (projections/scrub.py); the erasure's bound on
+    # disk is this plus the rewrite's time. Raise it to batch many erasures into one rewrite.
+    scrub_interval_s: float = Field(10.0, gt=0)
     _ring: object = PrivateAttr(default=None)
 
     @model_validator(mode="after")

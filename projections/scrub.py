@@ -20,7 +20,8 @@ as they were inserted (and whole pages after each checkpoint). So, per pending t
 3. The rows are stamped `scrubbed_at`; a row an erasure added meanwhile waits for the next round.
 
 One scrub at a time per database (an advisory lock); every process that runs the projectors
-runs the loop (`run_scrubs`), every SCRUB_INTERVAL_S.
+runs the loop (`run_scrubs`), every `privacy.scrub_interval_s` (MEMORY_PRIVACY__SCRUB_INTERVAL_S,
+default 10 s).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from runtime.db import connect_kwargs
 
 log = logging.getLogger(__name__)
 
-SCRUB_INTERVAL_S = 10.0
 LOCK_TIMEOUT_MS = 200
 _ADVISORY_KEY = 0x6D656D5F73637262  # 'mem_scrb': one scrub per database at a time
 # Labels of `erase`'s counts that name a table outside the generation's schema.
@@ -127,8 +127,10 @@ async def _retire_wal(conn: psycopg.AsyncConnection) -> None:
                     " checkpoints and segment switches pass them", exc)
 
 
-async def run_scrubs(settings: Settings, interval_s: float = SCRUB_INTERVAL_S) -> None:
-    """Scrub every `interval_s` until cancelled; a lost connection is opened again next round."""
+async def run_scrubs(settings: Settings) -> None:
+    """Scrub every `privacy.scrub_interval_s` until cancelled; a lost connection is opened again
+    next round."""
+    interval_s = settings.privacy.scrub_interval_s
     conn: psycopg.AsyncConnection | None = None
     try:
         while True:
