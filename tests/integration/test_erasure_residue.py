@@ -134,15 +134,14 @@ async def test_no_file_of_the_stack_holds_an_erased_users_words_after_the_bound(
                         for conversation in ("disk-a1", "disk-a2", "disk-a3"):  # 3 x 5 messages with the marker
                             await say(client, ALICE, conversation, mark)
                         await say(client, BOB, "disk-b", keep)
-                    for conversation, word in (("disk-a1", mark), ("disk-b", keep)):
-                        # (alice's three conversations give one fact, merged: its source may be any of them)
+                    # (alice's three conversations give one fact, merged: its source may be any of them)
+                    for word in (mark, keep):
                         await until(settings, "SELECT 1 FROM facts WHERE content LIKE %s", (f"%{word}%",),
                                     f"a fact holding {word}", log, timeout=400)
-                        await until(settings, "SELECT 1 FROM memory WHERE conversation_id = %s AND status ="
-                                              " 'completed'", (conversation,), f"a summary of {conversation}", log,
-                                    timeout=400)
-                        await until(settings, "SELECT 1 FROM topic_archives WHERE conversation_id = %s",
-                                    (conversation,), f"a topic archive of {conversation}", log, timeout=400)
+                    await until(settings, "SELECT 1 FROM memory WHERE conversation_id = 'disk-a1' AND status ="
+                                          " 'completed'", (), "a summary of disk-a1", log, timeout=400)
+                    await until(settings, "SELECT 1 FROM topic_archives WHERE conversation_id = 'disk-a1'", (),
+                                "a topic archive of disk-a1", log, timeout=400)
                     served = await http.get("/v1/conversations/disk-a1/context", params={"query": f"Where is {mark}?"})
                     assert served.status_code == 200, served.text
                     await until(settings, "SELECT 1 FROM served_contexts WHERE conversation_id = 'disk-a1'", (),
