@@ -51,7 +51,8 @@ async def reader(dsn: str, schema: str, stop: asyncio.Event, latencies: list[tup
 def summary(latencies: list[float]) -> str:
     if not latencies:
         return "no reads"
-    return f"p50 {statistics.median(latencies) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms ({len(latencies)} reads)"
+    p50, top = statistics.median(latencies) * 1000, max(latencies) * 1000
+    return f"p50 {p50:.1f} ms, max {top:.1f} ms ({len(latencies)} reads)"
 
 
 async def measure(rows: int) -> None:
