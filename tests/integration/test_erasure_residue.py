@@ -69,6 +69,14 @@ async def postgres_files(settings) -> tuple[Path, Path | None]:
         log = None
     if not os.access(data / "base", os.R_OK):
         pytest.skip(f"PostgreSQL's data directory {data} is not readable here")
+    from infra.postgres import SERVER_SETTINGS
+
+    names = ("wal_recycle", "wal_keep_size", "archive_mode", "log_statement", "log_min_error_statement",
+             "log_error_verbosity")
+    found = dict(await rows(settings, "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)", (list(names),)))
+    wrong = {n: found.get(n) for n in names if found.get(n) != SERVER_SETTINGS[n]}
+    assert not wrong, (f"the server runs without infra/postgres.py's SERVER_SETTINGS {wrong}: restart it with"
+                       " the launcher (`python -m infra.cli down` then `up`)")
     return data, log if log is not None and log.is_file() else None
 
 
