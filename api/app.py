@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Response
+from typing import Annotated
+
+from fastapi import FastAPI, HTTPException, Request, Response, Security, status
+from fastapi.security import APIKeyHeader
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
-from api import docs_offline, errors, ui
+from api import access_log, docs_offline, errors, ui
 from api.auth import KeyRing
+from api.erasure_requests import ErasureGate
 from api.generation import ActiveGeneration
 from api.routes import lineage as lineage_routes
 from api.routes import erasure
@@ -23,6 +27,10 @@ from runtime.client import MemoryClient
 from core.settings import Settings
 from retrieval.service import warm_up as warm_up_retrieval
 from runtime.db import connect_kwargs
+
+
+metrics_bearer = APIKeyHeader(name="Authorization", scheme_name="MetricsKey", auto_error=False,
+                              description="`Bearer KEY`: a metrics key (MEMORY_API__METRICS_KEYS) or an admin key")
 
 
 def make_api_pool(settings: Settings) -> AsyncConnectionPool:
@@ -45,9 +53,11 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
         app.state.settings = settings
         app.state.keys = KeyRing.for_api(settings.api)
         app.state.admin_keys = KeyRing.for_admin(settings.api)
+        app.state.metrics_keys = KeyRing.for_metrics(settings.api)
         share = tenant_share(settings.api.tenant_max_connections, settings.postgres.pool_max_size,
                              len(settings.api.tenants()))
         app.state.tenant_slots = TenantSlots(share, settings.api.tenant_queue_ms / 1000)
+        app.state.erasure_gate = ErasureGate(settings.api.tenant_queue_ms / 1000)  # api/erasure_requests.py
         app.state.pool = make_api_pool(settings)
         app.state.generation = ActiveGeneration(settings)
         await app.state.pool.open(wait=False)
@@ -81,12 +91,21 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
     docs_offline.install(app)
 
     @app.get("/metrics", tags=["health"], response_class=Response,
-             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}})
-    def metrics() -> Response:
-        """Prometheus metrics of this process."""
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"},
+                        401: {"description": "No scrape key: `Authorization: Bearer` a metrics or admin key"}})
+    def metrics(request: Request, authorization: Annotated[str | None, Security(metrics_bearer)] = None) -> Response:
+        """Prometheus metrics of this process, for a scraper presenting a metrics key
+        (MEMORY_API__METRICS_KEYS) or an admin key as `Authorization: Bearer KEY`: the counters
+        move with every tenant's requests, so no API key reads them (docs/security.md)."""
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or request.app.state.metrics_keys.lookup(key.strip()) is None:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+                                detail="/metrics needs a scrape key: Authorization: Bearer <a MEMORY_API__METRICS_KEYS"
+                                       " or admin key>")
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(lineage_routes.router)  # docs/lineage.md
     app.include_router(erasure.router)  # docs/lineage.md, erasure
     errors.install(app)
+    access_log.install(app.routes)  # templates, never ids or query strings (api/access_log.py)
     return app

@@ -48,6 +48,12 @@ class KeyRing:
         return cls([(key_digest(k), Principal("*", None, "nobody", f"admin sha256:{key_digest(k).hex()[:8]}"))
                     for k in api.admin_keys])
 
+    @classmethod
+    def for_metrics(cls, api: ApiSettings) -> "KeyRing":
+        """Who may scrape /metrics: the metrics keys and the admin keys."""
+        return cls([(key_digest(k), Principal("*", None, "nobody", f"metrics sha256:{key_digest(k).hex()[:8]}"))
+                    for k in [*api.metrics_keys, *api.admin_keys]])
+
     def lookup(self, presented: str | None) -> Principal | None:
         """The principal of a presented key; None for a missing, empty or unknown key. Every
         configured digest is compared (no early exit), each in constant time."""
@@ -63,6 +69,15 @@ class KeyRing:
 
 def forbidden(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_403_FORBIDDEN, detail=detail)
+
+
+def may_read_tenant(principal: Principal, what: str) -> None:
+    """Tenant-wide reads (the conversation list, stats, throughput): a service key that acts for
+    users; a producer key (act_as nobody) reads nothing, a key bound to a user reads no totals."""
+    if principal.user is not None:
+        raise forbidden(f"{what} are per tenant: use a service key")
+    if principal.act_as == "nobody":
+        raise forbidden(f"this key may not read any user's memory (act_as: nobody): no {what}")
 
 
 def conversation_user(principal: Principal, owner: str, named: str | None, action: str) -> str | None:
@@ -102,11 +117,25 @@ def named_user(principal: Principal, named: str | None, action: str) -> str:
     return named
 
 
-def writer_may_append(principal: Principal, user_id: object, owner: str | None) -> None:
-    """A key bound to a user appends only as that user and only to its own conversations."""
-    if principal.user is None:
-        return  # a service key writes for the users of its tenant
-    if user_id != principal.user:
-        raise forbidden(f"this key acts only as user {principal.user!r}: user_id must be {principal.user!r}")
-    if owner is not None and owner != principal.user:
-        raise forbidden("this conversation belongs to another user")
+def writer_may_append(principal: Principal, user_id: object, owner: str | None, other_user: bool = False) -> None:
+    """A key bound to a user appends only as that user and only to its own conversations. A
+    conversation's owner is fixed by its first message: a message for another user is refused
+    (409) unless the key may act for any user and says so (`other_user`, ?other_user=true)."""
+    if principal.user is not None:
+        if user_id != principal.user:
+            raise forbidden(f"this key acts only as user {principal.user!r}: user_id must be {principal.user!r}")
+        if owner is not None and owner != principal.user:
+            raise forbidden("this conversation belongs to another user")
+        return
+    if owner is None or owner == user_id:
+        return
+    if not other_user:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail={
+            "reason": "owner_conflict",
+            "message": f"this conversation belongs to user {owner!r} (its first message): a message for"
+                       f" {user_id!r} is refused; a key granted act_as any_user may add it with ?other_user=true"})
+    if principal.act_as != "any_user":
+        raise forbidden("only a key granted act_as any_user may write another user's message into a conversation"
+                        " (?other_user=true)")
+    audit.info("act-as key=%s tenant=%s user=%s owner=%s action=append other user's message",
+               principal.key_name, principal.tenant, user_id, owner)

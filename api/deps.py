@@ -16,7 +16,7 @@ from psycopg_pool import PoolTimeout
 from api.auth import Principal
 from runtime.client import MemoryClient
 from core.settings import Settings
-from schemas.envelope import Envelope
+from schemas.envelope import Envelope, InvalidEvent
 
 api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error=False,
                               description="API key: selects the tenant and, if bound, the user")
@@ -35,7 +35,15 @@ def get_principal(request: Request, x_api_key: Annotated[str | None, Security(ap
             detail="missing or unknown X-API-Key header",
             headers={"WWW-Authenticate": "ApiKey"},
         )
+    bound_key_names_another(principal, request.headers.get("x-user-id"))
     return principal
+
+
+def bound_key_names_another(principal: Principal, named: str | None) -> None:
+    """A key bound to a user naming another one (X-User-Id) is refused on every route, including
+    those that take no X-User-Id: the header is honoured or refused, never ignored."""
+    if principal.user is not None and named and named != principal.user:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"this key acts only as user {principal.user!r}")
 
 
 def get_tenant(principal: Annotated[Principal, Depends(get_principal)]) -> str:
@@ -110,6 +118,9 @@ async def append_or_503(request: Request, envelope: Envelope) -> RecordMetadata:
     timeout = request.app.state.settings.api.produce_timeout_s
     try:
         return await asyncio.wait_for(request.app.state.client.append(envelope), timeout)
+    except InvalidEvent as exc:  # the caller's input (a NUL in a text, a size): refused, nothing appended
+        code = 413 if exc.reason in ("oversized", "metadata_too_large") else 422
+        raise HTTPException(code, detail={"reason": exc.reason, "message": exc.detail}) from None
     except TimeoutError:
         detail = f"the log did not acknowledge within {timeout:g} s; retry with the same event_id"
     except Exception as exc:  # noqa: BLE001 - Kafka unavailable

@@ -3,6 +3,8 @@
 - 422: {"detail": {"reason", "message", "errors"?}} for every endpoint (FastAPI's own
   validation errors are turned into the same shape the ingest endpoint uses);
 - 400: a path with an encoded '/' or a '.'/'..' segment, a body that is not UTF-8 or nests too deep;
+- 422 (reason `invalid_field`): a NUL (%00) in the path or any query parameter (PostgreSQL cannot
+  store it: one check here for every route, never a 500 or a silently empty answer);
 - 404 names the endpoint; 405 carries `Allow` with every method of the path;
 - a statement timeout, an unreachable database or a full pool: 503 with Retry-After.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote
 
 import psycopg
 from fastapi import FastAPI, HTTPException, Request
@@ -37,6 +39,12 @@ def one_line(text: str, field: str) -> str:
     if not normalized:
         raise HTTPException(422, detail={"reason": "invalid_request", "message": f"{field}: is blank"})
     return normalized
+
+
+def route_template(scope: dict) -> str:
+    """The matched route's path template ("/v1/facts/{fact_id}"), never the ids or the query."""
+    route = scope.get("route")
+    return getattr(route, "path", None) or "(no route)"
 
 
 async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -79,14 +87,43 @@ async def statement_timeout(request: Request, exc: psycopg.errors.QueryCanceled)
                         status_code=503, headers=RETRY)
 
 
+async def unstorable_value(request: Request, exc: psycopg.DataError) -> JSONResponse:
+    """A value PostgreSQL refuses (a NUL in a body's text): the caller's input, not a server fault."""
+    return JSONResponse({"detail": {"reason": "invalid_request",
+                                    "message": f"a value of the request cannot be stored or searched: {exc}"}},
+                        status_code=422)
+
+
 async def database_down(request: Request, exc: Exception) -> JSONResponse:
-    log.warning("database unavailable for %s %s: %s", request.method, request.url.path, exc)
+    log.warning("database unavailable for %s %s: %s", request.method, route_template(request.scope), exc)
     return JSONResponse({"detail": "the database is unavailable; retry shortly"}, status_code=503, headers=RETRY)
 
 
+def nul_problem(path: str, query_string: bytes) -> JSONResponse | None:
+    """The 422 for a NUL in the path or in query parameters, naming each place; None when there
+    is none. PostgreSQL cannot store a NUL: refused here, for every route, rather than a 500 or
+    a silently empty answer further in."""
+    errors = []
+    if "\x00" in path:
+        errors.append({"loc": ["path"], "msg": "holds a NUL (%00): not a valid identifier", "type": "nul_character"})
+    if b"%00" in query_string or b"\x00" in query_string:
+        named = [name for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True,
+                                                   encoding="utf-8", errors="replace")
+                 if "\x00" in name or "\x00" in value]
+        errors += [{"loc": ["query", name.replace("\x00", "\\0")], "msg": "must not contain NUL (%00)",
+                    "type": "nul_character"} for name in dict.fromkeys(named)]
+    if not errors:
+        return None
+    message = "; ".join(f"{_loc(e['loc'])}: {e['msg']}" for e in errors)
+    return JSONResponse({"detail": {"reason": "invalid_field", "message": message, "errors": errors}},
+                        status_code=422)
+
+
 class PathGuard:
-    """ASGI middleware: an encoded '/' or a '.'/'..' segment is refused with a 400 naming it
-    (identifiers never contain '/', and a dot segment would address another resource)."""
+    """ASGI middleware, in front of every route: an encoded '/', a '.'/'..' segment or a NUL in
+    the path is refused with a 400 naming it (identifiers never contain '/', a dot segment would
+    address another resource); a NUL in the path or a query parameter with a 422 naming it
+    (`nul_problem`)."""
 
     def __init__(self, app) -> None:
         self.app = app
@@ -102,6 +139,10 @@ class PathGuard:
             if problem:
                 await JSONResponse({"detail": problem}, status_code=400)(scope, receive, send)
                 return
+            refused = nul_problem(scope["path"], scope.get("query_string") or b"")
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 
@@ -110,6 +151,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(psycopg.errors.QueryCanceled, statement_timeout)
     app.add_exception_handler(psycopg.OperationalError, database_down)
+    app.add_exception_handler(psycopg.DataError, unstorable_value)
     app.add_exception_handler(PoolTimeout, database_down)
     app.add_middleware(PathGuard)
     app.openapi = lambda: _openapi(app)

@@ -30,9 +30,10 @@ class TenantSlots:
     waits up to `queue_s` for a slot of its own tenant, then gets 429 with Retry-After.
     `per_tenant=None`: no share (a single-tenant deployment), `hold` lets every request by."""
 
-    def __init__(self, per_tenant: int | None, queue_s: float) -> None:
+    def __init__(self, per_tenant: int | None, queue_s: float, what: str = "database reads") -> None:
         self.per_tenant = per_tenant
         self.queue_s = queue_s
+        self.what = what
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._users: dict[str, int] = {}
 
@@ -52,7 +53,7 @@ class TenantSlots:
             except TimeoutError:
                 raise HTTPException(
                     status.HTTP_429_TOO_MANY_REQUESTS,
-                    detail=f"this tenant already has {self.per_tenant} database reads in progress; retry shortly",
+                    detail=f"this tenant already has {self.per_tenant} {self.what} in progress; retry shortly",
                     headers={"Retry-After": "1"},
                 ) from None
             try:

@@ -130,6 +130,10 @@ class ApiSettings(BaseModel):
     )
     # Keys for the operator endpoints (/v1/admin: generations and replay progress), plain or hashed.
     admin_keys: list[str] = Field(default_factory=lambda: [DEV_ADMIN_KEY])
+    # Keys a Prometheus scraper presents to the API's /metrics (`Authorization: Bearer KEY`),
+    # plain or hashed; an admin key works too. /metrics answers 401 without one: its counters
+    # move with every tenant's requests (docs/security.md, "Metrics").
+    metrics_keys: list[str] = Field(default_factory=list)
     # How long /context may wait for the projection to reach ?min_seq.
     max_wait_ms: int = Field(default=2000, ge=0)
     # /context waits for min_seq only when it is at most this far past the conversation's
@@ -157,7 +161,7 @@ class ApiSettings(BaseModel):
             _check_key_entry(entry)
         return value
 
-    @field_validator("admin_keys")
+    @field_validator("admin_keys", "metrics_keys")
     @classmethod
     def _no_empty_admin_keys(cls, value: list[str]) -> list[str]:
         return [_check_key_entry(entry) for entry in value]
@@ -538,7 +542,8 @@ class Settings(BaseSettings):
                              " in PostgreSQL as they are; set MEMORY_PRIVACY__MASTER_KEYS or MEMORY_PRIVACY__MASTER_KEY_FILE"
                              " (docs/security.md, 'Data keys at rest')")
         for entries, dev, what in ((list(self.api.api_keys), DEV_API_KEY, "API"),
-                                   (self.api.admin_keys, DEV_ADMIN_KEY, "admin")):
+                                   (self.api.admin_keys, DEV_ADMIN_KEY, "admin"),
+                                   (self.api.metrics_keys, DEV_ADMIN_KEY, "metrics")):
             if key_digest(dev) in {key_digest(e) for e in entries}:
                 raise ValueError(f"refusing the development {what} key {dev!r} in production")
             plain = [e for e in entries if not e.startswith(HASHED_PREFIX)]

@@ -6,7 +6,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
 
 from api.as_of import context_as_of, projection_clock
 from api.auth import conversation_user
@@ -22,6 +22,15 @@ from schemas.envelope import IDENTIFIER, conversation_key
 router = APIRouter(prefix="/v1/conversations", tags=["context"])
 MAX_SEQ = 2**31 - 1  # the seq column's range: nothing past it can exist
 ConversationId = Path(pattern=IDENTIFIER, max_length=200, description="The conversation")
+UserIdHeader = Header(None, alias="X-User-Id", pattern=IDENTIFIER, max_length=200,
+                      description="The acting user (as ?user_id=), for a service key granted act_as any_user")
+
+
+def named_in(header: str | None, query: str | None = None) -> str | None:
+    """The user a request names with X-User-Id and/or ?user_id= (400 when they differ)."""
+    if header and query and header != query:
+        raise HTTPException(400, detail="X-User-Id and user_id name different users")
+    return header or query
 
 
 @router.get("/{conversation_id}/context", response_model=ContextOut)
@@ -50,13 +59,15 @@ async def turn_context(
                                   " with the recorded one (docs/lineage.md); not recorded itself"),
     *,
     request: Request,
+    x_user_id: str | None = UserIdHeader,
 ) -> ContextOut:
     """Latest completed summary + the gap messages after it, relevant memories and the active topic,
     with the watermark it reflects."""
     tenant = principal.tenant
     conversation = await _wait_for(conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms),
                                    settings.api.max_seq_ahead, request.app.state.log_ends)
-    user = None if conversation is None else conversation_user(principal, conversation.user_id, user_id, "context")
+    user = None if conversation is None else conversation_user(principal, conversation.user_id,
+                                                                    named_in(x_user_id, user_id), "context")
     if conversation is None or user is None:
         raise HTTPException(404, detail=f"conversation {conversation_id!r} not found")
     wanted = ContextRequest(

@@ -7,7 +7,7 @@ from datetime import datetime
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
-from api.auth import conversation_user
+from api.auth import conversation_user, may_read_tenant
 from api.deps import ConnDep, PrincipalDep
 from api.routes.context import ConversationId
 from api.routes.search import storable_text
@@ -47,7 +47,10 @@ async def list_conversations(
     q: str | None = Query(None, max_length=200, description="Part of the conversation, user or subject id"),
     limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=1_000_000),
 ) -> ConversationsOut:
-    """The tenant's conversations, most recently updated first (a key bound to a user: its own)."""
+    """The tenant's conversations, most recently updated first (a key bound to a user: its own;
+    a producer key, act_as nobody: 403)."""
+    if principal.user is None:
+        may_read_tenant(principal, "conversations")
     storable_text(q, "q")
     rows, total = await sq.list_conversations(conn, principal.tenant, q=q, user_id=principal.user,
                                               limit=limit, offset=offset)

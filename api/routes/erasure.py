@@ -1,19 +1,26 @@
 """Erasure (docs/lineage.md): forget a user or a conversation. The request appends a
 `user.erased` / `conversation.erased` event to the conversation log and answers 202 with its
-id; the `erasure` projector deletes what was derived from it (projections/erasure.py)."""
+id; the `erasure` projector deletes what was derived from it (projections/erasure.py). A
+request repeated while the last one is in flight gets that one back, and one tenant's
+erasure requests run one at a time (api/erasure_requests.py, docs/security.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from collections.abc import AsyncIterator
 from typing import Annotated
+
+import psycopg
 
 from fastapi import APIRouter, HTTPException, Path, Query, Request, Security, status
 from pydantic import BaseModel, Field
 
+from api import erasure_requests
 from api.auth import conversation_user, forbidden
 from api.deps import ConnDep, PrincipalDep, admin_key_header, api_key_header, append_or_503
-from api.routes.context import ConversationId
+from api.routes.context import ConversationId, UserIdHeader, named_in
 from core import privacy
 from schemas import erasure_events as ee
 from schemas.codec import new_event
@@ -27,6 +34,8 @@ class ErasureAccepted(BaseModel):
     tenant_id: str
     erased: str = Field(description="'user' or 'conversation'")
     id: str
+    already_requested: bool = Field(False, description="An erasure of the same user or conversation was still in"
+                                                       " flight: `event_id` is that request's, nothing was appended")
 
 
 def forget_query_vectors(request: Request) -> None:
@@ -35,6 +44,38 @@ def forget_query_vectors(request: Request) -> None:
     embedder = getattr(request.app.state, "retrieval_embedder", None)
     if embedder is not None and hasattr(embedder, "clear"):
         embedder.clear()
+
+
+@contextlib.asynccontextmanager
+async def _read_model(request: Request, tenant: str) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A pooled connection on the active generation, within the tenant's share of the pool."""
+    state = request.app.state
+    async with state.tenant_slots.hold(tenant), \
+            state.pool.connection(timeout=state.settings.api.pool_timeout_s) as conn:
+        await state.generation.use(conn)
+        yield conn
+
+
+async def _erase_once(request: Request, conn, envelope, kind: str, target: str, work) -> ErasureAccepted:
+    """Claim the erasure of `target` (api/erasure_requests.py): a request repeated while one is
+    in flight gets that one at once. The claiming request waits for its tenant's erasure slot,
+    runs `work` (key destruction) and appends `envelope`; the claim is released when any of it
+    fails (a 429 from the slot, a 503 from the log)."""
+    tenant = envelope.tenant_id
+    accepted = dict(tenant_id=tenant, erased=kind, id=target)
+    pending = await erasure_requests.claim(conn, tenant, kind, target, envelope.event_id)
+    if pending is not None:
+        return ErasureAccepted(event_id=pending, already_requested=True, **accepted)
+    try:
+        async with request.app.state.erasure_gate.hold(tenant):
+            if work is not None:
+                await work()
+            await append_or_503(request, envelope)
+    except BaseException:
+        await erasure_requests.release(conn, tenant, kind, target, envelope.event_id)
+        raise
+    forget_query_vectors(request)
+    return ErasureAccepted(event_id=envelope.event_id, **accepted)
 
 
 @router.delete("/v1/users/{user_id}", status_code=status.HTTP_202_ACCEPTED, response_model=ErasureAccepted)
@@ -62,32 +103,35 @@ async def erase_user(
         if tenant_id not in (None, principal.tenant):
             raise forbidden(f"this key belongs to tenant {principal.tenant!r}")
         tenant, actor = principal.tenant, user_id
-    # Crypto-shredding first: every sealed copy of the user's messages becomes unreadable.
-    await asyncio.to_thread(privacy.key_store(request.app.state.settings).destroy, tenant, user_id)
     envelope = new_event(ee.USER_ERASED, ee.UserErased(erased_user_id=user_id), tenant_id=tenant,
                          conversation_id=ee.erasure_stream(user_id), user_id=_actor(actor))
-    await append_or_503(request, envelope)
-    forget_query_vectors(request)
-    return ErasureAccepted(event_id=envelope.event_id, tenant_id=tenant, erased="user", id=user_id)
+
+    async def shred() -> None:  # crypto-shredding first: every sealed copy of the user's messages goes unreadable
+        await asyncio.to_thread(privacy.key_store(request.app.state.settings).destroy, tenant, user_id)
+
+    async with _read_model(request, tenant) as conn:
+        return await _erase_once(request, conn, envelope, "user", user_id, shred)
 
 
 @router.delete("/v1/conversations/{conversation_id}", status_code=status.HTTP_202_ACCEPTED,
                response_model=ErasureAccepted)
 async def erase_conversation(request: Request, principal: PrincipalDep, conn: ConnDep,
-                             conversation_id: str = ConversationId) -> ErasureAccepted:
-    """Forget one conversation and all memory derived from it (its owner, or a key acting as it)."""
+                             conversation_id: str = ConversationId,
+                             x_user_id: str | None = UserIdHeader) -> ErasureAccepted:
+    """Forget one conversation and all memory derived from it (its owner, or a key acting as it).
+    A service key naming a user (X-User-Id) erases only a conversation that user owns (403)."""
     row = await (await conn.execute("SELECT user_id FROM conversations WHERE tenant_id = %s AND conversation_id = %s",
                                     (principal.tenant, conversation_id))).fetchone()
-    user = conversation_user(principal, row[0], None, "erase conversation") if row else None
+    user = conversation_user(principal, row[0], named_in(x_user_id), "erase conversation") if row else None
     if user is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"conversation {conversation_id!r} not found")
+    if user != row[0]:
+        raise forbidden(f"conversation {conversation_id!r} does not belong to user {user!r} (X-User-Id):"
+                        " only its owner's conversation is erased")
     await conn.rollback()
     envelope = new_event(ee.CONVERSATION_ERASED, ee.ConversationErased(erased_conversation_id=conversation_id),
                          tenant_id=principal.tenant, conversation_id=conversation_id, user_id=user)
-    await append_or_503(request, envelope)
-    forget_query_vectors(request)
-    return ErasureAccepted(event_id=envelope.event_id, tenant_id=principal.tenant, erased="conversation",
-                           id=conversation_id)
+    return await _erase_once(request, conn, envelope, "conversation", conversation_id, None)
 
 
 def _identifier(value: str) -> bool:

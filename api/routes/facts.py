@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.errors import one_line
 from api.auth import Principal, named_user
 from api.deps import ConnDep, PrincipalDep, append_or_503
+from api.routes.context import named_in
 from projections import fact_queries as q
 from retrieval.service import embedder_for
 from schemas import facts_events as fe
@@ -102,9 +103,7 @@ def _out(row: q.FactRow, user_id: str, links: list[q.LinkRow]) -> FactOut:
 
 
 def _acting_user(principal: Principal, action: str, header: str | None, query: str | None = None) -> str:
-    if header and query and header != query:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="X-User-Id and user_id name different users")
-    return named_user(principal, header or query, action)
+    return named_user(principal, named_in(header, query), action)
 
 
 async def _visible(conn, tenant: str, fact_id: str, user: str) -> q.FactRow:

@@ -11,11 +11,15 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
+import logging
+
 import orjson
-from fastapi import APIRouter, HTTPException, Request, Response, status
+import psycopg
+from fastapi import APIRouter, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from psycopg_pool import PoolTimeout
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.auth import writer_may_append
@@ -25,6 +29,7 @@ from projections import queries
 from core import metrics
 from schemas.envelope import InvalidEvent
 
+log = logging.getLogger(__name__)
 TOO_LARGE_REASONS = frozenset({"oversized", "metadata_too_large"})
 # JSON around the event's own fields (the envelope adds about as much as the body's keys).
 BODY_SLACK_BYTES = 4096
@@ -134,6 +139,7 @@ class Appended(BaseModel):
 class Refusal(BaseModel):
     reason: str = Field(description="The dead-letter topic's reason code, e.g. invalid_field, out_of_range")
     message: str
+    errors: list[dict[str, Any]] | None = Field(None, description="Every refused field: loc, msg, type (the reason)")
 
 
 class Refused(BaseModel):
@@ -142,21 +148,26 @@ class Refused(BaseModel):
 
 @router.post(
     "/{conversation_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=Appended,
-    responses={413: {"model": Refused, "description": "Body or metadata over its limit; nothing appended"},
-               422: {"model": Refused, "description": "Refused input (reason codes of docs/backbone.md); nothing"
+    responses={409: {"model": Refused, "description": "The conversation belongs to another user (owner_conflict),"
+                                                      " or the seq holds another message (seq_conflict); nothing"
                                                       " appended"},
+               413: {"model": Refused, "description": "Body or metadata over its limit; nothing appended"},
+               422: {"model": Refused, "description": "Refused input (reason codes of docs/backbone.md), every bad"
+                                                      " field listed in `errors`; nothing appended"},
                503: {"description": "The log (Kafka) is unavailable"}},
 )
 async def append_message(body: MessageIn, principal: PrincipalDep, client: ClientDep, request: Request,
-                         conversation_id: str = ConversationId) -> Appended:
-    """Validate and append to the conversation log. 413 or 422 with a reason code on bad input."""
+                         conversation_id: str = ConversationId,
+                         other_user: bool = Query(False, description="The message's user is not the conversation's"
+                                                  " owner (its first message's user): add it anyway (a key granted"
+                                                  " act_as any_user only; else 409)")) -> Appended:
+    """Validate and append to the conversation log. 413 or 422 with a reason code on bad input;
+    409 when the read model already knows the conversation's owner or the seq to differ."""
     tenant = principal.tenant
-    await _may_append(request, principal, conversation_id, body.user_id)
-    try:
-        envelope = client.message_event(tenant_id=tenant, conversation_id=conversation_id, **body.model_dump())
-    except InvalidEvent as exc:
-        code = status.HTTP_413_CONTENT_TOO_LARGE if exc.reason in TOO_LARGE_REASONS else status.HTTP_422_UNPROCESSABLE_CONTENT
-        raise HTTPException(code, detail={"reason": exc.reason, "message": exc.detail}) from None
+    envelope = _envelope(client, tenant, conversation_id, body)
+    stored = await _check_against_read_model(request, principal, conversation_id, envelope, other_user)
+    if stored is not None:  # the same message is already projected at this seq: nothing appended
+        return stored
     meta = await append_or_503(request, envelope)
     metrics.INGESTED.inc()
     return Appended(
@@ -165,14 +176,78 @@ async def append_message(body: MessageIn, principal: PrincipalDep, client: Clien
     )
 
 
-async def _may_append(request: Request, principal, conversation_id: str, user_id: object) -> None:
-    """A key bound to a user appends as that user, to its own conversations only."""
-    if principal.user is None:
-        return
-    owner = None
-    if user_id == principal.user:
-        async with request.app.state.pool.connection(timeout=request.app.state.settings.api.pool_timeout_s) as conn:
-            await request.app.state.generation.use(conn)
+# A valid value of each field, to check one field of a refused body on its own (every bad field named).
+_STAND_INS = {"user_id": "u", "seq": 0, "role": "user", "content": "x", "subject_id": None, "metadata": None,
+              "event_id": None, "occurred_at": None}
+
+
+def _envelope(client, tenant: str, conversation_id: str, body: MessageIn):
+    """The checked event, or the refusal: 413 for a size, else 422 listing every bad field."""
+    fields = body.model_dump()
+    problems = _field_problems(client, tenant, conversation_id, fields)
+    if not problems:
+        try:
+            return client.message_event(tenant_id=tenant, conversation_id=conversation_id, **fields)
+        except InvalidEvent as exc:  # the fields together (e.g. the whole event's size)
+            problems = [(None, exc.reason, exc.detail)]
+    too_large = [p for p in problems if p[1] in TOO_LARGE_REASONS]
+    if too_large:
+        raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE,
+                            detail={"reason": too_large[0][1], "message": too_large[0][2]})
+    raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail={
+        "reason": problems[0][1], "message": "; ".join(message for _, _, message in problems)[:2000],
+        "errors": [{"loc": ["body", field] if field else ["body"], "msg": message, "type": reason}
+                   for field, reason, message in problems]})
+
+
+def _field_problems(client, tenant: str, conversation_id: str, fields: dict) -> list[tuple[str, str, str]]:
+    """(field, reason, message) of every field that is refused on its own (the event's rules,
+    schemas/limits.py, and a blank content)."""
+    problems = []
+    for name in _STAND_INS:
+        try:
+            client.message_event(tenant_id=tenant, conversation_id=conversation_id,
+                                 **{**_STAND_INS, name: fields[name]})
+        except InvalidEvent as exc:
+            problems.append((name, exc.reason, exc.detail))
+    content = fields["content"]
+    if isinstance(content, str) and not content.strip() and not any(p[0] == "content" for p in problems):
+        problems.append(("content", "invalid_field", "content: is empty (a message holds some text)"))
+    return problems
+
+
+async def _check_against_read_model(request: Request, principal, conversation_id: str, envelope,
+                                    other_user: bool) -> Appended | None:
+    """What the read model already knows: the conversation's owner (fixed by its first message;
+    api/auth.py writer_may_append) and the message at this seq. A different message at a taken
+    seq is a 409 (the projector would dead-letter it as seq_conflict); the same message again
+    (user, role, content) is answered with the stored event and nothing is appended. Messages
+    still on their way to the read model are not known here: they are checked by the projector."""
+    state = request.app.state
+    try:
+        async with state.tenant_slots.hold(principal.tenant), \
+                state.pool.connection(timeout=state.settings.api.pool_timeout_s) as conn:
+            await state.generation.use(conn)
             found = await queries.get_conversation(conn, principal.tenant, conversation_id)
-            owner = found.user_id if found else None
-    writer_may_append(principal, user_id, owner)
+            writer_may_append(principal, envelope.user_id, found.user_id if found else None, other_user)
+            if found is None or envelope.seq > found.last_seq:
+                return None
+            row = await (await conn.execute(
+                "SELECT event_id, user_id, role, content, source_partition, source_offset FROM messages"
+                " WHERE tenant_id = %s AND conversation_id = %s AND seq = %s",
+                (principal.tenant, conversation_id, envelope.seq))).fetchone()
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        if principal.user is not None:
+            raise  # a user key's ownership cannot be checked: 503 (api/errors.py)
+        # Ingest keeps working while PostgreSQL is down; the projector still refuses a taken seq.
+        log.warning("ingest without the read model's checks (PostgreSQL unavailable): %s", type(exc).__name__)
+        return None
+    if row is None or row[0] == envelope.event_id:
+        return None  # a free seq, or the same event again (the projector counts it as a duplicate)
+    if (row[1], row[2], row[3]) == (envelope.user_id, envelope.payload.get("role"), envelope.payload.get("content")):
+        return Appended(event_id=row[0], conversation_id=conversation_id, seq=envelope.seq,
+                        partition=row[4], offset=row[5])
+    raise HTTPException(status.HTTP_409_CONFLICT, detail={
+        "reason": "seq_conflict",
+        "message": f"seq {envelope.seq} of conversation {conversation_id!r} already holds another message"
+                   f" (event {row[0]}): nothing appended; the next free seq is at least {found.last_seq + 1}"})

@@ -9,6 +9,7 @@ import psycopg
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from pydantic import BaseModel, Field
 
+from api.auth import may_read_tenant
 from api.deps import ConnDep, PrincipalDep
 from api.routes.admin import AdminDep
 from projections import progress as replays
@@ -93,9 +94,9 @@ def _llm(settings: Settings, generation: str) -> dict[str, dict[str, int]]:
 @router.get("/stats", response_model=StatsOut)
 async def stats(request: Request, principal: PrincipalDep, conn: ConnDep) -> StatsOut:
     """Counts of this tenant's memory, the serving generation's LLM calls and cache hits, how far
-    the projection lags the log, and the dead letters. A key bound to a user may not read them."""
-    if principal.user is not None:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="stats are per tenant: use a service key")
+    the projection lags the log, and the dead letters. A key bound to a user or a producer key
+    (act_as nobody) may not read them."""
+    may_read_tenant(principal, "stats")
     settings: Settings = request.app.state.settings
     generation = (await request.app.state.generation.schema(conn)).removeprefix("gen_")
     counts: dict[str, Any] = await sq.tenant_counts(conn, principal.tenant)

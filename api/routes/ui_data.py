@@ -17,8 +17,8 @@ import psycopg
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security, status
 from pydantic import BaseModel
 
-from api.auth import Principal, audit, conversation_user
-from api.deps import admin_key_header, api_key_header, get_conn
+from api.auth import Principal, audit, conversation_user, may_read_tenant
+from api.deps import admin_key_header, api_key_header, bound_key_names_another, get_conn
 from api.routes import conversations, stats
 from api.routes.admin import AdminDep
 from api.routes.context import ConversationId
@@ -64,6 +64,7 @@ def get_reader(request: Request, x_api_key: Annotated[str | None, Security(api_k
                             headers={"WWW-Authenticate": "ApiKey"})
     if tenant is not None and tenant != principal.tenant:
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail="an API key reads only its own tenant")
+    bound_key_names_another(principal, request.headers.get("x-user-id"))
     return Reader(principal, principal.tenant)
 
 
@@ -183,8 +184,8 @@ async def throughput(reader: ReaderDep,
                      conn: Annotated[psycopg.AsyncConnection, Depends(reader_conn)]) -> dict[str, dict[str, int]]:
     """Rows the read model took in over the last minute, 5 minutes and hour (messages, summaries
     completed and failed, chunks, facts) for the tenant."""
-    if reader.principal is not None and reader.principal.user is not None:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="throughput is per tenant: use a service key")
+    if reader.principal is not None:
+        may_read_tenant(reader.principal, "throughput figures")
     return await uq.throughput(conn, reader.tenant)
 
 

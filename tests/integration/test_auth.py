@@ -335,7 +335,8 @@ async def test_clear_answers_for_malformed_requests(settings):
     settings = with_keys(settings)
     key = {"X-API-Key": "svc-owner"}
     async with running_api(settings) as base, httpx.AsyncClient(base_url=base, timeout=30) as http:
-        metrics = await http.get("/metrics", follow_redirects=False)
+        admin = settings.api.admin_keys[0]  # /metrics answers a scrape or admin key (test_side_channels.py)
+        metrics = await http.get("/metrics", follow_redirects=False, headers={"Authorization": f"Bearer {admin}"})
         assert metrics.status_code == 200 and "python_gc_objects_collected_total" in metrics.text
 
         slash = await http.get("/v1/conversations/a%2Fb/context", headers=key)

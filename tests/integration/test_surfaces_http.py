@@ -266,7 +266,7 @@ async def test_api_docs_work_offline_and_metrics_answer_without_a_redirect(setti
                     answer = await http.get(asset)
                     assert answer.status_code == 200 and len(answer.content) > 1000, asset
             assert (await http.get("/docs/oauth2-redirect")).status_code == 200
-            metrics = await http.get("/metrics")
+            metrics = await http.get("/metrics", headers={"Authorization": f"Bearer {settings.api.admin_keys[0]}"})
             assert metrics.status_code == 200 and "memory_ingested_messages_total" in metrics.text
             schema = (await http.get("/openapi.json")).json()
     for path in ("/v1/search", "/v1/memories", "/v1/export", "/v1/stats", "/v1/conversations",

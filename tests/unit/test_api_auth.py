@@ -10,7 +10,7 @@ from fastapi import HTTPException
 from pydantic import ValidationError
 
 import api.auth as auth
-from api.auth import KeyRing, Principal, conversation_user, named_user, writer_may_append
+from api.auth import KeyRing, Principal, conversation_user, may_read_tenant, named_user, writer_may_append
 from core.settings import ApiKeyGrant, ApiSettings, Settings
 
 
@@ -120,8 +120,30 @@ def test_named_users_for_the_facts_endpoints():
 def test_a_user_key_appends_only_as_itself_to_its_own_conversations():
     writer_may_append(USER, "alice", None)
     writer_may_append(USER, "alice", "alice")
-    writer_may_append(OWNER, "anyone", "someone")
     for user_id, owner in (("bob", None), ("alice", "bob")):
         with pytest.raises(HTTPException) as refused:
             writer_may_append(USER, user_id, owner)
+        assert refused.value.status_code == 403
+
+
+def test_a_conversations_owner_is_fixed_by_its_first_message():
+    for key in (OWNER, ANY, NOBODY):
+        writer_may_append(key, "someone", None)
+        writer_may_append(key, "someone", "someone")
+        with pytest.raises(HTTPException) as refused:
+            writer_may_append(key, "anyone", "someone")
+        assert refused.value.status_code == 409 and refused.value.detail["reason"] == "owner_conflict"
+    writer_may_append(ANY, "anyone", "someone", other_user=True)  # granted any_user and says so
+    for key in (OWNER, NOBODY):
+        with pytest.raises(HTTPException) as refused:
+            writer_may_append(key, "anyone", "someone", other_user=True)
+        assert refused.value.status_code == 403
+
+
+def test_a_producer_key_reads_no_tenant_totals():
+    may_read_tenant(OWNER, "stats")
+    may_read_tenant(ANY, "stats")
+    for key in (NOBODY, USER):
+        with pytest.raises(HTTPException) as refused:
+            may_read_tenant(key, "stats")
         assert refused.value.status_code == 403
