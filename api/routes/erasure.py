@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 
 from api import erasure_requests
 from api.auth import conversation_user, forbidden
-from api.deps import ConnDep, PrincipalDep, admin_key_header, api_key_header, append_or_503
+from api.deps import (ConnDep, PrincipalDep, admin_key_header, api_key_header, append_or_503,
+                      bound_key_names_another)
 from api.routes.context import ConversationId, UserIdHeader, named_in
 from core import privacy
 from schemas import erasure_events as ee
@@ -100,6 +101,7 @@ async def erase_user(
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail="missing or unknown X-Admin-Key / X-API-Key header")
         if principal.user != user_id:
             raise forbidden("only an operator key or a key bound to this user may erase it")
+        bound_key_names_another(principal, request.headers.get("x-user-id"))
         if tenant_id not in (None, principal.tenant):
             raise forbidden(f"this key belongs to tenant {principal.tenant!r}")
         tenant, actor = principal.tenant, user_id
