@@ -4,6 +4,7 @@ API's (no internet): every asset they need is served by the app."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 
 import pytest
@@ -47,5 +48,8 @@ async def test_swagger_ui_and_redoc_render_without_internet(settings):
     assert page["operations"] >= 20  # every endpoint rendered from /openapi.json by the local bundle
     assert "/v1/search" in page["swagger"] and "/v1/memories" in page["swagger"]
     assert "Memory Agent" in page["redoc"] and "/v1/export" in page["redoc"]
-    # Both pages render under their Content-Security-Policy (api/docs_offline.py): nothing refused.
-    assert page["csp_violations"] == [], page["csp_violations"]
+    # Both pages render under their Content-Security-Policy (api/docs_offline.py): nothing of this
+    # origin is refused (inline script by its hash, styles, the blob: worker); what it refuses is
+    # third-party (ReDoc's logo from its CDN), which is the point.
+    ours = [m for m in page["csp_violations"] if not re.search(r"'https?://(?!127\.0\.0\.1)", m.split(" violates")[0])]
+    assert ours == [], page["csp_violations"]
