@@ -1,6 +1,7 @@
 """Sentences per second of the local all-MiniLM-L6-v2 ONNX embedder on this machine.
 
     python -m bench.embeddings_speed [--sentences 2000] [--batch-size 32] [--threads 0]
+    python -m bench.embeddings_speed --texts locomo --sentences 5882 --threads 1   # the burst's texts
 (from the repo root; `python bench/embeddings_speed.py` works too)
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file, not installed
 
+from bench.burst_workload import burst  # noqa: E402
 from core.embeddings import LocalOnnxEmbedder  # noqa: E402
 
 _WORDS = (
@@ -38,10 +40,14 @@ async def main() -> None:
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=0, help="0 = onnxruntime default")
+    parser.add_argument("--texts", choices=["words", "longconv", "locomo"], default="words",
+                        help="words: random sentences of 8-30 words; longconv / locomo: the messages of "
+                             "bench/burst_workload.py (what system_bench --workload feeds the worker)")
     args = parser.parse_args()
     embedder = LocalOnnxEmbedder(batch_size=args.batch_size, intra_op_threads=args.threads)
     await embedder.embed_documents(sentences(64, seed=1))  # load + warm up
-    texts = sentences(args.sentences)
+    texts = sentences(args.sentences) if args.texts == "words" else \
+        [m.content for m in burst(args.texts, args.sentences)]
     started, cpu_started = time.perf_counter(), time.process_time()
     vectors = await embedder.embed_documents(texts)
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
@@ -56,7 +62,9 @@ async def main() -> None:
           f"(shape {vectors.shape})")
     # CPU seconds hardly depend on other load: on a shared box they say what an idle
     # machine would do (sentences per CPU-second x cores, if the threads scale).
-    print(f"cpu time {cpu:.2f}s = {len(texts) / cpu:.0f} sentences per CPU-second; "
+    print(f"cpu time {cpu:.2f}s = {len(texts) / cpu:.0f} sentences per CPU-second = "
+          f"{1000 * cpu / len(texts):.2f} CPU-ms per text ({args.texts}, mean "
+          f"{sum(map(len, texts)) / len(texts):.0f} characters); "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"one query at a time: {one_ms:.1f} ms each")
 

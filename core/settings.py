@@ -245,9 +245,15 @@ class EmbeddingSettings(BaseModel):
     # a string (even "") overrides them.
     query_prefix: str | None = None
     document_prefix: str | None = None
+    # Texts per model call (local: per ONNX run; remote: per request).
     batch_size: int = Field(default=32, ge=1)
-    # Local ONNX model: intra-op threads (0 = onnxruntime's default, one per core).
+    # Local ONNX model: intra-op threads (0 = auto: half the cores, at least one).
     intra_op_threads: int = Field(default=0, ge=0)
+    # The process's one embedding queue (local and stub models; docs/llm-and-embeddings.md): an idle
+    # model waits this long for more requests to batch with the first; callers wait while this
+    # many texts are submitted and not yet embedded.
+    queue_linger_ms: float = Field(default=2.0, ge=0)
+    queue_max_pending: int = Field(default=4096, ge=1)
     max_length: int = Field(default=256, ge=8, le=512)
     # Remote provider.
     timeout_s: float = Field(default=30.0, gt=0)
