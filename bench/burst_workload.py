@@ -1,7 +1,7 @@
 """Long dated two-person conversations as a burst of messages for the benches: from the generator
 (`bench/longconv.py`, ~51 characters a message) or from the LoCoMo development set read at run time
 (~128 characters a message; CC BY-NC, never copied into the repository: `MEMORY_BENCH_LOCOMO` or
-`../shared/eval-data/locomo-dev.json` relative to the repository).
+`shared/eval-data/locomo-dev.json` beside the repository or above it).
 
     python -m bench.system_bench --models offline --workload locomo --messages 5882
     python -m bench.embeddings_speed --texts locomo --sentences 5882 --threads 1
@@ -33,8 +33,14 @@ class BurstMessage:
 
 
 def locomo_path() -> Path:
-    return Path(os.environ.get("MEMORY_BENCH_LOCOMO")
-                or Path(__file__).resolve().parents[1] / ".." / "shared" / "eval-data" / "locomo-dev.json")
+    """`MEMORY_BENCH_LOCOMO`, else `shared/eval-data/locomo-dev.json` beside the repository or above it
+    (a worktree in /work/wt/NAME finds /work/shared)."""
+    if os.environ.get("MEMORY_BENCH_LOCOMO"):
+        return Path(os.environ["MEMORY_BENCH_LOCOMO"])
+    for parent in Path(__file__).resolve().parents[1].parents:
+        if (found := parent / "shared" / "eval-data" / "locomo-dev.json").exists():
+            return found
+    raise FileNotFoundError("the LoCoMo development set: set MEMORY_BENCH_LOCOMO to locomo-dev.json")
 
 
 def _locomo_time(text: str) -> datetime:

@@ -174,7 +174,8 @@ async def test_callers_on_other_threads_and_loops_share_the_queue():
 
 
 async def test_make_embedder_shares_one_model_and_queue_per_process_until_the_last_handle_closes():
-    settings = Settings(embedding=EmbeddingSettings(provider="stub", cache_enabled=False))
+    # settings of its own: no other test's handle on the same queue
+    settings = Settings(embedding=EmbeddingSettings(provider="stub", cache_enabled=False, queue_max_pending=777))
     before = shared_count()
     index, topics, recall = make_embedder(settings), make_embedder(settings), make_embedder(settings)
     assert shared_count() == before + 1
