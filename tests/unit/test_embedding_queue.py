@@ -9,11 +9,11 @@ import threading
 import numpy as np
 import pytest
 
-from memory_agent.embeddings import EmbeddingError, make_embedder
-from memory_agent.embeddings.queue import EmbeddingQueue
-from memory_agent.embeddings.queued import shared_count
-from memory_agent.embeddings.stub import StubEmbedder
-from memory_agent.settings import EmbeddingSettings, Settings
+from core.embeddings import EmbeddingError, make_embedder
+from core.embeddings.queue import EmbeddingQueue
+from core.embeddings.queued import shared_count
+from core.embeddings.stub import StubEmbedder
+from core.settings import EmbeddingSettings, Settings
 
 STUB = StubEmbedder(8)
 
