@@ -280,6 +280,11 @@ async def run(args, models: str, workers: int) -> dict:
                 "embedded_texts_per_message": round(whole.get("embedded_texts", 0) / args.messages, 2),
                 "embedding_cpu_ms_per_text": round(1000 * whole.get("embedding_cpu_s", 0)
                                                    / max(1, whole.get("embedded_texts") or 0), 2),
+                # the embedding queue's model thread alone (exact with one intra-op thread)
+                "queue_model_cpu_ms_per_text": round(1000 * whole.get("embedding_queue_cpu_s", 0)
+                                                     / max(1, whole.get("embedding_queue_texts") or 0), 2),
+                "queue_texts_per_batch": round(whole.get("embedding_queue_texts", 0)
+                                               / max(1, whole.get("embedding_queue_batches") or 0), 1),
                 "embedding_cache": {k: whole.get(f"embedding_cache_{k}") for k in ("hit", "miss", "error")},
             },
             # (seconds since the workers started, messages projected, indexed, total lag): a dozen of them
