@@ -324,9 +324,10 @@ class RetrievalSettings(BaseModel):
     # The API keeps each (tenant, word)'s document frequency (the keyword score's IDF) this
     # long, so a repeated word costs no count; 0 counts on every request.
     keyword_idf_cache_s: float = Field(default=30.0, ge=0)
-    # ONNX Runtime threads per query embedding in the API (local model), when the embedding
-    # settings leave intra_op_threads on auto (0): concurrent requests are the parallelism, one
-    # thread each costs less CPU than two fighting over the cores (docs/retrieval.md). 0: auto.
+    # ONNX Runtime threads of the API's query embedder (local model), when the embedding
+    # settings leave intra_op_threads on auto (0): concurrent queries are batched by the process's
+    # embedding queue on one thread; more threads cost more CPU than they save here
+    # (docs/retrieval.md, docs/llm-and-embeddings.md). 0: auto.
     query_embedding_threads: int = Field(default=1, ge=0)
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score, the IDF-weighted
     # share of the query's words an item contains (0..1, see docs/retrieval.md).
