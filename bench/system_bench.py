@@ -46,6 +46,7 @@ from pathlib import Path
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from bench.backbone_bench import produce
 from bench.burst_workload import WORKLOADS, burst, produce_burst
@@ -220,10 +221,10 @@ async def run(args, models: str, workers: int) -> dict:
                 try:
                     rows = await scalar(settings, "SELECT count(*) FROM messages")
                     indexed = await scalar(settings, "SELECT count(*) FROM message_embeddings")
-                except psycopg.OperationalError as exc:  # the shared server is full: skip this poll
+                    behind, groups = await lag.total()
+                except (psycopg.OperationalError, KafkaError) as exc:  # a server full or loading: skip this poll
                     print(f"poll skipped: {exc}", file=sys.stderr)
                     continue
-                behind, groups = await lag.total()
                 now = time.perf_counter() - clock
                 if first is None and rows:
                     first, first_cpu = now, sum(cpu_seconds(p.pid) for p in processes)
