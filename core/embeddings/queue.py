@@ -134,8 +134,7 @@ class EmbeddingQueue:
         items.sort(key=lambda item: item[0])
         for request in cycle:
             request.out = np.empty((len(request.texts), self.dimensions), dtype=np.float32)
-        for start in range(0, len(items), self.batch_size):
-            batch = items[start:start + self.batch_size]
+        for batch in similar_lengths(items, self.batch_size):
             self._run_batch([(request, row) for _, request, row in batch])
 
     def _run_batch(self, batch: list[tuple[_Request, int]]) -> None:
@@ -186,6 +185,19 @@ class EmbeddingQueue:
                 loop.call_soon_threadsafe(_wake, waiter)
             except RuntimeError:  # that loop is closed: its caller is gone
                 pass
+
+
+def similar_lengths(items: list, batch_size: int, spread: float = 1.25, slack: int = 16) -> list[list]:
+    """`items` (sorted by their first field, the text's length) cut into batches of at most
+    `batch_size` whose longest text is at most `spread` x the shortest (+ `slack` characters): a
+    batch is padded to its longest text, so mixing lengths costs more than running more batches."""
+    batches: list[list] = []
+    for item in items:
+        if batches and len(batches[-1]) < batch_size and item[0] <= batches[-1][0][0] * spread + slack:
+            batches[-1].append(item)
+        else:
+            batches.append([item])
+    return batches
 
 
 def _as_embedding_error(error: Exception) -> EmbeddingError:

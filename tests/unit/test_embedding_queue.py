@@ -62,7 +62,7 @@ async def test_concurrent_callers_share_one_length_sorted_batch_and_get_their_ow
     queue = EmbeddingQueue(model, 8, batch_size=32, linger_s=0)
     first = asyncio.create_task(queue.embed(["busy"]))
     await model.wait_entered()  # the model is busy: the next callers wait together
-    callers = [["a much longer text of the second caller", "b"], ["cc", "a medium text"], ["dddd"]]
+    callers = [["a longer text", "b"], ["cc", "a medium"], ["dddd"]]  # lengths close enough for one batch
     tasks = [asyncio.create_task(queue.embed(texts)) for texts in callers]
     await until(lambda: queue.pending == 6)
     model.release()
@@ -75,6 +75,14 @@ async def test_concurrent_callers_share_one_length_sorted_batch_and_get_their_ow
     for texts, rows in zip(callers, results):
         np.testing.assert_array_equal(rows, expected(texts))  # each caller's rows, in its order
     await queue.aclose()
+
+
+def test_batches_group_texts_of_similar_length():
+    from core.embeddings.queue import similar_lengths
+
+    items = [(n, None, i) for i, n in enumerate([5, 10, 20, 30, 40, 100, 110, 120, 400])]
+    batches = similar_lengths(items, batch_size=3)
+    assert [[n for n, _, _ in b] for b in batches] == [[5, 10, 20], [30, 40], [100, 110, 120], [400]]
 
 
 async def test_batches_hold_at_most_batch_size_texts():
