@@ -46,14 +46,25 @@ from pathlib import Path
 import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 from bench.backbone_bench import produce
+from bench.burst_workload import WORKLOADS, burst, produce_burst
 from bench.common import bench_settings, child_env, drop, drop_topics, prepare, report, scalar
 from runtime.client import MemoryClient
 from tests.support.fake_openai import FakeOpenAI
 
 SPLIT_LINE = re.compile(r"worker cpu split at exit: (\{.*\})")
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(resident now, peak resident) of a process in MB, from /proc/PID/status (0 once it is gone)."""
+    try:
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    except FileNotFoundError:
+        return 0.0, 0.0
+    return tuple(int(status.get(k, "0 kB").split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -190,7 +201,10 @@ async def run(args, models: str, workers: int) -> dict:
     processes, profilers = [], []
     try:
         async with MemoryClient(settings) as client:
-            await produce(client, args.messages, args.conversations, seq_base={}, salt=salt)
+            if args.workload == "generated":
+                await produce(client, args.messages, args.conversations, seq_base={}, salt=salt)
+            else:  # long dated conversations of realistic message length (bench/burst_workload.py)
+                await produce_burst(client, burst(args.workload, args.messages, salt))
         indexed_total = args.messages  # user and assistant messages alike are indexed
         load_start = os.getloadavg()[0]
         processes = await start_workers(settings, workers, env)
@@ -198,6 +212,7 @@ async def run(args, models: str, workers: int) -> dict:
         clock = time.perf_counter()
         first = first_cpu = None
         max_lag, quiet, samples = 0, 0, []
+        rss_mid, rss_max = None, 0.0  # MB, all workers: when half the messages are indexed; highest polled
         async with Lag(settings) as lag:
             while True:
                 await asyncio.sleep(1.0)
@@ -206,14 +221,18 @@ async def run(args, models: str, workers: int) -> dict:
                 try:
                     rows = await scalar(settings, "SELECT count(*) FROM messages")
                     indexed = await scalar(settings, "SELECT count(*) FROM message_embeddings")
-                except psycopg.OperationalError as exc:  # the shared server is full: skip this poll
+                    behind, groups = await lag.total()
+                except (psycopg.OperationalError, KafkaError) as exc:  # a server full or loading: skip this poll
                     print(f"poll skipped: {exc}", file=sys.stderr)
                     continue
-                behind, groups = await lag.total()
                 now = time.perf_counter() - clock
                 if first is None and rows:
                     first, first_cpu = now, sum(cpu_seconds(p.pid) for p in processes)
                 max_lag = max(max_lag, behind)
+                rss_now = sum(rss_mb(p.pid)[0] for p in processes)
+                rss_max = max(rss_max, rss_now)
+                if rss_mid is None and indexed >= indexed_total / 2:
+                    rss_mid = rss_now
                 samples.append((round(now), rows, indexed, behind))
                 settled = rows == args.messages and indexed == indexed_total and behind == 0 and groups >= 4
                 quiet = quiet + 1 if settled else 0
@@ -226,6 +245,7 @@ async def run(args, models: str, workers: int) -> dict:
         load_end = os.getloadavg()[0]
         # The fixed cost of running: every consumer polls the broker and heartbeats with no work
         # to do. On a shared machine the run is slow, so this part weighs on the per-message figure.
+        rss_peak = sum(rss_mb(p.pid)[1] for p in processes)
         idle_from, idle_clock = sum(cpu_seconds(p.pid) for p in processes), time.perf_counter()
         await asyncio.sleep(args.idle_seconds)
         idle_rate = (sum(cpu_seconds(p.pid) for p in processes) - idle_from) / (time.perf_counter() - idle_clock)
@@ -240,6 +260,7 @@ async def run(args, models: str, workers: int) -> dict:
         per_message = lambda s: round(1000 * s / args.messages, 2)  # noqa: E731
         return {
             "models": models, "workers": workers, "messages": args.messages, "conversations": args.conversations,
+            "workload": args.workload,
             "partitions": args.partitions,
             "load_average": {"start": round(load_start, 2), "end": round(load_end, 2)},
             "seconds_first_row_to_settled": round(seconds, 1),
@@ -257,11 +278,21 @@ async def run(args, models: str, workers: int) -> dict:
                 "llm_client_ms_per_message": per_message(whole.get("llm_cpu_s", 0)),
                 "everything_else_ms_per_message": per_message(whole.get("process_cpu_s", 0) - model_s),
                 "embedded_texts": whole.get("embedded_texts"),
+                "embedded_texts_per_message": round(whole.get("embedded_texts", 0) / args.messages, 2),
+                "embedding_cpu_ms_per_text": round(1000 * whole.get("embedding_cpu_s", 0)
+                                                   / max(1, whole.get("embedded_texts") or 0), 2),
+                # the embedding queue's model thread alone (exact with one intra-op thread)
+                "queue_model_cpu_ms_per_text": round(1000 * whole.get("embedding_queue_cpu_s", 0)
+                                                     / max(1, whole.get("embedding_queue_texts") or 0), 2),
+                "queue_texts_per_batch": round(whole.get("embedding_queue_texts", 0)
+                                               / max(1, whole.get("embedding_queue_batches") or 0), 1),
                 "embedding_cache": {k: whole.get(f"embedding_cache_{k}") for k in ("hit", "miss", "error")},
             },
             # (seconds since the workers started, messages projected, indexed, total lag): a dozen of them
             # Per message: PostgreSQL transactions the projectors committed, records written to each
             # topic of the run (the conversation topic holds the messages themselves).
+            "worker_rss_mb": {"mid_burst": round(rss_mid or 0), "highest_polled": round(rss_max),
+                              "peak_vmhwm": round(rss_peak)},
             "projector_transactions_per_message": round(whole.get("projector_transactions", 0) / args.messages, 2),
             "records_per_message": {name: round(count / args.messages, 2) for name, count in written.items() if count},
             "lag_samples": " ".join(f"{t}s:{r}/{i}/{b}" for t, r, i, b in samples[:: max(1, len(samples) // 12)]),
@@ -283,6 +314,9 @@ async def main() -> None:
     parser.add_argument("--workers", default="1", help="comma-separated worker process counts, e.g. 1,2")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--idle-seconds", type=float, default=20, help="idle CPU measured this long after settling")
+    parser.add_argument("--workload", choices=WORKLOADS, default="generated",
+                        help="generated: one short line per message; longconv / locomo: long dated two-person "
+                             "conversations (bench/burst_workload.py), --conversations ignored")
     parser.add_argument("--profile", metavar="DIR", help="sample every worker with py-spy into DIR/<models>-<workers>/")
     args = parser.parse_args()
     results = []

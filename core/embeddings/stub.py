@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from core.embeddings.port import l2_normalise
+from core.embeddings.prefixes import Prefixes
 
 MODEL_NAME = "stub-shake256"
 
@@ -28,14 +29,22 @@ class StubEmbedder:
     def dimensions(self) -> int:
         return self._dimensions
 
+    @property
+    def prefixes(self) -> Prefixes:
+        return Prefixes()
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        """Blocking, as the embedding queue runs a model (memory_agent/embeddings/queue.py)."""
+        if not texts:
+            return np.zeros((0, self._dimensions), dtype=np.float32)
+        return l2_normalise(np.stack([self._vector(t) for t in texts]))
+
     def _vector(self, text: str) -> np.ndarray:
         raw = hashlib.shake_256(text.encode()).digest(self._dimensions)
         return np.frombuffer(raw, dtype=np.int8).astype(np.float32)
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self._dimensions), dtype=np.float32)
-        return l2_normalise(np.stack([self._vector(t) for t in texts]))
+        return self.embed_sync(texts)
 
     async def embed_query(self, text: str) -> np.ndarray:
         return l2_normalise(self._vector(text))

@@ -79,3 +79,42 @@ async def test_a_text_an_erasure_removed_is_never_cached_again(settings):
         assert set(found) == {text_key(kept)}
     finally:
         await store.aclose()
+
+
+def metric(text: str, name: str) -> float:
+    """The value of an unlabelled sample in a Prometheus exposition."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not exposed")
+
+
+async def test_the_local_model_runs_once_per_worker_and_embeds_each_text_once(settings):
+    """The offline model behind the process's embedding queue: the message index and both topic
+    stages share one model (one ONNX session), and each message text reaches it once."""
+    import httpx
+
+    from tests.integration.conftest import free_port
+
+    unique = settings.kafka.topic_prefix
+    texts = [f"{unique} message {seq}: {'my tomatoes need more sun' if seq % 2 == 0 else 'try the south wall'}"
+             for seq in range(2 * TURNS)]
+    port = free_port()
+    env = TOPICS_ONLY | {"MEMORY_EMBEDDING__PROVIDER": "local", "MEMORY_WORKER__METRICS_PORT": str(port)}
+    with FakeOpenAI() as fake:  # the LLM of the topic summaries; the embedder is the local model
+        async with worker_process(settings, extra_env=fake.env(llm=True) | env) as worker, \
+                MemoryClient(settings) as client:
+            for seq, text in enumerate(texts):
+                await client.append_message(tenant_id="tenant-a", conversation_id="garden", user_id="alice",
+                                            seq=seq, role="user" if seq % 2 == 0 else "assistant", content=text)
+            await count_reaches(settings, "SELECT count(*) FROM message_embeddings", len(texts),
+                                "every message indexed", worker.log_path)
+            await count_reaches(settings, "SELECT coalesce(max(last_seq), -1) FROM topic_conversations",
+                                len(texts) - 1, "every message placed in a topic", worker.log_path)
+            async with httpx.AsyncClient() as http:
+                exposed = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert metric(exposed, "memory_embedding_models_loaded") == 1
+    assert metric(exposed, "memory_embedding_queue_texts_total") == len(texts)
+    assert metric(exposed, "memory_embedding_queue_batches_total") >= 1
+    model = await scalar(settings, "SELECT DISTINCT embedding_model FROM message_embeddings")
+    assert model == "all-MiniLM-L6-v2-onnx-int8"

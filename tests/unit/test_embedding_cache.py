@@ -111,7 +111,7 @@ async def test_queries_never_touch_the_store_and_empty_batches_call_nothing():
 def test_factory_wraps_every_provider_and_the_setting_turns_the_store_off():
     on = make_embedder(Settings(embedding=EmbeddingSettings(provider="stub", cache_enabled=True)))
     off = make_embedder(Settings(embedding=EmbeddingSettings(provider="stub", cache_enabled=False)))
-    assert isinstance(on.inner, StubEmbedder) and on.store is not None and off.store is None
+    assert isinstance(on.inner.provider, StubEmbedder) and on.store is not None and off.store is None
     assert on.model == "stub-shake256" and on.dimensions == 384
 
 

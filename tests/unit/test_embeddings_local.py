@@ -65,7 +65,7 @@ async def test_model_loads_lazily_and_reports_a_missing_file(tmp_path: Path):
 
 def test_factory_builds_the_local_model_by_default():
     embedder = make_embedder(Settings())
-    assert isinstance(embedder.inner, LocalOnnxEmbedder)
+    assert isinstance(embedder.inner.provider, LocalOnnxEmbedder)  # behind the process's embedding queue
     assert embedder.dimensions == Settings().embedding.dimensions
 
 
