@@ -14,7 +14,8 @@ import click
 import psycopg
 from tqdm import tqdm
 
-from memory_agent import judging
+from memory_agent import judge_report
+from runtime import judging
 from memory_agent import replay as replays
 from core.settings import get_settings
 from projections import generations as gens
@@ -215,9 +216,9 @@ def judge_cmd(a: str, b: str, sample: int | None, since, questions_file: Path | 
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
         return
-    click.echo(judging.render_text(report))
+    click.echo(judge_report.render_text(report))
     if "labelled" in report:
-        click.echo(judging.render_questions(report["labelled"]))
+        click.echo(judge_report.render_questions(report["labelled"]))
 
 
 def _one_tenant(settings, generation: str) -> str:

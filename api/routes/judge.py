@@ -8,7 +8,7 @@ import asyncio
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.routes.admin import AdminDep
-from memory_agent import judging
+from runtime import judging
 from memory_agent import replay as replays
 from projections import generations as gens
 from runtime import judge as R
