@@ -105,7 +105,7 @@ async def measure(settings, conversations, args) -> dict:
                         foresight.append(f.score)
                     if f.named_score is not None:
                         named.append(f.named_score)
-                for q in conv.questions:
+                for q in conv.questions[:args.questions]:
                     side = await reader.side(_turn(conv, user, conv.end_seq, q.question, setting.budget))
                     retrieved = "\n".join(side.texts_by_kind.get(k, "") for k in ("fact", "chunk", "message"))
                     labelled.append(J.answer_score(q.answer, retrieved))
@@ -195,6 +195,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--turns", type=int, default=30, help="judged turns per conversation")
     parser.add_argument("--horizon", type=int, default=20, help="messages after a turn that count as what came next")
+    parser.add_argument("--questions", type=int, default=None, help="questions per conversation (default: all)")
     parser.add_argument("--systems", default="window,facts")
     parser.add_argument("--settle-timeout", type=float, default=1200.0)
     parser.add_argument("--out", type=Path)

@@ -79,7 +79,7 @@ async def serve_while_talking(settings, http: httpx.AsyncClient, conversations: 
                         response = await http.get(f"/v1/conversations/conv-{c}/context", params=params)
                         return response.status_code != 404
 
-                    await wait_until(answered, 60, f"the context of conv-{c} at {2 * r}")
+                    await wait_until(answered, 240, f"the context of conv-{c} at {2 * r}")
                     assert response.status_code == 200, response.text
                     served += 1
                 for seq, role, text in ((2 * r, "user", question), (2 * r + 1, "assistant", answer)):
