@@ -83,14 +83,15 @@ def turns_of(conv: longconv.Conversation, per_conversation: int) -> list[int]:
 
 
 async def measure(settings, conversations, args) -> dict:
-    from runtime.judging import embedder_of
-    from runtime import judge as R
+    from api.judging import embedder_of
+    from api import judge as R
+    from runtime.judge import settings_with
 
     results = {}
     async with await R.connect(settings, settings.generation) as conn:
         for setting in SETTINGS:
             env = {k: v for k, v in common.child_env(settings).items() if k.startswith("MEMORY_")}
-            read = R.settings_with(settings, {**env, **setting.env})
+            read = settings_with(settings, {**env, **setting.env})
             reader = R.ReaderB(conn, read, embedder_of(read))
             foresight, named, labelled, whole, reads, started = [], [], [], [], 0, time.monotonic()
             for conv in conversations:
@@ -143,8 +144,9 @@ def agreement(results: dict) -> dict:
 
 async def run(args) -> dict:
     if args.source == "locomo":
-        path = Path(os.environ.get("MEMORY_EVAL_DATA", Path(__file__).resolve().parents[2] / "shared" / "eval-data"
-                                   / "locomo-dev.json"))
+        # ../shared/eval-data beside the repository (a worktree: set MEMORY_EVAL_DATA)
+        path = Path(os.environ.get("MEMORY_EVAL_DATA", Path(__file__).resolve().parents[1].parent / "shared"
+                                   / "eval-data"))
         if path.is_dir():
             path = path / "locomo-dev.json"
         conversations = locomo(path)

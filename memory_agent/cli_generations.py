@@ -15,7 +15,7 @@ import psycopg
 from tqdm import tqdm
 
 from memory_agent import judge_report
-from runtime import judging
+from api import judging
 from memory_agent import replay as replays
 from core.settings import get_settings
 from projections import generations as gens

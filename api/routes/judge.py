@@ -8,8 +8,8 @@ import asyncio
 from fastapi import APIRouter, HTTPException, Query, status
 
 from api.routes.admin import AdminDep
-from runtime import judging
-from memory_agent import replay as replays
+from api import judging
+from projections import progress as replays
 from projections import generations as gens
 from runtime import judge as R
 

@@ -23,7 +23,7 @@ import pytest
 
 from memory_agent import replay as replays
 from memory_agent.client import MemoryClient
-from memory_agent.settings import DEV_ADMIN_KEY
+from core.settings import DEV_ADMIN_KEY
 from tests.integration.conftest import running_api, settings_env, wait_until, worker_process
 
 WINDOW_ONLY = {"MEMORY_SYSTEMS": '["window"]'}  # the offline (extractive) summarizer, as shipped

@@ -8,7 +8,8 @@ import pytest
 
 from domain import judge as J
 from retrieval.search import SearchRow
-from runtime.judge import Pacer, as_of
+from api.judge import as_of
+from runtime.judge import Pacer
 
 
 def side(text: str, items: dict[str, int] | None = None, summary: str | None = None, **by_kind: str) -> J.Side:

@@ -1,6 +1,6 @@
 """Runs a judgement of one generation against another for the CLI and the admin API (issue 26):
 each generation read with the settings it was built with, the result stored for the gate
-(the judging itself: runtime/judge.py; the text report: memory_agent/judge_report.py)."""
+(the judging itself: api/judge.py; the text report: memory_agent/judge_report.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from typing import Callable
 import psycopg
 
 from domain import judge as J
-from memory_agent.embeddings import make_embedder
-from memory_agent.settings import Settings
+from core.embeddings import make_embedder
+from core.settings import Settings
 from projections import generations as gens
 from projections import judgements
 from retrieval.query_cache import CachedQueryEmbedder
-from runtime import judge as R
+from api import judge as R
+from runtime.judge import Options, settings_with
 
 DEFAULT_MARGIN = 0.01
 
@@ -33,7 +34,7 @@ def settings_of(settings: Settings, name: str) -> Settings:
     The judge embeds queries on one ONNX thread (its share of the machine: runtime/judge.Pacer)."""
     generation = _generation(settings, name)
     overrides = {k: str(v) for k, v in (generation.config.get("overrides") or {}).items()}
-    built = R.settings_with(settings, overrides).model_copy(update={"generation": name})
+    built = settings_with(settings, overrides).model_copy(update={"generation": name})
     return built.model_copy(update={"embedding": built.embedding.model_copy(update={"intra_op_threads": 1})})
 
 
@@ -41,7 +42,7 @@ def embedder_of(settings: Settings):
     return CachedQueryEmbedder(make_embedder(settings))
 
 
-async def run_judgement(settings: Settings, a: str, b: str, options: R.Options,
+async def run_judgement(settings: Settings, a: str, b: str, options: Options,
                         progress: Callable[[int, int], None] | None = None, store: bool = True) -> dict:
     settings_b = settings_of(settings, b)
     _generation(settings, a)  # "no generation 'a'" before any work
@@ -81,7 +82,7 @@ def last_judgement(settings: Settings, b: str | None = None, a: str | None = Non
         return judgements.last(conn, settings.kafka.topic_prefix, b, a)
 
 
-def gate(settings: Settings, a: str, b: str, margin: float, judge_now: bool, options: R.Options) -> J.Gate:
+def gate(settings: Settings, a: str, b: str, margin: float, judge_now: bool, options: Options) -> J.Gate:
     """`activate B --if-better-than A`: the last judgement of B against A (or a new one)."""
     found = None if judge_now else last_judgement(settings, b, a)
     overall = found["overall"] if found else asyncio.run(run_judgement(settings, a, b, options))["overall"]
