@@ -4,7 +4,7 @@ settings a generation reads with. The reads themselves: api/judge.py."""
 from __future__ import annotations
 
 import asyncio
-import os
+import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,16 +47,18 @@ class Pacer:
 
 
 def settings_with(base: Settings, overrides: dict[str, str]) -> Settings:
-    """Settings as the environment plus `MEMORY_...` overrides would build them (a generation's
-    recorded `--set` overrides: its read-side settings, e.g. retrieval.*, apply to its reads)."""
-    saved = {k: os.environ.get(k) for k in overrides}
-    os.environ.update(overrides)
-    try:
-        built = type(base)()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return built.model_copy(update={"generation": base.generation})
+    """`base` with `MEMORY_SECTION__KEY=value` overrides applied (a generation's recorded `--set`
+    overrides: its read-side settings, e.g. retrieval.*, apply to its reads), validated as the
+    environment would be (JSON for lists and objects). Other variables are ignored."""
+    data = base.model_dump()
+    for key, value in overrides.items():
+        if not key.startswith("MEMORY_"):
+            continue
+        *sections, name = key[len("MEMORY_"):].lower().split("__")
+        node = data
+        for section in sections:
+            node = node.get(section)
+            if not isinstance(node, dict):
+                raise ValueError(f"{key}: no settings section {section!r}")
+        node[name] = json.loads(value) if value[:1] in "[{" else value
+    return type(base)(**data)

@@ -152,6 +152,16 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             nope = await cli(settings, "generations", "activate", "nope", ok=False)
             assert "no generation 'nope'" in nope and "processed" not in nope, nope
 
+            # The admin route judges a sample in the API process (the API's settings plus B's overrides).
+            async with httpx.AsyncClient(base_url=base, headers={"X-Admin-Key": DEV_ADMIN_KEY}, timeout=300) as admin:
+                response = await admin.post(f"/v1/admin/generations/{weak}/judge",
+                                            params={"against": live, "sample": 8})
+                assert response.status_code == 200, response.text
+                assert response.json()["overall"]["turns"] == 8
+                assert response.json()["overall"]["verdict"] == "worse", response.json()["overall"]
+                missing = await admin.post("/v1/admin/generations/nope/judge", params={"against": live})
+                assert missing.status_code == 404 and "no generation 'nope'" in missing.text
+
             await dashboard(settings, base, live, weak, strong, tmp_path)
 
             switched = await cli(settings, "generations", "activate", strong, "--if-better-than", live)

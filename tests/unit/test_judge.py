@@ -107,3 +107,16 @@ def test_as_of_keeps_only_what_existed_at_the_turn():
     assert keep(_row("chunk", "c", 20, earlier)) and not keep(_row("chunk", "c", 24, earlier))
     assert keep(_row("fact", "other", None, earlier)) and not keep(_row("fact", "other", None, later))
     assert keep(_row("message", "other", 5, turn_time)) and not keep(_row("chunk", "other", 8, later))
+
+
+def test_a_generations_overrides_apply_on_top_of_the_given_settings_not_the_environment():
+    from core.settings import Settings
+    from runtime.judge import settings_with
+
+    base = Settings(generation="g1", postgres={"dsn": "postgresql://elsewhere/db"})
+    read = settings_with(base, {"MEMORY_RETRIEVAL__THRESHOLD": "5", "MEMORY_SYSTEMS": '["window"]',
+                                "MEMORY_WINDOW__CONTEXT_MAX_GAP_MESSAGES": "0", "PATH": "/bin"})
+    assert read.retrieval.threshold == 5.0 and read.window.context_max_gap_messages == 0
+    assert list(read.systems) == ["window"] and read.postgres.dsn == "postgresql://elsewhere/db"
+    with pytest.raises(ValueError):
+        settings_with(base, {"MEMORY_NOPE__X": "1"})
