@@ -95,13 +95,16 @@ async def settled(settings, name: str) -> None:
             p = await replays.progress(settings, name)
             if not (p.caught_up and p.total > 0):
                 return False
-            (open_, total), = await rows(settings, f"SELECT count(*) FILTER (WHERE status <> 'completed'),"
-                                                   f" count(*) FROM gen_{name}.memory")
+            # Nothing in flight (a chained summary whose base took longer than the stage's wait
+            # fails on a loaded machine; the judge compares whatever each generation holds).
+            (open_, total), = await rows(settings, f"SELECT count(*) FILTER (WHERE status = 'processing'),"
+                                                   f" count(*) FILTER (WHERE status = 'completed')"
+                                                   f" FROM gen_{name}.memory")
         except psycopg.OperationalError:  # the shared server out of connection slots for a moment
             return False
         return open_ == 0 and total > 0
 
-    await wait_until(check, 180, f"generation {name} caught up with its summaries settled")
+    await wait_until(check, 600, f"generation {name} caught up with its summaries settled")
 
 
 @pytest.mark.asyncio
