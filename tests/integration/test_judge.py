@@ -135,6 +135,9 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             before_b = await rows(settings, f"SELECT (SELECT count(*) FROM gen_{strong}.surfaced_items),"
                                             f" (SELECT count(*) FROM gen_{strong}.served_contexts)")
 
+            text = await cli(settings, "generations", "judge", live, weak, "--sample", "10")
+            assert "WORSE" in text and "10 recorded turns" in text
+            # Every recorded turn; the last judgement of each pair is what the gate reads.
             worse = json.loads(await cli(settings, "generations", "judge", live, weak, "--json"))
             better = json.loads(await cli(settings, "generations", "judge", live, strong, "--json"))
             for report in (worse, better):
@@ -149,8 +152,6 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             # Reading B wrote nothing into B: no surfaced items, no served records of its own.
             assert await rows(settings, f"SELECT (SELECT count(*) FROM gen_{strong}.surfaced_items),"
                                         f" (SELECT count(*) FROM gen_{strong}.served_contexts)") == before_b
-            text = await cli(settings, "generations", "judge", live, weak, "--sample", "10")
-            assert "WORSE" in text and "10 recorded turns" in text
 
             refused = await cli(settings, "generations", "activate", weak, "--if-better-than", live, ok=False)
             assert "worse, beyond the margin" in refused and f"{-w['delta']:.3f}" in refused, refused
