@@ -21,7 +21,7 @@ from core import privacy
 from api.log_ends import LogEnds
 from api.served import ServedRecorder
 from api.limits import TenantSlots, tenant_share
-from api.routes import (admin, context, conversations, facts, health, ingest, memories, messages, search, stats, topics,
+from api.routes import (admin, context, judge, conversations, facts, health, ingest, memories, messages, search, stats, topics,
                         ui_data)
 from runtime.client import MemoryClient
 from core.settings import Settings
@@ -88,6 +88,7 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
                    ui_data, ui):
         app.include_router(module.router)
     app.include_router(stats.admin_router)
+    app.include_router(judge.router)  # docs/replay.md, judging
     docs_offline.install(app)
 
     @app.get("/metrics", tags=["health"], response_class=Response,

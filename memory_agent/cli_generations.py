@@ -7,15 +7,21 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
+from datetime import timezone
+from pathlib import Path
 
 import click
 import psycopg
 from tqdm import tqdm
 
+from memory_agent import judge_report
+from api import judging
 from memory_agent import replay as replays
 from core.settings import get_settings
 from projections import generations as gens
 from projections.diff import diff_generations, render_text
+from psycopg import sql
+from runtime import judge as R
 
 
 @contextlib.contextmanager
@@ -166,12 +172,88 @@ def diff(a: str, b: str, as_json: bool) -> None:
     click.echo(json.dumps(result, indent=2, default=str) if as_json else render_text(result))
 
 
+@generations.command("judge")
+@click.argument("a")
+@click.argument("b")
+@click.option("--sample", type=click.IntRange(min=1), metavar="N", help="Judge N of A's recorded turns (a stable sample).")
+@click.option("--since", type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M"]),
+              help="Only turns served at or after this time (UTC).")
+@click.option("--questions", "questions_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSONL of conversation, question, answer (optional before_seq): answer words and hits per kind.")
+@click.option("--tenant", help="The tenant of the --questions conversations (default: the only one of A's turns).")
+@click.option("--horizon", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Messages after the turn that count as what came next.")
+@click.option("--margin", type=click.FloatRange(min=0), default=judging.DEFAULT_MARGIN, show_default=True,
+              help="A difference in foresight within this is 'same'.")
+@click.option("--cpu-share", type=click.FloatRange(min=0.05, max=1.0), default=0.5, show_default=True,
+              help="At most this share of one core for the judge (paced between turns).")
+@click.option("--json", "as_json", is_flag=True, help="The whole report, per turn, as JSON.")
+def judge_cmd(a: str, b: str, sample: int | None, since, questions_file: Path | None, tenant: str | None,
+              horizon: int, margin: float, cpu_share: float, as_json: bool) -> None:
+    """Judge generation B on the turns generation A served: A's recorded contexts against B asked
+    the same requests as of the same turns (B writes nothing), scored by how much of what came
+    next in the log each context held. Stored as the last judgement (the gate, the dashboard)."""
+    settings = get_settings()
+    options = R.Options(sample=sample, since=since.replace(tzinfo=timezone.utc) if since else None,
+                        horizon=horizon, cpu_share=cpu_share, margin=margin)
+    try:
+        bar = None if as_json else tqdm(total=0, unit="turn", desc=f"judge {b}", dynamic_ncols=True, leave=False)
+
+        def progress(done: int, total: int) -> None:
+            if bar is not None:
+                bar.total, bar.n = total, done
+                bar.refresh()
+
+        report = asyncio.run(judging.run_judgement(settings, a, b, options, progress))
+        if bar is not None:
+            bar.close()
+        if questions_file is not None:
+            questions = judging.read_questions(questions_file)
+            report["labelled"] = asyncio.run(judging.run_questions(
+                settings, a, b, questions, tenant or _one_tenant(settings, a), cpu_share))
+    except (gens.GenerationError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+        return
+    click.echo(judge_report.render_text(report))
+    if "labelled" in report:
+        click.echo(judge_report.render_questions(report["labelled"]))
+
+
+def _one_tenant(settings, generation: str) -> str:
+    with _conn() as conn:
+        rows = conn.execute(sql.SQL("SELECT DISTINCT tenant_id FROM {}.conversations LIMIT 2").format(
+            sql.Identifier(f"gen_{generation}"))).fetchall()
+    if len(rows) != 1:
+        raise click.ClickException("--questions needs --tenant: the generation holds"
+                                   f" {'no' if not rows else 'several'} tenants")
+    return rows[0][0]
+
+
 @generations.command("activate")
 @click.argument("name")
 @click.option("--force", is_flag=True, help="Switch even if NAME has not caught up with the log.")
-def activate(name: str, force: bool) -> None:
+@click.option("--if-better-than", "baseline", metavar="A",
+              help="Refuse unless NAME's last judgement against A (or a new one) is not worse beyond --margin.")
+@click.option("--margin", type=click.FloatRange(min=0), default=judging.DEFAULT_MARGIN, show_default=True,
+              help="With --if-better-than: how much worse in foresight is still accepted.")
+@click.option("--judge-now", is_flag=True, help="With --if-better-than: judge again instead of the last judgement.")
+def activate(name: str, force: bool, baseline: str | None, margin: float, judge_now: bool) -> None:
     """Switch reads to NAME atomically (activating the previous one again is the rollback)."""
     settings = get_settings()
+    with _conn() as conn:
+        try:  # issue 27: an unknown name says so, not "processed 0/54 events"
+            gens.get_generation(conn, settings.kafka.topic_prefix, name)
+            if baseline:
+                gens.get_generation(conn, settings.kafka.topic_prefix, baseline)
+        except gens.GenerationError as exc:
+            raise click.ClickException(str(exc)) from None
+    if baseline:
+        decision = judging.gate(settings, baseline, name, margin, judge_now, R.Options(margin=margin))
+        if not decision.allowed:
+            raise click.ClickException(decision.message)
+        click.echo(decision.message)
     p = asyncio.run(replays.progress(settings, name))
     if not p.caught_up and not force:
         raise click.ClickException(

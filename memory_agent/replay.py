@@ -16,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from domain.secrets import split_overrides, with_secrets_from
 from memory_agent.batch_replay import BATCH_SYSTEMS, BatchReplayError, check_batchable
 from core.settings import Settings
+from runtime.judge import settings_with
 from projections import generations
 from projections.migrate import migrate
 from projections.progress import (  # noqa: F401 - re-exported: `replay status`, tests
@@ -162,16 +163,7 @@ def _spawn_worker(settings: Settings, replay: Settings, overrides: dict[str, str
 
 def _with_env(overrides: dict[str, str]) -> dict:
     """Settings as the environment plus the overrides would build them."""
-    saved = {k: os.environ.get(k) for k in overrides}
-    os.environ.update(overrides)
-    try:
-        return Settings().model_dump()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return settings_with(Settings(), overrides).model_dump()
 
 
 def stop_worker(settings: Settings, name: str) -> bool:

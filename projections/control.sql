@@ -83,3 +83,15 @@ DO $$ BEGIN  -- guarded for the same reason (the stages write this table on ever
         CREATE INDEX IF NOT EXISTS llm_cache_sources_conversation ON public.llm_cache_sources (tenant_id, conversation_id);
     END IF;
 END $$;
+
+-- The last judgements of a generation against another (`generations judge`, issue 26): the
+-- overall figures the gate and the dashboard read; the per-turn report as data.
+CREATE TABLE IF NOT EXISTS public.generation_judgements (
+    topic_prefix text        NOT NULL,
+    a            text        NOT NULL,
+    b            text        NOT NULL,
+    judged_at    timestamptz NOT NULL DEFAULT now(),
+    overall      jsonb       NOT NULL,
+    report       jsonb       NOT NULL,
+    PRIMARY KEY (topic_prefix, a, b, judged_at)
+);

@@ -63,6 +63,10 @@ def diff_generations(conn: psycopg.Connection, a: str, b: str) -> dict[str, Any]
                          for f in ids] for kind, ids in facts.items()},
         "totals": {
             "conversations_with_summary_changes": len(summaries),
+            # Which windows were summarized depends on when summaries were asked (the live chain
+            # against a replay's stride, docs/summaries.md); a setting shows as a changed text.
+            "conversations_with_summary_windows_only": sum(not c["changed"] for c in summaries.values()),
+            "summary_texts_changed": sum(len(c["changed"]) for c in summaries.values()),
             "conversations_with_chunk_changes": len(chunks),
             **{f"facts_{kind}": len(ids) for kind, ids in facts.items()},
         },
@@ -84,5 +88,9 @@ def render_text(diff: dict[str, Any]) -> str:
             before = (fact["a"] or {}).get("content")
             after = (fact["b"] or {}).get("content")
             lines.append(f"  fact {kind} {fact['fact_id']} ({fact['scope']}): {before!r} -> {after!r}")
+    windows_only = diff["totals"]["conversations_with_summary_windows_only"]
+    if windows_only:
+        lines.append(f"  {windows_only} conversation(s) differ only in which windows were summarized (when"
+                     " summaries were asked), not in the text of a window both have")
     lines.append("  totals: " + ", ".join(f"{k}={v}" for k, v in diff["totals"].items()))
     return "\n".join(lines)

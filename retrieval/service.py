@@ -8,7 +8,7 @@ import re
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Awaitable, Literal, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import psycopg
@@ -335,13 +335,15 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
                    config: RetrievalConfig = RetrievalConfig(), *, common: CommonLexemes | None = None,
                    record: bool = True, verbatim_from_seq: int | None = None,
                    recent: Sequence[tuple[str, datetime]] | None = None,
-                   side: SideConnection | None = None) -> Retrieval | None:
+                   side: SideConnection | None = None,
+                   keep: Callable[[SearchRow], bool] | None = None) -> Retrieval | None:
     """None when there is nothing to search with (no query, no earlier messages). Included
     items are recorded as surfaced at this turn and the facts' access counts bumped, then
     committed (`record=False` leaves the database untouched). Messages of this conversation
     from `verbatim_from_seq` on (the response's verbatim gap) are not searched. `recent`: the
     newest messages before the turn if the caller read them already (see turn_from). `side`:
-    other connections, to search the tables at the same time (search_all)."""
+    other connections, to search the tables at the same time (search_all). `keep`: only the
+    candidates it accepts are ranked (the judge's "as of the turn", runtime/judge.py)."""
     turn = (turn_from(request, recent, config.last_messages) if recent is not None
             else await turn_of(conn, request, config.last_messages))
     text = query_text(request.query, turn.earlier, config)
@@ -355,6 +357,8 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     vector = query_vector(embedder, text, current is not None, config.context_weight)  # awaited with the keywords
     rows = pair_replies(await search_rows(conn, scope, text, embedder, config, current, common, k, vector, side),
                         config)
+    if keep is not None:
+        rows = [r for r in rows if keep(r)]
     by_key = {key(r.kind, r.item_id): r for r in rows}
     visible = {k for k, r in by_key.items() if still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
     lexemes = sorted({lexeme for r in rows for lexeme in (r.lexemes or ())})

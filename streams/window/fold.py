@@ -23,7 +23,9 @@ class WindowConfig:
     # A saved message with one of these roles ends a round and may trigger a summary.
     trigger_roles: tuple[str, ...] = ("assistant",)
     # Replay of historic messages: a summary every `replay_stride` seqs, chained on the
-    # previous request, whatever is in flight — so a replay is the same every time.
+    # previous request, whatever is in flight — so a replay is the same every time. Live, a
+    # round end that finds a request in flight is chained the same way once it is this far
+    # past the newest request (the backlog rule): a burst asks for the replay's windows.
     replay_stride: int = 4
     # Catch-up: a completion, failure or tick that finds at least this many messages since
     # the latest completed summary requests the window of the newest round end at once
@@ -309,6 +311,12 @@ def _replay_trigger(state: WindowState, seq: int, config: WindowConfig) -> tuple
                            1, config.prompt_version, config.model),)
 
 
+def _chains(state: WindowState, now: float) -> bool:
+    """A live round end is chained on the newest request (the replay's stride rule) while one
+    is in flight and the fold is not backing off after failures; otherwise the seed decides."""
+    return state.in_flight is not None and state.latest_requested is not None and now >= state.not_before
+
+
 def _rederive(state: WindowState, item: Rederive, config: WindowConfig) -> tuple[Command, ...]:
     """One request from the kept base to the end of the newest summary requested or completed
     (it replaces a request in flight: that one may have read the erased messages)."""
@@ -349,7 +357,13 @@ def _decide(state: WindowState, current: WindowState, observed: Observed, now: f
         commands += _replay_trigger(_apply(current, commands, now, config), observed.seq, config)
         commands = tuple(_as_replay(c) for c in commands)
     elif is_new_round_end:
-        commands += _trigger(_apply(current, commands, now, config), observed.seq, now, config)
+        applied = _apply(current, commands, now, config)
+        if _chains(applied, now):
+            # The backlog rule: the seed would skip this round end (a summary is in flight);
+            # the replay's stride decides instead, so a burst and a replay ask for one chain.
+            commands += tuple(_as_replay(c) for c in _replay_trigger(applied, observed.seq, config))
+        else:
+            commands += _trigger(applied, observed.seq, now, config)
     elif isinstance(observed, (SummaryDone, SummaryGaveUp, Tick)) or commands:
         commands += _catch_up(_apply(current, commands, now, config), now, config)
     return commands

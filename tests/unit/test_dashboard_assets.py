@@ -17,8 +17,9 @@ def test_the_page_and_its_assets_are_served_from_the_package():
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assets = re.findall(r'(?:src|href)="(/ui/static/[^"]+)"', page.text)
-    assert sorted(assets) == ["/ui/static/app.css", "/ui/static/app.js"]
-    for path, kind in (("/ui/static/app.js", "text/javascript"), ("/ui/static/app.css", "text/css")):
+    assert sorted(assets) == ["/ui/static/app.css", "/ui/static/app.js", "/ui/static/judge.js"]
+    for path, kind in (("/ui/static/app.js", "text/javascript"), ("/ui/static/judge.js", "text/javascript"),
+                       ("/ui/static/app.css", "text/css")):
         response = client.get(path)
         assert response.status_code == 200 and response.headers["content-type"].startswith(kind), path
         assert response.headers["x-content-type-options"] == "nosniff"
@@ -26,7 +27,7 @@ def test_the_page_and_its_assets_are_served_from_the_package():
 
 
 def test_no_asset_loads_anything_from_another_origin():
-    for name in ("index.html", "app.js", "app.css"):
+    for name in ("index.html", "app.js", "judge.js", "app.css"):
         text = ui.asset(name).decode()
         assert not re.search(r"https?://", text), f"{name} refers to another origin"
         assert "@import" not in text and "innerHTML" not in text, name  # DOM built node by node

@@ -1,4 +1,5 @@
-"""Catch-up: a burst-ingested conversation, or a slow LLM, never leaves the summary chain stalled."""
+"""Catch-up and the backlog rule: a burst-ingested conversation, or a slow LLM, never leaves the
+summary chain stalled, and a burst asks for the windows a replay of the same log asks for."""
 
 from __future__ import annotations
 
@@ -40,18 +41,35 @@ def done(command: RequestSummary) -> SummaryDone:
     return SummaryDone(command.memory_id, command.attempt, command.start_seq, command.end_seq)
 
 
-def test_a_whole_history_in_one_burst_is_caught_up_with_one_more_request():
+def replayed(last_seq: int, config=CFG) -> list[tuple]:
+    """The requests a replay makes for messages 0..last_seq (historic: the stride rule)."""
+    state, emitted = WindowState(), []
+    for seq in range(last_seq + 1):
+        state, commands = feed(state, MessageSaved(seq, "assistant" if seq % 2 else "user", historic=True),
+                               config=config)
+        emitted += commands
+    return [(c.memory_id, c.start_seq, c.end_seq, c.base_memory_id, c.base_end_seq) for c in emitted]
+
+
+def test_a_whole_history_in_one_burst_asks_for_the_replays_windows():
+    """The backlog rule: a round end that finds a request in flight is chained on the newest
+    request every `replay_stride` seqs, so a burst gives the chain a replay of the log gives
+    (issue 26: before, 1 + 1 summaries here against the replay's 149, and every diff of a
+    replay against the live generation listed the difference)."""
     state, emitted = burst(WindowState(), 0, 599)
-    assert [(c.memory_id, c.start_seq, c.end_seq) for c in emitted] == [(1, 0, 5)]  # seed: nothing more in flight
-    state, commands = feed(state, done(emitted[0]), 1.0)
-    # The completion re-checks: the window of the newest round end, chained on summary 1.
-    assert commands == [RequestSummary(2, *calculate_summary_range(599, 14), 1, 5, 1, CFG.prompt_version, CFG.model)]
-    state, commands = feed(state, done(commands[0]), 2.0)
-    assert commands == [] and state.latest_completed == (2, 586, 599) and state.in_flight is None
+    chain = [(c.memory_id, c.start_seq, c.end_seq, c.base_memory_id, c.base_end_seq) for c in emitted]
+    assert chain == replayed(599)
+    assert len(chain) == 149 and chain[:3] == [(1, 0, 5, None, None), (2, 0, 9, 1, 5), (3, 0, 13, 2, 9)]
+    for command in emitted:  # answered in order: nothing more to ask
+        state, commands = feed(state, done(command), 1.0)
+        assert commands == []
+    assert state.latest_completed == (149, 584, 597) and state.in_flight is None
+    assert 599 - state.latest_completed[2] < CFG.replay_stride
 
 
-def test_a_burst_that_outruns_the_llm_costs_one_request_per_answer_not_per_message():
-    """Completions come back every 50 messages: each one asks for the newest window."""
+def test_a_burst_that_outruns_the_llm_stays_a_chain_of_windows_a_stride_apart():
+    """Completions of the newest request come back every 50 messages: in between, the round
+    ends are chained every stride; after a completion the seed's rule asks again."""
     state, requests = WindowState(), []
     for first in range(0, 1000, 50):
         state, emitted = burst(state, first, first + 49, now=first)
@@ -65,11 +83,12 @@ def test_a_burst_that_outruns_the_llm_costs_one_request_per_answer_not_per_messa
         flight = state.in_flight
         state, commands = feed(state, SummaryDone(flight.memory_id, 1, flight.start_seq, flight.end_seq), 2000.0)
         requests += commands
-    assert len(requests) <= 1000 // 50 + 2
-    assert state.latest_completed[2] == 999
-    # A chain: each request is based on the summary completed just before it.
+    assert len(requests) <= 1000 // CFG.replay_stride + 1000 // 50
+    assert 999 - state.latest_completed[2] < CFG.replay_stride
+    # A chain: each request is based on the one before it, and within the window.
     for before, after in zip(requests, requests[1:]):
         assert after.base_memory_id == before.memory_id and after.base_end_seq == before.end_seq
+        assert 2 <= after.end_seq - before.end_seq <= CFG.replay_stride
         assert after.end_seq - after.start_seq + 1 <= CFG.window_size
 
 
@@ -89,7 +108,7 @@ def test_a_small_backlog_waits_for_the_next_round_end_as_the_seed_says():
 def test_a_failure_with_a_backlog_retries_at_once_then_backs_off_and_the_tick_resumes():
     state, emitted = burst(WindowState(), 0, 99)
     failures = 0
-    request = emitted[0]
+    request = emitted[-1]  # the newest of the chain; the stage fails the ones after a failed base
     while True:
         state, commands = feed(state, SummaryGaveUp(request.memory_id, 1, "llm 500"), 10.0)
         failures += 1
@@ -110,10 +129,10 @@ def test_a_failure_with_a_backlog_retries_at_once_then_backs_off_and_the_tick_re
 
 
 def test_the_backlog_limit_is_a_setting():
-    config = WindowConfig(catch_up_backlog=4)
-    state, emitted = burst(WindowState(), 0, 9, config=config)
+    config = WindowConfig(catch_up_backlog=2)
+    state, emitted = burst(WindowState(), 0, 7, config=config)  # 7 is less than a stride past 5
     state, commands = feed(state, done(emitted[0]), 1.0, config)
-    assert [(c.start_seq, c.end_seq) for c in commands] == [(0, 9)]  # 4 messages past seq 5
+    assert [(c.start_seq, c.end_seq) for c in commands] == [(0, 7)]  # 2 messages past seq 5
 
 
 def test_historic_messages_never_catch_up_so_a_replay_stays_deterministic():
@@ -160,4 +179,4 @@ def test_random_bursts_and_answers_end_with_the_chain_near_the_end(seed):
             requests += len(emitted)
     assert state.latest_completed is not None
     assert last - state.latest_completed[2] < CFG.window_size
-    assert requests <= last // 2  # far fewer than one per round: a burst costs one per answer
+    assert requests <= last // 2  # fewer than one per round: a burst costs one per stride (4 seqs)

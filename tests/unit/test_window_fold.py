@@ -13,6 +13,7 @@ from streams.window.fold import (
     GiveUp,
     MessageSaved,
     RequestSummary,
+    ReplayRequest,
     SummaryDone,
     SummaryGaveUp,
     Tick,
@@ -91,10 +92,15 @@ def test_trigger_roles_are_configurable():
     assert [c.memory_id for c in commands] == [1]
 
 
-def test_never_a_second_request_while_one_is_in_flight():
+def test_a_round_end_while_one_is_in_flight_is_skipped_unless_a_stride_past_the_newest_request():
+    """Seed 000 skips a round end while a summary is processing; the backlog rule chains one
+    on the newest request once the round end is `replay_stride` (4) seqs past it, as a replay
+    would (so a burst asks for the replay's windows)."""
     state, emitted = run(rounds(1, 6))
-    assert [(c.memory_id, c.end_seq) for c in emitted] == [(1, 5)]
-    assert state.in_flight.memory_id == 1 and state.last_seq == 11
+    assert [(c.memory_id, c.end_seq, c.base_memory_id, c.base_end_seq) for c in emitted] == [
+        (1, 5, None, None), (2, 9, 1, 5)]
+    assert isinstance(emitted[1], ReplayRequest)
+    assert state.in_flight.memory_id == 2 and state.last_seq == 11 and state.last_replay_request == 2
 
 
 def test_completion_does_not_itself_trigger_and_next_round_end_is_incremental():
@@ -318,7 +324,10 @@ def test_random_interleavings_keep_the_invariants(seed):
             elif command.attempt > 1:
                 assert command.memory_id == outstanding
             else:
-                assert outstanding is None, "a second request while one is in flight"
+                if outstanding is not None:  # only the backlog rule asks while one is in flight
+                    assert isinstance(command, ReplayRequest), "a second request while one is in flight"
+                    assert command.base_memory_id == outstanding
+                    assert command.end_seq - command.base_end_seq >= CFG.replay_stride
                 assert not ids or command.memory_id > ids[-1]
                 outstanding = command.memory_id
                 ids.append(command.memory_id)

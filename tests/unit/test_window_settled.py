@@ -50,7 +50,8 @@ def test_a_fold_that_lost_a_result_gets_it_again_after_one_request_timeout():
     (first,) = requests
     assert isinstance(first, RequestSummary) and state.in_flight.memory_id == first.memory_id
     row = ("completed", first.attempt)  # what the memory projection holds by now
-    for seq in range(4, 40):  # the rest of the conversation: nothing new while 1 is in flight
+    for seq in range(4, 7):  # the conversation goes on: nothing new while 1 is in flight (less than
+        # replay_stride past it; further on, the backlog rule would chain requests on it)
         state, commands = step(state, MessageSaved(seq, "assistant" if seq % 2 else "user"), 1.0, CFG)
         assert commands == ()
 
@@ -61,5 +62,6 @@ def test_a_fold_that_lost_a_result_gets_it_again_after_one_request_timeout():
     again = SummaryDone(first.memory_id, first.attempt, first.start_seq, first.end_seq)
     state, commands = step(state, again, 40.0, CFG)
     assert state.latest_completed == (first.memory_id, first.start_seq, first.end_seq)
-    (catch_up,) = commands  # the backlog 4..39 is caught up at once, chained on memory 1
-    assert (catch_up.start_seq, catch_up.end_seq, catch_up.base_memory_id) == (34, 39, first.memory_id)
+    assert commands == ()  # the backlog 4..5 is below catch_up_backlog: the next round end asks
+    state, (following,) = step(state, MessageSaved(7, "assistant"), 41.0, CFG)
+    assert (following.start_seq, following.end_seq, following.base_memory_id) == (2, 7, first.memory_id)

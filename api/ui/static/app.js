@@ -391,16 +391,23 @@ async function generationsPage(params) {
   const diffOut = h("div", {});
   const a = h("select", { name: "a", required: true });
   const b = h("select", { name: "b", required: true });
+  const judged = h("div", {});  // judge.js: the last judgement beside the gated activate button
   page("Generations", results, h("h2", {}, "Compare two generations"),
     h("form", { class: "row", onsubmit: (e) => {
       e.preventDefault();
       location.hash = `#/generations?${new URLSearchParams({ a: a.value, b: b.value })}`;
-    } }, field("From generation", a), field("To generation", b), h("button", { type: "submit" }, "Diff")), diffOut);
+    } }, field("From generation", a), field("To generation", b), h("button", { type: "submit" }, "Diff")), diffOut,
+    judged);
   let gens;
   try { gens = await api("/v1/admin/generations"); } catch (err) { put(results, alertBox(explain(err))); return; }
   for (const sel of [a, b]) put(sel, ...gens.map((g) => h("option", { value: g.name }, g.name)));
   if (params.get("a")) a.value = params.get("a");
   if (params.get("b")) b.value = params.get("b"); else if (gens.length > 1) b.value = gens[1].name;
+  if (gens.length > 1) {
+    const jp = judgePanel(() => a.value, () => b.value);
+    put(judged, jp.panel);
+    for (const sel of [a, b]) sel.addEventListener("change", jp.refresh);
+  }
   put(results, table(null, ["Generation", "Status", "Replay progress", "Derived records", "LLM cache", "Created"],
     gens.map((g) => {
       const p = g.progress || {};
