@@ -57,6 +57,9 @@ class RetrievalConfig:
     # A message that ends with a question comes with the reply that follows it, cut to this
     # many characters (0: questions alone). The answer is what the caller asks about again.
     reply_chars: int = 240
+    # No budget spent twice: an item whose information words are this share of an included
+    # item's is left out as a duplicate (retrieval/packing.py; 0 turns it off).
+    duplicate_overlap: float = 0.8
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
@@ -368,7 +371,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # Lines counted one by one, and only those whose lower bound still fits: once the budget is
     # nearly full most candidates are left out without running the tokenizer.
     packed = pack(scored.kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
-                  lower_bound=min_tokens)
+                  lower_bound=min_tokens, duplicate_overlap=config.duplicate_overlap)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]
