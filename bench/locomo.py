@@ -105,8 +105,10 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
             for q in conv.questions:
                 await cq.clear_surfaced(db, conv)
                 row = await cq.ask(http, conv, q, budget)
-                await cq.clear_surfaced(db, conv)
-                wide = await ask_body(http, conv, q, diag_budget)
+                wide = {}
+                if diag_budget:
+                    await cq.clear_surfaced(db, conv)
+                    wide = await ask_body(http, conv, q, diag_budget)
                 first_turn.append(row)
                 diagnosis.append((conv, q, row, wide))
         if sequential:
@@ -128,7 +130,7 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
             ceiling.setdefault(name, []).extend(rows)
     ceiling_by_qid = {r["qid"]: r for r in ceiling["derived"]}
     raw_by_qid = {r["qid"]: r for r in ceiling["raw_log"]}
-    diagnosed = [D.diagnose(q, row, wide, budget, ceiling_by_qid[q.qid]["score"], raw_by_qid[q.qid]["score"])
+    diagnosed = [] if not diag_budget else [D.diagnose(q, row, wide, budget, ceiling_by_qid[q.qid]["score"], raw_by_qid[q.qid]["score"])
                  for conv, q, row, wide in diagnosis]
     topics = await db.rows("SELECT conversation_id, count(*) FROM topics GROUP BY 1 ORDER BY 1")
     result = {
@@ -137,8 +139,8 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
         **{f"bm25_{b}": S.summarize(rows, R.KINDS) for b, rows in bm25.items()},
         **{f"ceiling_{name}": S.summarize(rows, R.KINDS) for name, rows in ceiling.items()},
         "responses": R.response_stats(first_turn + in_sequence),
-        "diagnosis": D.summarize(diagnosed, R.KINDS),
-        "evidence_recall": D.evidence_recall(diagnosed, R.KINDS),
+        "diagnosis": D.summarize(diagnosed, R.KINDS) if diagnosed else None,
+        "evidence_recall": D.evidence_recall(diagnosed, R.KINDS) if diagnosed else None,
         "topics_per_conversation": {c: n for c, n in topics},
         "derived_memory_chars": {k: sum(len(m[k]) for m in memory_by_conv.values())
                                  for k in next(iter(memory_by_conv.values()), {})},
@@ -227,7 +229,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, help="default $MEMORY_LOCOMO_DEV or ../shared/eval-data/locomo-dev.json")
     parser.add_argument("--budget", type=int, default=500, help="budget_tokens of the context calls")
-    parser.add_argument("--diag-budget", type=int, default=4000, help="the diagnosis call's budget_tokens")
+    parser.add_argument("--diag-budget", type=int, default=4000, help="the diagnosis call's budget_tokens (0: no diagnosis call)")
     parser.add_argument("--keep", action="store_true", help="keep the schema and topics at the end")
     parser.add_argument("--reuse", help="GENERATION:TOPIC_PREFIX of a kept run: ask again, no ingest")
     parser.add_argument("--first-turn-only", action="store_true", help="skip the sequential pass")
@@ -244,7 +246,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     print("\n" + D.table(result, args.budget) + "\n")
-    print(D.diagnosis_table(result) + "\n")
+    if result["diagnosis"]:
+        print(D.diagnosis_table(result) + "\n")
     r = result["responses"]
     print(f"responses: {r['calls']} calls, 5xx {r['5xx']}, no response {r['no_response']}, bytes max "
           f"{r['bytes_max']}, latency p50 {r['latency_ms_p50']} ms p99 {r['latency_ms_p99']} ms, "
