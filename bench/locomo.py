@@ -177,7 +177,10 @@ async def settle(db, settings, conversations, total: int, timeout: float, quiet:
 
 
 async def run(args) -> dict:
-    conversations = data.load(args.data)
+    if args.generated:  # bench/longconv.py's set, as context_quality.py --quick makes it
+        conversations = longconv.generate(1, args.generated, sessions=(15, 18), turns=(14, 22))
+    else:
+        conversations = data.load(args.data)
     total = sum(len(c.messages) for c in conversations)
     questions = sum(len(c.questions) for c in conversations)
     print(f"{len(conversations)} conversations, {total} messages, {questions} questions (categories 1-4)",
@@ -228,6 +231,9 @@ async def run(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, help="default $MEMORY_LOCOMO_DEV or ../shared/eval-data/locomo-dev.json")
+    parser.add_argument("--generated", type=int, default=0,
+                        help="N: instead of the development set, the generator's set of context_quality.py --quick"
+                             " (seed 1, N conversations), with the same diagnosis and --keep/--reuse")
     parser.add_argument("--budget", type=int, default=500, help="budget_tokens of the context calls")
     parser.add_argument("--diag-budget", type=int, default=4000, help="the diagnosis call's budget_tokens (0: no diagnosis call)")
     parser.add_argument("--keep", action="store_true", help="keep the schema and topics at the end")
