@@ -93,6 +93,23 @@ async def ask_body(http: httpx.AsyncClient, conv, question, budget: int) -> dict
     return {}
 
 
+def undated_bm25(conv, budgets: list[int]) -> dict[int, list[dict]]:
+    """The set's README reference: BM25 over the raw messages, whole messages as they were sent
+    (no date), best first into each budget (cq.baselines dates every line, which finds far
+    more "when" answers)."""
+    from retrieval.tokens import count_tokens
+
+    index = S.BM25([m.content for m in conv.messages])
+    cost: dict[str, int] = {}
+    out: dict[int, list[dict]] = {b: [] for b in budgets}
+    for q in conv.questions:
+        ranked = [conv.messages[i].content for i in index.ranked(q.question)]
+        for budget in budgets:
+            text, _ = S.pack(ranked, budget, lambda line: cost.setdefault(line, count_tokens(line)))
+            out[budget].append({"qid": q.qid, "kind": q.kind, "score": S.score(q.answer, text)})
+    return out
+
+
 async def measure(db, conversations, port: int, budget: int, diag_budget: int, sequential: bool) -> dict:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": cq.API_KEY},
                                  timeout=120) as http:
@@ -121,9 +138,12 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
     bm25: dict[int, list[dict]] = {b: [] for b in budgets}
     ceiling: dict[str, list[dict]] = {}
     memory_by_conv = {}
+    undated: dict[int, list[dict]] = {b: [] for b in budgets}
     for conv in conversations:
         for b, rows in cq.baselines(conv, budgets).items():
             bm25[b] += rows
+        for b, rows in undated_bm25(conv, budgets).items():
+            undated[b] += rows
         memory = await cq.derived_memory(db, conv)
         memory_by_conv[conv.conversation_id] = memory
         for name, rows in R.ceilings(conv, memory).items():
@@ -137,6 +157,7 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
         "first_turn": S.summarize(first_turn, R.KINDS),
         **({"sequential": S.summarize(in_sequence, R.KINDS)} if sequential else {}),
         **{f"bm25_{b}": S.summarize(rows, R.KINDS) for b, rows in bm25.items()},
+        **{f"bm25_undated_{b}": S.summarize(rows, R.KINDS) for b, rows in undated.items()},
         **{f"ceiling_{name}": S.summarize(rows, R.KINDS) for name, rows in ceiling.items()},
         "responses": R.response_stats(first_turn + in_sequence),
         "diagnosis": D.summarize(diagnosed, R.KINDS) if diagnosed else None,
