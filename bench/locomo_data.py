@@ -47,6 +47,8 @@ def session_time(text: str) -> datetime:
     if not found:
         raise ValueError(f"unreadable session time {text!r}")
     hour, minute, half, day, month, year = found.groups()
+    if not 1 <= int(hour) <= 12:
+        raise ValueError(f"unreadable session time {text!r}")
     hour = int(hour) % 12 + (12 if half.lower() == "pm" else 0)
     return datetime(int(year), _MONTHS[month.lower()], int(day), hour, int(minute), tzinfo=UTC)
 
