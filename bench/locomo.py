@@ -39,21 +39,14 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 
-
-def _load(name: str):
-    """This script's sibling module, never a `bench.` module of the checkout under test."""
-    spec = importlib.util.spec_from_file_location(f"locomo_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-cq = _load("context_quality")  # the harness: API, ingest, settle, ask, BM25, ceilings
+_spec = importlib.util.spec_from_file_location("locomo_context_quality", HERE / "context_quality.py")
+cq = importlib.util.module_from_spec(_spec)  # the harness: API, ingest, settle, ask, BM25, ceilings
+sys.modules[_spec.name] = cq
+_spec.loader.exec_module(cq)
 longconv = sys.modules["ctx_eval_longconv"]
 sys.modules["longconv"] = longconv  # what locomo_data imports when loaded by path
-data = _load("locomo_data")
-D = _load("locomo_diagnosis")
+data = cq._load("locomo_data")  # this script's siblings, never the measured checkout's bench.
+D = cq._load("locomo_diagnosis")
 S, R, common = cq.S, cq.R, cq.common
 
 
