@@ -98,7 +98,8 @@ def undated_bm25(conv, budgets: list[int]) -> dict[int, list[dict]]:
     for q in conv.questions:
         ranked = [conv.messages[i].content for i in index.ranked(q.question)]
         for budget in budgets:
-            text, _ = S.pack(ranked, budget, lambda line: cost.setdefault(line, count_tokens(line)))
+            text, _ = S.pack(ranked, budget, lambda line: cost[line] if line in cost
+                             else cost.setdefault(line, count_tokens(line)))
             out[budget].append({"qid": q.qid, "kind": q.kind, "score": S.score(q.answer, text)})
     return out
 
