@@ -58,8 +58,10 @@ class RetrievalConfig:
     # many characters (0: questions alone). The answer is what the caller asks about again.
     reply_chars: int = 240
     # No budget spent twice: an item whose information words are this share of an included
-    # item's is left out as a duplicate (retrieval/packing.py; 0 turns it off).
-    duplicate_overlap: float = 0.8
+    # item's is left out as a duplicate (retrieval/packing.py). Off (0): at 0.8 it cost 5 hits
+    # of 466 on the development set (docs/evaluation.md), likely because a fact's resolved date
+    # ("yesterday (7 May 2023)") does not count as information beside its message.
+    duplicate_overlap: float = 0.0
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
