@@ -105,7 +105,7 @@ async def ingest(settings, conversations) -> int:
 
 
 def user_of(conv) -> str:
-    return f"u-{conv.conversation_id}"
+    return getattr(conv, "user_id", None) or f"u-{conv.conversation_id}"
 
 
 class Db:

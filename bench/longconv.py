@@ -126,6 +126,7 @@ class Conversation:
     assistant: str
     messages: list[Message]
     questions: list[Question]
+    user_id: str | None = None  # the messages' user_id (default: u-<conversation_id>)
 
     @property
     def end_seq(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Callable, Sequence
@@ -73,10 +74,37 @@ def render_line(item: ScoredItem) -> str:
     return f"- {when}{label}{content}"
 
 
+_WORD = re.compile(r"[^\W_]+")
+# Words that say nothing about what an item is about: pronouns, auxiliaries, articles and the
+# like. What is left of an item ("caroline", "went", "lgbtq", "support", "group") is its information.
+_FILLER = frozenset("""
+a about after again all also am an and any are as at be because been before being both but by can could did do
+does doing don for from had has have having he her here hers him his how i if in into is it its just me more most
+my no not now of on once only or other our out over own same she so some such than that the their them then there
+these they this those through to too under until up very was we were what when where which while who why will with
+would you your yes oh wow yeah really so s t d ll m re ve got get
+""".split())
+
+
+# A resolved date in the text ("yesterday (7 May 2023)"): every line shows its date already.
+_RESOLVED_DATE = re.compile(r"\([^()]*\b\d{4}\)")
+
+
+def information(text: str) -> frozenset[str]:
+    """The words of an item that carry its information: lowercased, filler words and resolved
+    dates left out."""
+    return frozenset(w for w in _WORD.findall(_RESOLVED_DATE.sub(" ", text).lower()) if w not in _FILLER)
+
+
+def covered_by(words: frozenset[str], other: frozenset[str], overlap: float) -> bool:
+    """True when at least `overlap` of `words` are among `other`'s (and `words` has some)."""
+    return bool(words) and len(words & other) >= overlap * len(words) - 1e-9
+
+
 def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,
          count: TokenCounter = count_tokens, excluded: Sequence[Exclusion] = (),
          repeats: Sequence[ScoredItem] = (), *, additive: bool = False,
-         lower_bound: Callable[[str], int] | None = None) -> Packed:
+         lower_bound: Callable[[str], int] | None = None, duplicate_overlap: float = 0.0) -> Packed:
     """Greedy by final score: each line is added if the joined text still fits, otherwise it is
     excluded as "over_budget" and smaller, lower-scored lines are still tried. The budget is
     checked on the whole joined text, so separators can never push it over. `repeats` (items
@@ -87,16 +115,27 @@ def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,
     WordPiece tokenizer: a newline is whitespace), so each line is counted once, not the whole
     text at every step. `lower_bound` (with `additive`): a cheap count never above `count`; a
     line whose bound does not fit is excluded without being counted (its Exclusion carries the
-    line and no tokens: `exclusion_tokens` counts it if someone asks)."""
+    line and no tokens: `exclusion_tokens` counts it if someone asks).
+
+    `duplicate_overlap` (0 < x <= 1; 0: off): no budget is spent twice on the same information.
+    An item whose information words (`information`) are at least that share of one included
+    item's is excluded as "duplicate" (a fact and the message it came from, two near-identical
+    facts); an included item that a later, fuller one covers that way (the fact, once its
+    message is in) is taken out again as "duplicate" and its tokens go to the items after."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
     if lower_bound is not None and not additive:
         raise ValueError("lower_bound needs an additive count")
     included: list[PackedItem] = []
+    words: list[frozenset[str]] = []  # of each included item, when deduplicating
     dropped = list(excluded)
     used = 0
     for group, reason in ((items, "over_budget"), (repeats, "already_surfaced")):
         for item in sorted(group, key=rank_key):
+            info = information(item.candidate.content) if duplicate_overlap > 0 else frozenset()
+            if info and any(covered_by(info, shown, duplicate_overlap) for shown in words):
+                dropped.append(Exclusion(item.candidate, "duplicate", item.score))
+                continue
             line = render_line(item)
             if lower_bound is not None and used + lower_bound(line) > budget:
                 dropped.append(Exclusion(item.candidate, reason, item.score, None, line))
@@ -109,9 +148,31 @@ def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,
             if trial <= budget:
                 included.append(PackedItem(item, line, tokens))
                 used = trial
+                if duplicate_overlap > 0:
+                    words.append(info)
+                    used = _drop_covered(included, words, dropped, duplicate_overlap, used, count, additive)
             else:
                 dropped.append(Exclusion(item.candidate, reason, item.score, tokens))
     return Packed(tuple(included), tuple(dropped), used, budget)
+
+
+def _drop_covered(included: list[PackedItem], words: list[frozenset[str]], dropped: list[Exclusion],
+                  overlap: float, used: int, count: TokenCounter, additive: bool) -> int:
+    """Take out the included items that the newest one covers; returns the tokens now used."""
+    newest = words[-1]
+    keep = [i for i in range(len(included) - 1) if not covered_by(words[i], newest, overlap)]
+    if len(keep) == len(included) - 1:
+        return used
+    keep.append(len(included) - 1)
+    for i in range(len(included)):
+        if i not in keep:
+            p = included[i]
+            dropped.append(Exclusion(p.item.candidate, "duplicate", p.item.score, p.tokens))
+    included[:] = [included[i] for i in keep]
+    words[:] = [words[i] for i in keep]
+    if additive:
+        return sum(p.tokens for p in included)
+    return count("\n".join(p.line for p in included))
 
 
 def exclusion_tokens(exclusion: Exclusion, count: TokenCounter = count_tokens) -> int | None:

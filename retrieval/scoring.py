@@ -8,7 +8,7 @@ from typing import Collection, Iterable, Literal, Sequence
 DAY_S = 86_400.0
 
 Kind = Literal["fact", "chunk", "message", "memory"]
-Reason = Literal["below_threshold", "already_surfaced", "over_budget"]
+Reason = Literal["below_threshold", "already_surfaced", "over_budget", "duplicate"]
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,11 @@ class RetrievalConfig:
     # A message that ends with a question comes with the reply that follows it, cut to this
     # many characters (0: questions alone). The answer is what the caller asks about again.
     reply_chars: int = 240
+    # No budget spent twice: an item whose information words are this share of an included
+    # item's is left out as a duplicate (retrieval/packing.py). Off (0): at 0.8 it cost 5 hits
+    # of 466 on the development set (docs/evaluation.md), likely because a fact's resolved date
+    # ("yesterday (7 May 2023)") does not count as information beside its message.
+    duplicate_overlap: float = 0.0
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
@@ -372,7 +377,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # Lines counted one by one, and only those whose lower bound still fits: once the budget is
     # nearly full most candidates are left out without running the tokenizer.
     packed = pack(scored.kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
-                  lower_bound=min_tokens)
+                  lower_bound=min_tokens, duplicate_overlap=config.duplicate_overlap)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]

@@ -55,7 +55,8 @@ class RetrievedItemOut(BaseModel):
 class ExcludedOut(BaseModel):
     kind: Literal["fact", "chunk", "message"]
     id: str
-    reason: Literal["below_threshold", "already_surfaced", "over_budget"]
+    reason: Literal["below_threshold", "already_surfaced", "over_budget", "duplicate"] = Field(
+        description="duplicate: its information is already in an included item (a fact and its message)")
     score: ScoreOut | None = None
     tokens: int | None = None
 

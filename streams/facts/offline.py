@@ -19,6 +19,15 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 # A first-person statement: I/we/my/our as the subject within the first few words
 # ("Yesterday I went...", "Last week my sister..."), not a question or a pleasantry.
 _FIRST_PERSON = re.compile(r"^(?:\W*\w+\W+){0,4}?(?:i|we|my|our|i'm|i've|we're|we've|i'd|i'll)\b")
+# Said in passing: the statement follows a clause about something else ("Work's been crazy, but
+# I finally signed up for pottery", "Last week at the beach, my kids and I built...").
+_FIRST_PERSON_IN_PASSING = re.compile(
+    r"(?:[,;]|\b(?:but|and|so|because|since|when|while|after|before|though|although))\s+(?:\w+\s+){0,2}?"
+    r"(?:i|we|my|our|i'm|i've|we're|we've|i'd|i'll)\b(?!\W*$)")
+# A hedge before the statement ("I think I'll apply...", "I guess we're moving in May"): the
+# statement is kept without it; "I think that's great" has none and stays out.
+_HEDGE = re.compile(r"^(?:i (?:think|guess|suppose|believe|feel like)(?: that)?|maybe|probably)\s+"
+                    r"(?=(?:i|we|my|our|i'm|i've|we're|we've|i'd|i'll)\b)", re.IGNORECASE)
 _NOT_A_FACT = re.compile(
     r"\?\s*$|^(?:i|we) (?:was|were) (?:wondering|just|going to ask)\b|^(?:i|we) have (?:a|another) question"
     r"|^(?:my|our) (?:question|point|bad|pleasure|apologies)\b"
@@ -160,10 +169,12 @@ def fact_sentences(spoken: Spoken, at: datetime | None) -> list[str]:
     found = []
     for sentence in split_sentences(spoken.text):
         sentence = strip_lead_in(sentence)
+        sentence = _HEDGE.sub("", _INTERJECTION.sub("", sentence) or sentence) or sentence
         lowered = sentence.lower().replace("\u2019", "'")
         words = _words(lowered)
         content = [w for w in words if w not in _NOISE]
-        if not _FIRST_PERSON.match(lowered) or _NOT_A_FACT.search(lowered) or len(content) < 2:
+        first_person = _FIRST_PERSON.match(lowered) or _FIRST_PERSON_IN_PASSING.search(lowered)
+        if not first_person or _NOT_A_FACT.search(lowered) or len(content) < 2:
             continue
         if len(content) <= _DANGLING_MAX_CONTENT and _DANGLING.search(lowered):
             continue

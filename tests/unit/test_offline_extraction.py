@@ -5,6 +5,7 @@ messages left out, importance/type/tags filled, related memories updated."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 
@@ -183,3 +184,29 @@ def test_a_short_statement_about_something_only_an_earlier_message_names_is_not_
 def test_irregular_past_forms_stay_as_they_are_in_the_third_person():
     assert in_third_person("I sold my old bike and slept for ten hours.", "Caroline") == \
         "Caroline sold Caroline's old bike and slept for ten hours."
+
+
+# Preferences, habits and plans said in passing are facts too (issue 24).
+@pytest.mark.parametrize("text, fact", [
+    ("Work has been hectic, but I finally signed up for pottery classes.",
+     "Work has been hectic, but Caroline finally signed up for pottery classes."),
+    ("After the storm last night, my brother and I fixed the fence.",
+     "After the storm last night (7 May 2023), Caroline's brother and Caroline fixed the fence."),
+    ("I think I will apply for the nursing program next month.",
+     "Caroline will apply for the nursing program next month (June 2023)."),
+    ("Oh, I guess we're moving to Leeds in the autumn.", "Caroline and others are moving to Leeds in the autumn."),
+    ("That looks lovely, I always bake bread on Sundays.", "That looks lovely, Caroline always bakes bread on Sundays."),
+])
+def test_a_statement_after_a_clause_about_something_else_is_kept(text, fact):
+    from streams.facts.offline import fact_sentences
+
+    assert fact_sentences(speaker_of("user", f"Caroline: {text}"), MAY_8) == [fact]
+
+
+@pytest.mark.parametrize("text", ["I guess that is true.", "I think that's a great idea!", "Do you think I should go?",
+                                  "That sounds fun, and you should go.", "Sure, I know."])
+def test_hedges_questions_and_pleasantries_stay_out(text):
+    from streams.facts.offline import fact_sentences
+
+    assert fact_sentences(speaker_of("user", f"Caroline: {text}"), MAY_8) == []
+MAY_8 = datetime(2023, 5, 8, 14, 0, tzinfo=UTC)

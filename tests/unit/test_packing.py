@@ -129,3 +129,41 @@ def test_additive_packing_with_a_lower_bound_packs_exactly_as_counting_the_joine
 def test_a_lower_bound_needs_an_additive_count():
     with pytest.raises(ValueError):
         pack([item("a", 0.9)], 10, count_tokens, lower_bound=len)
+
+
+# No budget spent twice on the same information (issue 24).
+
+def test_a_fact_after_its_message_is_a_duplicate_and_its_room_goes_to_the_next_item():
+    message = item("message:c:3", 0.9, "Caroline: I went to the LGBTQ support group yesterday, it was powerful.",
+                   kind="message", role="user")
+    fact = item("fact:1", 0.8, "Caroline went to the LGBTQ support group yesterday (7 May 2023).")
+    other = item("fact:2", 0.7, "Melanie paints sunrises by the lake.")
+    budget = count_tokens(render_line(message)) + count_tokens(render_line(fact))
+    assert count_tokens(render_line(other)) <= count_tokens(render_line(fact))
+    without = pack([message, fact, other], budget, additive=True)
+    assert [p.item.candidate.item_id for p in without.included] == ["message:c:3", "fact:1"]
+    packed = pack([message, fact, other], budget, additive=True, duplicate_overlap=0.8)
+    assert [p.item.candidate.item_id for p in packed.included] == ["message:c:3", "fact:2"]
+    assert [(e.candidate.item_id, e.reason) for e in packed.excluded] == [("fact:1", "duplicate")]
+
+
+def test_an_included_fact_gives_way_to_its_fuller_message_ranked_below_it():
+    fact = item("fact:1", 0.9, "Caroline went to the support group.")
+    message = item("message:c:3", 0.8, "Caroline: I went to the support group yesterday and met Ana there.",
+                   kind="message", role="user")
+    packed = pack([fact, message], 500, additive=True, duplicate_overlap=0.8)
+    assert [p.item.candidate.item_id for p in packed.included] == ["message:c:3"]
+    assert packed.tokens_used == count_tokens(packed.text)
+    (dropped,) = packed.excluded
+    assert (dropped.candidate.item_id, dropped.reason, dropped.tokens) == (
+        "fact:1", "duplicate", count_tokens(render_line(fact)))
+
+
+@pytest.mark.parametrize("additive", [True, False])
+def test_different_information_is_never_a_duplicate_and_zero_turns_it_off(additive):
+    items = [item("a", 0.9, "Caroline adopted a cat named Luna."), item("b", 0.8, "Caroline adopted a dog named Max."),
+             item("c", 0.7, "Caroline adopted a cat named Luna!")]
+    on = pack(items, 500, additive=additive, duplicate_overlap=0.8)
+    assert [p.item.candidate.item_id for p in on.included] == ["a", "b"]
+    assert on.tokens_used == count_tokens(on.text)
+    assert [p.item.candidate.item_id for p in pack(items, 500, additive=additive).included] == ["a", "b", "c"]

@@ -1,0 +1,286 @@
+"""Turn-start context quality on the LoCoMo development set, with a diagnosis per question
+(docs/evaluation.md, "The development set").
+
+    python bench/locomo.py [--data FILE] [--budget 500] [--keep] [--out FILE.json]
+    python bench/locomo.py --reuse GENERATION:TOPIC_PREFIX [--first-turn-only]   # ask again, no ingest
+
+Runs the set exactly as its README says (bench/locomo_data.py): ingests every message as
+`message.appended` through the SDK into the real stack (a worker process and the API under
+uvicorn, on Kafka + PostgreSQL, unique topic prefix and generation), waits until memory has
+settled, then asks each question at the end of its conversation with
+GET /v1/conversations/{id}/context?before_seq=<end>&query=<question>&budget_tokens=500,
+first-turn and in sequence, scores answer words and hits per category beside BM25 over the
+raw messages at 500 and 2,000 tokens (bench/context_quality.py does all of that; this script
+feeds it the real set). Then the diagnosis (bench/locomo_diagnosis.py): each question asked
+once more with a large budget, to tell whether a missed answer is not in memory at all, not
+among the search candidates, ranked out, or cut by packing.
+
+The data is CC BY-NC: it is read at run time ($MEMORY_LOCOMO_DEV or
+../shared/eval-data/locomo-dev.json), never copied into the repository.
+
+`--keep` keeps the run's schema and topics; `--reuse` then measures another checkout's read
+path (ranking, packing) on the same derived memory in minutes, without ingesting again: the
+API of the code under test is started on the kept schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+
+_spec = importlib.util.spec_from_file_location("locomo_context_quality", HERE / "context_quality.py")
+cq = importlib.util.module_from_spec(_spec)  # the harness: API, ingest, settle, ask, BM25, ceilings
+sys.modules[_spec.name] = cq
+_spec.loader.exec_module(cq)
+longconv = sys.modules["ctx_eval_longconv"]
+sys.modules["longconv"] = longconv  # what locomo_data imports when loaded by path
+data = cq._load("locomo_data")  # this script's siblings, never the measured checkout's bench.
+D = cq._load("locomo_diagnosis")
+S, R, common = cq.S, cq.R, cq.common
+
+
+def reuse_settings(spec: str):
+    """Settings of a kept run: `GENERATION:TOPIC_PREFIX` as printed by a run with --keep."""
+    from memory_agent.settings import KafkaSettings, PostgresSettings, Settings, get_settings
+
+    generation, _, prefix = spec.partition(":")
+    base = get_settings()
+    return Settings(environment="test", generation=generation,
+                    state_dir=Path(f"/tmp/memory-agent-bench/{generation}-reuse"),
+                    kafka=KafkaSettings(bootstrap_servers=base.kafka.bootstrap_servers, topic_prefix=prefix,
+                                        partitions=8),
+                    postgres=PostgresSettings(dsn=base.postgres.dsn, pool_max_size=10))
+
+
+async def wait_healthy(http: httpx.AsyncClient) -> None:
+    for _ in range(900):
+        try:
+            if (await http.get("/healthz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError("the API did not become healthy")
+
+
+async def ask_body(http: httpx.AsyncClient, conv, question, budget: int) -> dict:
+    params = {"before_seq": conv.end_seq, "query": question.question, "budget_tokens": budget}
+    for attempt in (1, 2):
+        try:
+            response = await http.get(f"/v1/conversations/{conv.conversation_id}/context", params=params)
+            return response.json() if response.status_code == 200 else {}
+        except httpx.TransportError:
+            if attempt == 2:
+                return {}
+    return {}
+
+
+def undated_bm25(conv, budgets: list[int]) -> dict[int, list[dict]]:
+    """The set's README reference: BM25 over the raw messages, whole messages as they were sent
+    (no date), best first into each budget (cq.baselines dates every line, which finds far
+    more "when" answers)."""
+    from retrieval.tokens import count_tokens
+
+    index = S.BM25([m.content for m in conv.messages])
+    cost: dict[str, int] = {}
+    out: dict[int, list[dict]] = {b: [] for b in budgets}
+    for q in conv.questions:
+        ranked = [conv.messages[i].content for i in index.ranked(q.question)]
+        for budget in budgets:
+            text, _ = S.pack(ranked, budget, lambda line: cost[line] if line in cost
+                             else cost.setdefault(line, count_tokens(line)))
+            out[budget].append({"qid": q.qid, "kind": q.kind, "score": S.score(q.answer, text)})
+    return out
+
+
+async def measure(db, conversations, port: int, budget: int, diag_budget: int, sequential: bool) -> dict:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": cq.API_KEY},
+                                 timeout=120) as http:
+        await wait_healthy(http)
+        first = conversations[0]
+        await cq.ask(http, first, first.questions[0], budget)  # warm up (not counted)
+        first_turn, in_sequence, diagnosis = [], [], []
+        print("first-turn pass, with the diagnosis's large-budget call", flush=True)
+        for conv in conversations:
+            for q in conv.questions:
+                await cq.clear_surfaced(db, conv)
+                row = await cq.ask(http, conv, q, budget)
+                wide = {}
+                if diag_budget:
+                    await cq.clear_surfaced(db, conv)
+                    wide = await ask_body(http, conv, q, diag_budget)
+                first_turn.append(row)
+                diagnosis.append((conv, q, row, wide))
+        if sequential:
+            print("sequential pass", flush=True)
+            for conv in conversations:
+                await cq.clear_surfaced(db, conv)
+                for q in conv.questions:
+                    in_sequence.append(await cq.ask(http, conv, q, budget))
+    budgets = sorted({budget, 2000})
+    bm25: dict[int, list[dict]] = {b: [] for b in budgets}
+    ceiling: dict[str, list[dict]] = {}
+    memory_by_conv = {}
+    undated: dict[int, list[dict]] = {b: [] for b in budgets}
+    for conv in conversations:
+        for b, rows in cq.baselines(conv, budgets).items():
+            bm25[b] += rows
+        for b, rows in undated_bm25(conv, budgets).items():
+            undated[b] += rows
+        memory = await cq.derived_memory(db, conv)
+        memory_by_conv[conv.conversation_id] = memory
+        for name, rows in R.ceilings(conv, memory).items():
+            ceiling.setdefault(name, []).extend(rows)
+    ceiling_by_qid = {r["qid"]: r for r in ceiling["derived"]}
+    raw_by_qid = {r["qid"]: r for r in ceiling["raw_log"]}
+    diagnosed = [] if not diag_budget else [D.diagnose(q, row, wide, budget, ceiling_by_qid[q.qid]["score"], raw_by_qid[q.qid]["score"])
+                 for conv, q, row, wide in diagnosis]
+    topics = await db.rows("SELECT conversation_id, count(*) FROM topics GROUP BY 1 ORDER BY 1")
+    result = {
+        "first_turn": S.summarize(first_turn, R.KINDS),
+        **({"sequential": S.summarize(in_sequence, R.KINDS)} if sequential else {}),
+        **{f"bm25_{b}": S.summarize(rows, R.KINDS) for b, rows in bm25.items()},
+        **{f"bm25_undated_{b}": S.summarize(rows, R.KINDS) for b, rows in undated.items()},
+        **{f"ceiling_{name}": S.summarize(rows, R.KINDS) for name, rows in ceiling.items()},
+        "responses": R.response_stats(first_turn + in_sequence),
+        "diagnosis": D.summarize(diagnosed, R.KINDS) if diagnosed else None,
+        "evidence_recall": D.evidence_recall(diagnosed, R.KINDS) if diagnosed else None,
+        "topics_per_conversation": {c: n for c, n in topics},
+        "derived_memory_chars": {k: sum(len(m[k]) for m in memory_by_conv.values())
+                                 for k in next(iter(memory_by_conv.values()), {})},
+        "per_question": {"first_turn": first_turn, "sequential": in_sequence, "diagnosis": diagnosed},
+    }
+    return result
+
+
+async def behind(db, conversations, slack: int) -> dict[str, dict]:
+    """Conversations whose chunks or completed summaries end more than `slack` messages before
+    the conversation's end: memory is still being derived (a loaded machine can leave the
+    stream quiet for minutes while a worker catches up, which the quiet-time rule alone takes
+    for settled)."""
+    out = {}
+    for conv in conversations:
+        chunk_end = await db.value("SELECT max(message_range_end) FROM conversation_chunks WHERE conversation_id = %s",
+                                   (conv.conversation_id,))
+        summary_end = await db.value("SELECT max(end_sequence) FROM memory WHERE conversation_id = %s AND"
+                                     " status = 'completed'", (conv.conversation_id,))
+        if (chunk_end or 0) < conv.end_seq - slack or (summary_end or 0) < conv.end_seq - slack:
+            out[conv.conversation_id] = {"end": conv.end_seq, "chunks_to": chunk_end, "summaries_to": summary_end}
+    return out
+
+
+async def settle(db, settings, conversations, total: int, timeout: float, quiet: float, slack: int) -> dict:
+    """bench/context_quality.py's settle, again until no conversation's memory is behind."""
+    started = time.monotonic()
+    while True:
+        state = await cq.settle(db, settings, total, max(timeout - (time.monotonic() - started), quiet), quiet)
+        late = await behind(db, conversations, slack)
+        if not late or not state["settled"]:
+            return {**state, "behind": late, "seconds": round(time.monotonic() - started, 1)}
+        print(f"  quiet, but memory is behind: {late}; waiting", flush=True)
+
+
+async def run(args) -> dict:
+    if args.generated:  # bench/longconv.py's set, as context_quality.py --quick makes it
+        conversations = longconv.generate(1, args.generated, sessions=(15, 18), turns=(14, 22))
+    else:
+        conversations = data.load(args.data)
+    total = sum(len(c.messages) for c in conversations)
+    questions = sum(len(c.questions) for c in conversations)
+    print(f"{len(conversations)} conversations, {total} messages, {questions} questions (categories 1-4)",
+          flush=True)
+    settings = reuse_settings(args.reuse) if args.reuse else common.bench_settings("locomo")
+    print(f"generation {settings.generation}, topic prefix {settings.kafka.topic_prefix}"
+          f" (--reuse {settings.generation}:{settings.kafka.topic_prefix})", flush=True)
+    result: dict = {"machine": common.machine(), "command": " ".join(sys.argv), "code": cq.measured_code(),
+                    "generation": settings.generation, "topic_prefix": settings.kafka.topic_prefix,
+                    "dataset": {"conversations": len(conversations), "messages": total, "questions": questions,
+                                "kinds": dict(Counter(q.kind for c in conversations for q in c.questions))},
+                    "budget_tokens": args.budget}
+    port = cq._free_port()
+    api = None
+    try:
+        if args.reuse:
+            api = cq.start_api(settings, port)
+            async with cq.Db(settings) as db:
+                result["settle"] = {"reused": True, **{k: await db.value(sql) for k, sql in cq.COUNTS.items()}}
+                result.update(await measure(db, conversations, port, args.budget, args.diag_budget,
+                                            not args.first_turn_only))
+        else:
+            await common.prepare(settings)
+            async with common.worker(settings):
+                api = cq.start_api(settings, port)
+                started = time.monotonic()
+                result["ingest_messages"] = await cq.ingest(settings, conversations)
+                print(f"ingested {total} messages in {time.monotonic() - started:.1f}s; waiting for memory to"
+                      " settle", flush=True)
+                async with cq.Db(settings) as db:
+                    result["settle"] = await settle(db, settings, conversations, total, args.settle_timeout,
+                                                    args.quiet, args.slack)
+            async with cq.Db(settings) as db:  # the worker is stopped: nothing moves while we ask
+                result.update(await measure(db, conversations, port, args.budget, args.diag_budget,
+                                            not args.first_turn_only))
+    finally:
+        if api is not None:
+            api.terminate()
+            api.wait(30)
+        if args.reuse or args.keep:
+            print(f"kept: schema {settings.pg_schema}, topics {settings.kafka.topic_prefix}.*"
+                  f" (--reuse {settings.generation}:{settings.kafka.topic_prefix})")
+        else:
+            await cq.drop_everything(settings)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, help="default $MEMORY_LOCOMO_DEV or ../shared/eval-data/locomo-dev.json")
+    parser.add_argument("--generated", type=int, default=0,
+                        help="N: instead of the development set, the generator's set of context_quality.py --quick"
+                             " (seed 1, N conversations), with the same diagnosis and --keep/--reuse")
+    parser.add_argument("--budget", type=int, default=500, help="budget_tokens of the context calls")
+    parser.add_argument("--diag-budget", type=int, default=4000, help="the diagnosis call's budget_tokens (0: no diagnosis call)")
+    parser.add_argument("--keep", action="store_true", help="keep the schema and topics at the end")
+    parser.add_argument("--reuse", help="GENERATION:TOPIC_PREFIX of a kept run: ask again, no ingest")
+    parser.add_argument("--first-turn-only", action="store_true", help="skip the sequential pass")
+    parser.add_argument("--out", type=Path, help="JSON file (default /tmp/memory-agent-bench/locomo-*.json)")
+    parser.add_argument("--settle-timeout", type=float, default=2400.0)
+    parser.add_argument("--quiet", type=float, default=30.0, help="seconds without change that count as settled")
+    parser.add_argument("--slack", type=int, default=45,
+                        help="settled only when chunks and summaries reach this close to each conversation's end")
+    args = parser.parse_args()
+    print(f"machine: {common.machine()}\ncommand: {' '.join(sys.argv)}\nmeasuring: {cq.measured_code()}",
+          flush=True)
+    result = asyncio.run(run(args))
+    out = args.out or Path(f"/tmp/memory-agent-bench/locomo-{result['generation']}-{int(time.time())}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print("\n" + D.table(result, args.budget) + "\n")
+    if result["diagnosis"]:
+        print(D.diagnosis_table(result) + "\n")
+    r = result["responses"]
+    print(f"responses: {r['calls']} calls, 5xx {r['5xx']}, no response {r['no_response']}, bytes max "
+          f"{r['bytes_max']}, latency p50 {r['latency_ms_p50']} ms p99 {r['latency_ms_p99']} ms, "
+          f"retrieved tokens p50 {r['tokens_used_p50']}")
+    print(f"topics per conversation: {result['topics_per_conversation']}")
+    print(f"settled: {result['settle']}")
+    print(f"JSON: {out}")
+    if os.environ.get("LOCOMO_PRINT_MISSES"):
+        for row in result["per_question"]["diagnosis"]:
+            if row["verdict"] != "hit":
+                print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
