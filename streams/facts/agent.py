@@ -11,7 +11,6 @@ from streams.facts.chunking import (
     ChunkConfig, ChunkDone, ChunkFailed, ChunkState, MessageSaved, Observed, RequestChunk, SkipChunk, Tick, step,
 )
 
-CHUNK_TABLE = "chunk-state"  # the fold's faust table (its changelog is what a batch replay hands over)
 EXTRACT_STAGE = "extract-chunks"  # the concurrent stage answering chunk.requested
 
 

@@ -20,7 +20,6 @@ from streams.window.fold import (
     step,
 )
 
-WINDOW_TABLE = "window-state"  # per conversation: the fold's WindowState (JSON), changelog-backed
 SUMMARY_STAGE = "summarize-windows"
 
 
