@@ -23,7 +23,9 @@ from tests.support.fake_openai import FakeOpenAI
 CONVERSATIONS = 3
 FIRST, TOTAL = 24, 48  # seqs 0-23 under the old layout, 24-47 after the upgrade
 ENV = {"MEMORY_EMBEDDING__PROVIDER": "stub", "MEMORY_WINDOW__WINDOW_SIZE": "6",
-       "MEMORY_WINDOW__SUMMARIZE_AFTER_SEQ": "3"}
+       "MEMORY_WINDOW__SUMMARIZE_AFTER_SEQ": "3",
+       # a chunk of the 4 oldest messages once more than 6 are unsummarized
+       "MEMORY_FACTS__SUMMARIZATION_THRESHOLD": "6", "MEMORY_FACTS__BATCH_SIZE": "4"}
 
 
 async def say(client: MemoryClient, seqs: range) -> None:
