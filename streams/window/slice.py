@@ -13,7 +13,7 @@ from streams.context import StreamContext
 from streams.slice import Slice, Ticks
 from streams.stages import Lazy, Stage, one_by_one
 from streams.window.agent import SUMMARY_STAGE, fold_event, looks_due, looks_stuck, tick_event, window_config
-from streams.window.fold import WindowState
+from domain.window.fold import WindowState
 from streams.window.summarize import SummaryStage
 
 NAME = "window"
