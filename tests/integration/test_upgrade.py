@@ -25,7 +25,10 @@ FIRST, TOTAL = 24, 48  # seqs 0-23 under the old layout, 24-47 after the upgrade
 ENV = {"MEMORY_EMBEDDING__PROVIDER": "stub", "MEMORY_WINDOW__WINDOW_SIZE": "6",
        "MEMORY_WINDOW__SUMMARIZE_AFTER_SEQ": "3",
        # a chunk of the 4 oldest messages once more than 6 are unsummarized
-       "MEMORY_FACTS__SUMMARIZATION_THRESHOLD": "6", "MEMORY_FACTS__BATCH_SIZE": "4"}
+       "MEMORY_FACTS__SUMMARIZATION_THRESHOLD": "6", "MEMORY_FACTS__BATCH_SIZE": "4",
+       # a request the stopped worker left unanswered is re-issued within the waits below
+       "MEMORY_WINDOW__REQUEST_TIMEOUT_S": "30", "MEMORY_FACTS__REQUEST_TIMEOUT_S": "30",
+       "MEMORY_TOPICS__EMBEDDING_TIMEOUT_S": "30"}
 
 
 async def say(client: MemoryClient, seqs: range) -> None:
@@ -117,7 +120,7 @@ async def test_a_deployment_of_the_per_system_agents_moves_to_the_processor_with
         async with worker_process(settings, log_name="after-upgrade", extra_env=env) as worker, \
                 MemoryClient(settings) as client:
             await say(client, range(FIRST, TOTAL))
-            await wait_until(lambda: settled(settings, TOTAL), 240, f"the second half settled ({worker.log_path})")
+            await wait_until(lambda: settled(settings, TOTAL), 360, f"the second half settled ({worker.log_path})")
             log = open(worker.log_path, errors="replace").read()
     assert f"carried the states of {CONVERSATIONS} conversations over" in log, log[-3000:]
 
