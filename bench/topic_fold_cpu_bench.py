@@ -1,5 +1,5 @@
 """CPU of the topic fold's own per-message work, without Kafka or PostgreSQL (docs/topics.md,
-"Throughput of the fold"): what `fold_topics` in streams/topics_memory/register.py does per input — decode the
+"Throughput of the fold"): what the topics slice of the conversation processor (streams/processor.py, streams/topics_memory/slice.py) does per input — decode the
 event, take the decoded state (codec.DecodedCache), `handle`, encode the outgoing events, write
 the state back through the changelog codec — on interleaved conversations with 384-dimension
 vectors, compactions answered at once (so topics stay at their real size, <= 12 active messages).

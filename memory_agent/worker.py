@@ -1,4 +1,4 @@
-"""The worker process: the faust stream agents plus the projectors, until stopped."""
+"""The worker process: the conversation processor, its stages and the projectors, until stopped."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ async def wait_for_batch_hand_over(settings: Settings, poll_s: float = 2.0) -> N
 
 
 def run_worker(settings: Settings, *, role: str = "all") -> None:
-    """Entry point of `memory-agent worker`: `role` "all" runs the ordered folds (faust agents),
+    """Entry point of `memory-agent worker`: `role` "all" runs the ordered processor (faust agent),
     the stages and the projectors in one process; "agents", "stages" and "projectors" run one
     part each, so each part can have its own number of processes (docs/scaling.md, "Roles")."""
     if role not in ROLES:
@@ -140,6 +140,9 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     # faust runs on the thread's current loop; create the topics on that same loop first.
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    from memory_agent.upgrade import carry_over
+
+    loop.run_until_complete(carry_over(settings))  # from the per-system agents' tables, once (upgrade.py)
     app = make_app(settings, stages=role == "all")
     loop.run_until_complete(ensure_topics(settings, topic_specs(settings) + changelog_specs(app)))
 

@@ -1,4 +1,4 @@
-"""The faust app of one generation: every memory system registers its agents on it."""
+"""The faust app of one generation: the conversation processor with every enabled memory system as a slice."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import faust
 from core.settings import Settings
 from streams import kafka_transport
 from streams.context import StreamContext
-from streams import rederive
-from streams.facts import register as facts
+from streams import processor, rederive
+from streams.facts import slice as facts
 from streams.stages import StageRunner, run_stages
 from runtime.kafka_topics import agents_group, stage_group, stages_group
-from streams.topics_memory import register as topics
-from streams.window import register as window
+from streams.topics_memory import slice as topics
+from streams.window import slice as window
 
-REGISTRARS = {"window": window.register, "facts": facts.register, "topics": topics.register}
+# Registering a memory system: its slice here (streams/slice.py). The processor runs them in this order.
+SLICES = {"window": window.make_slice, "facts": facts.make_slice, "topics": topics.make_slice}
 
 
 def make_app(settings: Settings, *, stages: bool = True) -> faust.App:
@@ -63,8 +64,9 @@ def make_app(settings: Settings, *, stages: bool = True) -> faust.App:
         ),
         dead_letters=app.topic(kafka.dead_letter_topic, key_serializer="raw", value_serializer="raw"),
     )
-    for system in settings.systems:
-        REGISTRARS[system](app, ctx)
+    slices = [SLICES[system](ctx) for system in SLICES if system in settings.systems]
+    if slices:
+        processor.register(app, ctx, slices)
     rederive.register(app, ctx)  # after an erasure: mixed summaries and chunks again (docs/lineage.md)
     runners = [
         StageRunner(  # one consumer for every stage (streams/stages.py)

@@ -9,7 +9,8 @@ derived events to the generation's topic and project them; then the chunk fold l
 (streams/facts/batch.py, memory_agent/batch_replay/facts.py); with the topic system, once
 every partition got that far, the log's erasures are applied and the topic fold runs
 (memory_agent/batch_replay/topics.py). Then hand over: the final
-fold states go to the tables' changelogs and the stream agents' and stages' consumer
+fold states go to the conversation processor's table changelog (one record per conversation,
+every system's state in it) and the processor's and stages' consumer
 groups are committed at the hand-over offsets. The worker then starts as usual and
 follows the live log from there.
 
@@ -30,7 +31,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import orjson
 import psycopg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -39,7 +39,8 @@ from psycopg import sql
 
 from memory_agent.batch_replay.facts import FactsBatch, close_stage, open_stage
 from memory_agent.batch_replay.produce import send_all
-from memory_agent.batch_replay.topics import TOPIC_TABLE, TopicsBatch
+from memory_agent.batch_replay.states import StateRecords
+from memory_agent.batch_replay.topics import TopicsBatch
 from core.embeddings.factory import make_embedder
 from core.llm.cache import CachedSummarizer
 from runtime.llm_factory import make_summarizer
@@ -66,17 +67,16 @@ from runtime.kafka_topics import (
     stages_group,
     topic_specs,
 )
-from streams.facts.agent import CHUNK_TABLE
 from streams.topics_memory.summarize import make_topic_summarizer
-from streams.window.agent import WINDOW_TABLE, window_config
+from streams.processor import CONVERSATION_TABLE
+from streams.window.agent import window_config
+from streams.window.slice import NAME as WINDOW_SLICE, dump as dump_window
 from streams.window.batch import Conversation, HistoryFold, Pending
 from streams.window.summarize import completed_event, failed_event
 
 log = logging.getLogger(__name__)
 
 BATCH_SYSTEMS = frozenset({"window", "facts", "topics"})
-# Per system: its agent's table and the stage answering its requests (the hand-over names).
-_TABLES = {"window": WINDOW_TABLE, "facts": CHUNK_TABLE, "topics": TOPIC_TABLE}
 _CHUNK = 5000  # records per projector transaction
 # Vector indexes the batch builds once after its bulk load instead of row by row: inserting
 # 5,000 vectors into an HNSW index cost 10.3 s of PostgreSQL here, without it 0.6 s plus a
@@ -143,8 +143,8 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
     """The worker's entry: `settings.window.replay_batch_processes` processes take the
     partitions one at a time until none is left (every partition is independent)."""
     check_batchable(settings)
-    changelogs = [TopicSpec(changelog_topic(settings, _TABLES[system]), settings.kafka.partitions,
-                            {"cleanup.policy": "compact"}) for system in settings.systems]
+    changelogs = [TopicSpec(changelog_topic(settings, CONVERSATION_TABLE), settings.kafka.partitions,
+                            {"cleanup.policy": "compact"})]
     asyncio.run(ensure_topics(settings, [*topic_specs(settings), *changelogs]))
     partitions = asyncio.run(_partitions_of_the_log(settings))
     if asyncio.run(_handed_over(settings, partitions)):
@@ -366,7 +366,7 @@ class _HandOver:
         self.settings = settings
         self.agents_group = agents_group(settings)
         self.stage_groups = [stages_group(settings)]  # the one group every stage of the generation shares
-        self.changelogs = {system: changelog_topic(settings, _TABLES[system]) for system in settings.systems}
+        self.changelog = changelog_topic(settings, CONVERSATION_TABLE)  # the conversation processor's table
         self.derived = settings.kafka.memory_topic(settings.generation)
 
     async def done(self, source: TopicPartition) -> bool:
@@ -411,9 +411,10 @@ class _Partition:
         self.window = "window" in settings.systems
         self.fold = HistoryFold(window_config(settings, summarizer), time.time(), settings.replay_until) \
             if self.window else None
-        self.facts = FactsBatch(settings, stage, producer, self.derived, hand_over.changelogs["facts"]) \
+        self.states = StateRecords()  # every system's final states, one record per conversation
+        self.facts = FactsBatch(settings, stage, producer, self.derived, self.states) \
             if stage is not None else None
-        self.topics = TopicsBatch(settings, *topics, producer, self.derived, hand_over.changelogs["topics"]) \
+        self.topics = TopicsBatch(settings, *topics, producer, self.derived, self.states) \
             if topics is not None else None
         self.hits = self.calls = self.failed = 0
 
@@ -471,6 +472,8 @@ class _Partition:
             passed += [TopicsProjector.name] if self.topics is not None else []
             for name in passed:
                 await save_positions(conn, name, {self.derived: derived_end})
+        await phases.timed("changelog", self.states.write(self.producer, self.hand_over.changelog,
+                                                          self.source.partition))
         await phases.timed("hand-over", self.hand_over.commit(self.source, cut, derived_end))
         summaries = sum(len(c.requests) for c in self.fold.conversations.values()) if self.window else 0
         return PartitionReport(self.source.partition, self.count, summaries, self.hits, self.calls, self.failed,
@@ -485,7 +488,8 @@ class _Partition:
                     self.fold.add(record.key, event)
         await phases.timed("summaries", self._answer())
         await phases.timed("derived", self._write_derived())
-        await phases.timed("changelog", self._write_changelog())
+        self.states.add(WINDOW_SLICE, ((c.key, dump_window(c.key, self.fold.finish(c)))
+                                       for c in self.fold.conversations.values()))
 
     async def _read(self, end: int) -> tuple[list[ConsumerRecord], list[Event | Exception], int]:
         """Records up to `end`, or up to the first message after replay_until (the live rule
@@ -597,10 +601,6 @@ class _Partition:
             await save_positions(conn, MemoryProjector.name, {self.derived: end})
         return end
 
-    async def _write_changelog(self) -> None:
-        """The window table's entries as the agent would have written them (raw key, JSON state)."""
-        await send_all(self.producer, self.hand_over.changelogs["window"], self.source.partition, (
-            (c.key, orjson.dumps(self.fold.finish(c).to_dict())) for c in self.fold.conversations.values()))
 
 
 def _in_order(conversation: Conversation) -> list[Event]:

@@ -6,8 +6,8 @@ messages, the owner's related facts, the gate and extractor through the LLM cach
 embeddings through the embedding cache), concurrently up to `llm.concurrency`. Each wave's
 events go to the generation's derived topic and are projected at once by the facts
 projector's own code with its position, so the next wave's related facts see them, as a
-stream replay whose projector keeps up would. Then the final chunk states go to the agent's
-table changelog for the hand-over.
+stream replay whose projector keeps up would. Then the final chunk states go into the conversation
+processor's records for the hand-over (memory_agent/batch_replay/states.py).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import asyncio
 import logging
 import time
 
-import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from memory_agent.batch_replay.coalesce import coalesce_lookups
 from memory_agent.batch_replay.produce import send_all
+from memory_agent.batch_replay.states import StateRecords
 from memory_agent.batch_replay.steps import add_seconds
 from core.embeddings.factory import make_embedder
 from runtime.llm_factory import make_json_completer
@@ -39,6 +39,7 @@ from streams.facts.agent import chunk_config, prompt_and_model
 from streams.facts.batch import ChunkHistoryFold, as_event
 from streams.facts.extractor import ChunkExtractor
 from streams.facts.offline import ExistingFact, pick_related, related_query
+from streams.facts.slice import NAME as FACTS_SLICE, dump as dump_chunks
 from streams.facts.stage import ChunkInputs, ChunkStage, inputs_of
 
 log = logging.getLogger(__name__)
@@ -172,9 +173,9 @@ class FactsBatch:
     whose inputs the wave's reads found complete."""
 
     def __init__(self, settings: Settings, stage: ChunkStage, producer: AIOKafkaProducer, derived: TopicPartition,
-                 changelog: str) -> None:
+                 states: StateRecords) -> None:
         self.settings, self.stage, self.producer, self.derived = settings, stage, producer, derived
-        self.changelog = changelog
+        self.states = states
         self.projector = FactsProjector(settings)
         # The derived topic's other projector with rows of its own: the memory projector (window
         # system) decodes these events and dead-letters an invalid one. Applied here, by its own
@@ -205,7 +206,7 @@ class FactsBatch:
                     await self._answer(conn, self.stage, wave)
         finally:
             quiet.setLevel(level)
-        await self._write_changelog()
+        self._hand_over()
 
     async def _answer(self, conn, stage: ChunkStage, wave) -> None:
         self.stats["waves"] += 1
@@ -275,7 +276,6 @@ class FactsBatch:
                 await cur.executemany(INSERT_CHUNK, plain)
         return letters
 
-    async def _write_changelog(self) -> None:
-        """The chunk table's entries as the agent would have written them (raw key, JSON state)."""
-        await send_all(self.producer, self.changelog, self.derived.partition,
-                       ((c.key, orjson.dumps(c.state.to_dict())) for c in self.fold.changed()))
+    def _hand_over(self) -> None:
+        """The chunk fold's states as the processor would have written them (its slice's codec)."""
+        self.states.add(FACTS_SLICE, ((c.key, dump_chunks(c.key, c.state)) for c in self.fold.changed()))

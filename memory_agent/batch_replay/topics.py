@@ -20,13 +20,13 @@ by a stage that answers instantly (the reference semantics of the fold: docs/top
 - `topic.backlog_requested` (only a gap read or a full inbox would ask; instant embeddings
   keep the inbox short): answered by the backlog stage's own code from the projected messages.
 
-Messages an applied erasure covers never reach the fold, as in the shell (register.py, the
+Messages an applied erasure covers never reach the fold, as in the processor (streams/topics_memory/slice.py, the
 rule of streams/topics_memory/erased.py, its snapshot read once per partition: the batch
 applies no erasure meanwhile).
 
 The events go to the generation's derived topic and through the topics and topic-lineage
 projectors' own code (rows and positions per transaction); the final states go to the
-`topic-state` changelog with the agent's codec (sealed when the process seals).
+conversation processor's table changelog with the slice's codec (sealed when the process seals).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from aiokafka.structs import ConsumerRecord
 
 from domain.topics.state import evolve
 from memory_agent.batch_replay.produce import send_all
+from memory_agent.batch_replay.states import StateRecords
 from memory_agent.batch_replay.steps import add_seconds
 from core.embeddings.port import EmbeddingError
 from core.llm import provenance as llm_provenance
@@ -62,12 +63,12 @@ from streams.topics_memory import codec
 from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle
 from streams.topics_memory.codec import AgentState
 from streams.topics_memory.erased import ErasedCheck, ErasureSnapshot, connector, position
+from streams.topics_memory.slice import NAME as TOPICS_SLICE
 from streams.topics_memory.stage import EmbeddingStage
 from streams.topics_memory.summarize import TopicSummaryCall
 
 log = logging.getLogger(__name__)
 
-TOPIC_TABLE = "topic-state"  # the agent's table (streams/topics_memory/register.py)
 _EMBED_BATCH = 512  # texts per embedding call (one cache lookup each)
 _CHUNK = 5000  # derived records per projector transaction
 _REDERIVED = """
@@ -114,8 +115,8 @@ class TopicsBatch:
     """The topic system of one partition; `stats` counts what it did (the worker log shows it)."""
 
     def __init__(self, settings: Settings, embedder, summarizer, producer: AIOKafkaProducer,
-                 derived: TopicPartition, changelog: str) -> None:
-        self.settings, self.producer, self.derived, self.changelog = settings, producer, derived, changelog
+                 derived: TopicPartition, states: StateRecords) -> None:
+        self.settings, self.producer, self.derived, self.states = settings, producer, derived, states
         self.embedding = EmbeddingStage(embedder)
         self.summarizer = summarizer
         self.config = AgentConfig.from_settings(settings, model=summarizer.model,
@@ -145,9 +146,8 @@ class TopicsBatch:
             clock = time.perf_counter()
             await self._publish(conversations)
             clock = self._add("publish", clock)
-            await send_all(self.producer, self.changelog, self.derived.partition,
-                           ((c.key, codec.dumps(c.state, c.key)) for c in conversations
-                            if c.state is not None and c.state != codec.loads(None, c.conversation_id)))
+            self.states.add(TOPICS_SLICE, ((c.key, codec.dumps(c.state, c.key)) for c in conversations
+                                           if c.state is not None and c.state != codec.loads(None, c.conversation_id)))
             self._add("changelog", clock)
         finally:
             if self._pool is not None:
@@ -175,7 +175,7 @@ class TopicsBatch:
 
     async def _gather(self, records: list[ConsumerRecord], decoded: list) -> list[_Conversation]:
         """The events the fold takes, per conversation in log order; a message an applied erasure
-        covers is left out, as the shell leaves it out (register.py)."""
+        covers is left out, as the processor leaves it out (streams/topics_memory/slice.py)."""
         check = ErasedCheck(connector(self.settings))
         try:
             snapshot: ErasureSnapshot = await check._current("", -1)  # noqa: SLF001 - the shell's own read

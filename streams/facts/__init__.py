@@ -1,6 +1,6 @@
 """Conversation chunks and facts (seeds 003, 001): chunk trigger fold, extraction, dedup."""
 
-from streams.facts.chunking import (
+from domain.facts.chunking import (
     ChunkConfig,
     ChunkDone,
     ChunkFailed,

@@ -7,11 +7,10 @@ from schemas import facts_events as fe
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
 from schemas.registry import MESSAGE_APPENDED
-from streams.facts.chunking import (
+from domain.facts.chunking import (
     ChunkConfig, ChunkDone, ChunkFailed, ChunkState, MessageSaved, Observed, RequestChunk, SkipChunk, Tick, step,
 )
 
-CHUNK_TABLE = "chunk-state"  # the fold's faust table (its changelog is what a batch replay hands over)
 EXTRACT_STAGE = "extract-chunks"  # the concurrent stage answering chunk.requested
 
 

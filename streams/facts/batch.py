@@ -18,7 +18,7 @@ from schemas.codec import Event
 from schemas.envelope import Envelope
 from schemas.registry import REGISTRY
 from streams.facts.agent import fold_event
-from streams.facts.chunking import ChunkConfig, ChunkState
+from domain.facts.chunking import ChunkConfig, ChunkState
 
 @dataclass
 class ChunkConversation:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import orjson
 
 from schemas.sealed import ERASED_CONTENT, SEALED, open_state, seal_state
-from streams.facts.chunking import ChunkState
+from domain.facts.chunking import ChunkState
 
 
 def dumps(key: bytes, state: ChunkState) -> bytes:

@@ -22,8 +22,8 @@ from domain.topics.decay import (
     priority,
     survival_seconds,
 )
-from streams.topics_memory.fold import best_match, step, topic_priority, topic_stats, unit_vector
-from streams.topics_memory.protocol import (
+from domain.topics.fold import best_match, step, topic_priority, topic_stats, unit_vector
+from domain.topics.protocol import (
     ArchiveRestoreRequested,
     AssistantMessage,
     Command,

@@ -11,13 +11,13 @@ from schemas.envelope import Envelope
 from schemas.erasure_events import REDERIVE_REQUESTED
 from schemas.registry import MESSAGE_APPENDED
 from domain.topics import gaps
-from streams.topics_memory import inbox as box
+from domain.topics import inbox as box
 from streams.topics_memory.codec import AgentState
 from domain.topics.decay import TopicConfig
 from streams.topics_memory.emit import Cause, assigned, to_event
-from streams.topics_memory.fold import step
-from streams.topics_memory.inbox import InboxConfig, Waiting
-from streams.topics_memory.protocol import (
+from domain.topics.fold import step
+from domain.topics.inbox import InboxConfig, Waiting
+from domain.topics.protocol import (
     AssistantMessage,
     CompactionDone,
     CompactionFailed,

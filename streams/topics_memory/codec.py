@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 
 from domain.topics.gaps import GapRecovery
-from streams.topics_memory.inbox import Inbox
+from domain.topics.inbox import Inbox
 from domain.topics.state import Topic, TopicsState
 from schemas.sealed import open_state, seal_state
 

@@ -9,8 +9,8 @@ from schemas import topic_events as te
 from schemas.codec import new_event
 from schemas.envelope import Envelope
 from domain.topics.gaps import GapRead
-from streams.topics_memory.inbox import BacklogRead, EmbeddingRequested, Waiting
-from streams.topics_memory.protocol import (
+from domain.topics.inbox import BacklogRead, EmbeddingRequested, Waiting
+from domain.topics.protocol import (
     ArchiveRestoreRequested,
     CompactionRequested,
     MessageAssigned,

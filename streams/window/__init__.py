@@ -1,7 +1,7 @@
 """Sliding-window summary memory (seeds 000, 002): the pure fold and the turn-start read."""
 
 from streams.window.context import MemoryRow, Message, Summary, TurnContext, assemble_context
-from streams.window.fold import (
+from domain.window.fold import (
     Command,
     GiveUp,
     InFlight,

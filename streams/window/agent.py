@@ -9,7 +9,7 @@ from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
 from schemas.events import SummaryFailed, SummaryRequested, WindowTicked
 from schemas.registry import SUMMARY_FAILED, SUMMARY_REQUESTED, WINDOW_TICKED
-from streams.window.fold import (
+from domain.window.fold import (
     GiveUp,
     MessageSaved,
     RequestSummary,
@@ -20,7 +20,6 @@ from streams.window.fold import (
     step,
 )
 
-WINDOW_TABLE = "window-state"  # per conversation: the fold's WindowState (JSON), changelog-backed
 SUMMARY_STAGE = "summarize-windows"
 
 

@@ -19,7 +19,7 @@ from schemas.envelope import Envelope
 from schemas.events import SummaryRequested
 from schemas.registry import MESSAGE_APPENDED, SUMMARY_COMPLETED
 from streams.window.agent import fold_event
-from streams.window.fold import WindowConfig, WindowState
+from domain.window.fold import WindowConfig, WindowState
 from streams.window.summarize import base_failed, first_new_seq
 
 

@@ -35,12 +35,14 @@ def model(request: RecordedRequest) -> dict:
 
 
 async def changelog(settings) -> list[tuple[bytes, bytes]]:
-    """(key, value) of every record of the chunk fold's changelog topic."""
+    """(key, chunk fold state) of every record of the conversation processor's changelog topic."""
+    from streams.slice import unpack
+
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
     await admin.start()
     try:
         names = [t for t in await admin.list_topics()
-                 if t.startswith(settings.kafka.topic_prefix + ".") and "chunk-state-changelog" in t]
+                 if t.startswith(settings.kafka.topic_prefix + ".") and "conversation-state-changelog" in t]
     finally:
         await admin.close()
     if not names:
@@ -52,7 +54,8 @@ async def changelog(settings) -> list[tuple[bytes, bytes]]:
     try:
         batches = await consumer.getmany(timeout_ms=3000)
         while batches:
-            out += [(r.key, r.value) for records in batches.values() for r in records if r.value]
+            out += [(r.key, unpack(r.value)["facts"]) for records in batches.values() for r in records
+                    if r.value and "facts" in unpack(r.value)]
             batches = await consumer.getmany(timeout_ms=1000)
     finally:
         await consumer.stop()

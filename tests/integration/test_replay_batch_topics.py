@@ -180,13 +180,14 @@ async def residue(settings, schema: str) -> dict[str, int]:
 
 
 async def fold_states(settings, generation: str) -> dict[bytes, bytes]:
-    """The topic fold's changelog of a generation: key -> newest state (raw)."""
+    """The topic fold's states in the processor's changelog of a generation: key -> newest state (raw)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from memory_agent.batch_replay.topics import TOPIC_TABLE
     from runtime.kafka_topics import changelog_topic
+    from streams.processor import CONVERSATION_TABLE
+    from streams.slice import unpack
 
-    topic = changelog_topic(settings.model_copy(update={"generation": generation}), TOPIC_TABLE)
+    topic = changelog_topic(settings.model_copy(update={"generation": generation}), CONVERSATION_TABLE)
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_auto_commit=False)
     await consumer.start()
     try:
@@ -197,7 +198,7 @@ async def fold_states(settings, generation: str) -> dict[bytes, bytes]:
         states = {}
         while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
             for records in (await consumer.getmany(timeout_ms=1000)).values():
-                states.update((r.key, r.value) for r in records)
+                states.update((r.key, unpack(r.value)["topics"]) for r in records if "topics" in unpack(r.value))
         return states
     finally:
         await consumer.stop()

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from runtime.client import MemoryClient
-from streams.topics_memory.fold import make_title
+from domain.topics.fold import make_title
 from tests.integration.conftest import SEALING, running_api, scalar, wait_until, sealed_variant, worker_process
 from tests.support.topic_reader import topic_residue
 from tests.support.fake_openai import FakeOpenAI

@@ -98,7 +98,7 @@ async def test_a_burst_of_thousands_places_every_message_and_gives_none_up(setti
         settings.generation)))
     assert memory["topic.backlog_requested"] >= 1 and memory["topic.message_recalled"] >= 1_000, memory
     assert memory["topic.message_unassigned"] == 0
-    changelog = f"{agents_group(settings)}-topic-state-changelog"
+    changelog = f"{agents_group(settings)}-conversation-state-changelog"  # the topic fold's state is a slice of it
     largest = max(len(value or b"") for _, value in await events_of(settings, changelog))
     print(f"\nburst: {total} messages, {memory['topic.backlog_requested']} backlog reads, "
           f"{memory['topic.message_recalled']} recalled; largest state record {largest:,} B")

@@ -200,10 +200,14 @@ def _passed_over(states: dict) -> dict:
 
 
 async def _changelog(settings, table: str) -> dict[bytes, tuple[str, bytes]]:
-    """The last record of every key in a faust table's changelog topic."""
+    """Every record of every key of one slice's state in the conversation processor's table changelog
+    (`table`: the slice's old table name, window-state or topic-state)."""
     from aiokafka import AIOKafkaConsumer
 
-    topic = f"{settings.kafka.topic_prefix}.{settings.generation}.streams-{table}-changelog"
+    from streams.slice import unpack
+
+    part = {"window-state": "window", "topic-state": "topics"}[table]
+    topic = f"{settings.kafka.topic_prefix}.{settings.generation}.streams-conversation-state-changelog"
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka.bootstrap_servers,
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
@@ -212,7 +216,9 @@ async def _changelog(settings, table: str) -> dict[bytes, tuple[str, bytes]]:
         while batch := await consumer.getmany(timeout_ms=2000):
             for tp, records in batch.items():
                 for record in records:
-                    states.setdefault(record.key, []).append((f"{tp.partition}:{record.offset}", record.value or b""))
+                    value = unpack(record.value).get(part)
+                    if value is not None:
+                        states.setdefault(record.key, []).append((f"{tp.partition}:{record.offset}", value))
     finally:
         await consumer.stop()
     return states

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from streams.facts.chunking import (
+from domain.facts.chunking import (
     ChunkConfig,
     ChunkDone,
     ChunkFailed,

@@ -10,7 +10,7 @@ from schemas.codec import Event, decode, encode, new_event
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from streams.facts.agent import chunk_config, fold_event, needs_tick, prompt_and_model, tick_event
-from streams.facts.chunking import ChunkState
+from domain.facts.chunking import ChunkState
 from tests.unit.test_facts_events import recorded
 
 SETTINGS = Settings(facts=FactsSettings(summarization_threshold=6, batch_size=4, failure_backoff_s=10,

@@ -13,7 +13,7 @@ from schemas.codec import Event, decode, encode, new_event
 from schemas.events import MessageAppended
 from streams.facts.agent import fold_event
 from streams.facts.batch import ChunkHistoryFold, as_event
-from streams.facts.chunking import ChunkConfig, ChunkState
+from domain.facts.chunking import ChunkConfig, ChunkState
 
 CFG = ChunkConfig(summarization_threshold=6, batch_size=4)
 NOW = 1_000.0

@@ -13,8 +13,8 @@ from core import sealing
 from schemas import sealed
 from schemas.sealed import ERASED_CONTENT
 from streams.facts import state_codec
-from streams.facts.chunking import ChunkInFlight, ChunkState
-from streams.window.fold import InFlight, WindowState
+from domain.facts.chunking import ChunkInFlight, ChunkState
+from domain.window.fold import InFlight, WindowState
 from tests.unit.test_privacy import Known, MemoryKeys
 
 KEY = b"t/c"

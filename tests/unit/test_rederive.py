@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from streams.rederive import plan
-from streams.window.fold import MessageSaved, Rederive, RequestSummary, SummaryDone, WindowConfig, WindowState, step
+from domain.window.fold import MessageSaved, Rederive, RequestSummary, SummaryDone, WindowConfig, WindowState, step
 
 CFG = WindowConfig(window_size=6, summarize_after_seq=3)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

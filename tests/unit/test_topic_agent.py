@@ -16,7 +16,7 @@ from schemas.codec import decode, encode, new_event, peek_type
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import codec
-from streams.topics_memory import inbox as box
+from domain.topics import inbox as box
 from domain.topics.state import MAX_SKIPPED, TopicsState
 from streams.topics_memory.agent import AgentConfig, handle, needs_tick
 

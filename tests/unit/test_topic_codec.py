@@ -58,7 +58,7 @@ def test_evolve_is_dataclasses_replace_for_the_fold_s_states():
 
     from domain.topics.gaps import GapRecovery
     from domain.topics.state import Topic, TopicsState, evolve
-    from streams.topics_memory.inbox import Inbox
+    from domain.topics.inbox import Inbox
 
     topic = Topic("c:topic-1", "title", (1.0, 0.0), 1.0, 2.0, messages=(TopicMessage(1, "user", "", 1.0),))
     for obj, changes in ((topic, {"summary": "s", "access_count": 3}), (TopicsState(), {"last_seq": 4}),

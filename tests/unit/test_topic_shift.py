@@ -10,8 +10,8 @@ from core.embeddings import make_embedder
 from core.settings import Settings
 from streams.topics_memory import TopicConfig
 from domain.topics.state import TopicsState
-from streams.topics_memory.fold import step
-from streams.topics_memory.protocol import UserMessage
+from domain.topics.fold import step
+from domain.topics.protocol import UserMessage
 
 
 @pytest.mark.parametrize(("text", "shift"), [

@@ -129,7 +129,7 @@ def test_the_batch_equals_the_fold_with_instant_answers(seed):
     run = Settings.model_copy(settings())
 
     async def go():
-        batch = TopicsBatch(run, Embedder(), Summarizer(failing), producer=None, derived=None, changelog="")
+        batch = TopicsBatch(run, Embedder(), Summarizer(failing), producer=None, derived=None, states=None)
         histories = {f"c{i}": history(f"c{i}", 30 + 7 * i, seed * 10 + i) for i in range(3)}
         conversations = []
         for name, events in histories.items():
@@ -166,7 +166,7 @@ def test_each_wave_asks_the_cache_once_and_the_summarizer_for_the_misses_only():
 
     async def go():
         summarizer = Cached()
-        batch = TopicsBatch(settings(), Embedder(), summarizer, producer=None, derived=None, changelog="")
+        batch = TopicsBatch(settings(), Embedder(), summarizer, producer=None, derived=None, states=None)
         conversation = _Conversation(b"c0", "t", "c0")
         for event in history("c0", 40, 3):
             conversation.messages.setdefault(event.envelope.seq, ChatMessage(

@@ -15,7 +15,7 @@ from schemas.events import MessageAppended
 from schemas.registry import REGISTRY
 from streams.window.agent import fold_event
 from streams.window.batch import HistoryFold
-from streams.window.fold import WindowConfig, WindowState
+from domain.window.fold import WindowConfig, WindowState
 from streams.window.summarize import completed_event, failed_event
 
 CFG = WindowConfig(replay_stride=4)

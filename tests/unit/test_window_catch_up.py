@@ -8,7 +8,7 @@ import random
 import pytest
 
 from streams.window.agent import looks_due
-from streams.window.fold import (
+from domain.window.fold import (
     MessageSaved,
     RequestSummary,
     SummaryDone,

@@ -9,7 +9,7 @@ import pytest
 
 from core.settings import WindowSettings
 from schemas import events, registry
-from streams.window.fold import (
+from domain.window.fold import (
     GiveUp,
     MessageSaved,
     RequestSummary,

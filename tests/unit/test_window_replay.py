@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from streams.window.fold import (
+from domain.window.fold import (
     MessageSaved, RequestSummary, SummaryDone, WindowConfig, WindowState, step,
 )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.window.fold import (
+from domain.window.fold import (
     MessageSaved,
     RequestSummary,
     SummaryDone,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from streams.window.context import MemoryRow, Message, TurnContext, assemble_context
-from streams.window.fold import GiveUp, MessageSaved, RequestSummary, SummaryDone, WindowConfig, WindowState, step
+from domain.window.fold import GiveUp, MessageSaved, RequestSummary, SummaryDone, WindowConfig, WindowState, step
 
 CFG = WindowConfig()  # window_size=14, summarize_after_seq=5, as in both seeds
 

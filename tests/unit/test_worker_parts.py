@@ -63,13 +63,14 @@ def test_the_batch_replay_names_the_groups_and_changelog_as_the_faust_app_does(t
     """The batch hands over through these names without building the app."""
     from streams.app import make_app
     from runtime.kafka_topics import agents_group, changelog_topic, stage_group, stages_group
-    from streams.facts.agent import CHUNK_TABLE, EXTRACT_STAGE
-    from streams.window.agent import SUMMARY_STAGE, WINDOW_TABLE
+    from streams.facts.agent import EXTRACT_STAGE
+    from streams.processor import CONVERSATION_TABLE
+    from streams.window.agent import SUMMARY_STAGE
 
     settings = Settings(generation="g7", state_dir=tmp_path, systems=("window", "facts"))
     app = make_app(settings)
     assert agents_group(settings) == app.conf.id
-    for table in (WINDOW_TABLE, CHUNK_TABLE):
+    for table in (CONVERSATION_TABLE,):  # one record per conversation, every system's state in it
         assert changelog_topic(settings, table) == app.tables[table].changelog_topic.get_topic_name()
     (runner,) = app.stage_runners  # one consumer for every stage; it adopts the groups the batch commits
     assert runner.group_id == stages_group(settings)

@@ -19,7 +19,7 @@ from domain.topics.decay import (
     memory_type,
     priority,
 )
-from streams.topics_memory.protocol import (
+from domain.topics.protocol import (
     ArchiveRestoreRequested,
     AssistantMessage,
     Command,

@@ -1,0 +1,159 @@
+"""The conversation processor: one ordered agent runs every slice's fold on one state record."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from runtime.outage import is_transient
+from schemas.codec import Event, encode, peek_type
+from schemas.envelope import parse_conversation_key
+from streams.context import StreamContext
+from streams.slice import Slice, Ticks, pack, unpack
+
+log = logging.getLogger(__name__)
+
+AGENT = "process-conversation"
+# Per conversation (key tenant/conversation): every slice's state in one framed record
+# (streams/slice.py), changelog-backed; its changelog is what a batch replay hands over.
+CONVERSATION_TABLE = "conversation-state"
+CACHED_CONVERSATIONS = 4096
+
+
+@dataclass
+class Entry:
+    """One conversation's record: its bytes (as the table holds them), each slice's state bytes,
+    and the states decoded so far (a slice's state is decoded when an event or tick needs it)."""
+
+    raw: bytes | None
+    parts: dict[str, bytes]
+    states: dict[str, Any] = field(default_factory=dict)
+
+
+class States:
+    """The table's records, decoded on demand and cached while the table still holds the very
+    bytes they came from (a recovery or another writer stores new bytes objects)."""
+
+    def __init__(self, table, capacity: int = CACHED_CONVERSATIONS) -> None:
+        self.table, self.capacity = table, capacity
+        self._cache: OrderedDict[bytes, Entry] = OrderedDict()
+
+    def entry(self, key: bytes, raw: bytes | None = None, *, from_table: bool = True) -> Entry:
+        if from_table:
+            raw = self.table.get(key)
+        cached = self._cache.get(key)
+        if cached is not None and cached.raw is raw:
+            self._cache.move_to_end(key)
+            return cached
+        return self._keep(key, Entry(raw, unpack(raw)))
+
+    @staticmethod
+    def state(entry: Entry, key: bytes, part: Slice) -> Any:
+        if part.name not in entry.states:
+            entry.states[part.name] = part.load(key, entry.parts.get(part.name))
+        return entry.states[part.name]
+
+    def write(self, key: bytes, entry: Entry, encoded: dict[str, bytes], states: dict[str, Any]) -> None:
+        """One table write for every slice the event changed; the others keep their bytes."""
+        parts = {**entry.parts, **encoded}
+        raw = pack(parts)
+        self.table[key] = raw
+        self._keep(key, Entry(raw, parts, {**entry.states, **states}))
+
+    def _keep(self, key: bytes, entry: Entry) -> Entry:
+        self._cache[key] = entry
+        self._cache.move_to_end(key)
+        while len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
+        return entry
+
+
+def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> faust.TableT:
+    """The processor's table, agent and the slices' timers on `app`; the slices' stages into `ctx`."""
+    settings = ctx.settings
+    raw_bytes = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+    # key_type/value_type bytes make the changelog recovery decode raw too (not JSON).
+    table = app.Table(CONVERSATION_TABLE, default=None, partitions=settings.kafka.partitions, schema=raw_bytes,
+                      key_type=bytes, value_type=bytes)
+    states = States(table)
+    relevant = frozenset().union(*(part.relevant for part in slices))
+    for part in slices:
+        ctx.stages.extend(part.stages)
+
+    @app.agent(ctx.conversation_and_memory_events, name=AGENT, concurrency=1)
+    async def process_conversation(stream):
+        """Ordered per conversation: each record decoded once, one state read, every slice's
+        fold, their events out first, then at most one state write."""
+        async for key, value in stream.items():
+            kind = peek_type(value)
+            if kind is not None and kind not in relevant:
+                continue  # nothing folds it: not even parsed
+            event = ctx.decode(value, key=key)
+            if event is not None and event.type in relevant:
+                await _process(ctx, stream, states, slices, key, event)
+
+    for part in slices:
+        for ticks in part.ticks:
+            _add_timer(app, ctx, states, part, ticks)
+    return table
+
+
+async def _process(ctx: StreamContext, stream, states: States, slices: Sequence[Slice], key: bytes,
+                   event: Event) -> None:
+    entry = None
+    async with ctx.applying(stream, AGENT):  # a record that is not a state record (never written here)
+        entry = states.entry(key)
+    if entry is None:
+        return
+    now = time.time()
+    outgoing, encoded, changed = [], {}, {}
+    for part in slices:
+        if event.type not in part.relevant:
+            continue
+        if part.admit is not None and not await part.admit(event, stream.current_event.message):
+            continue
+        async with ctx.applying(stream, f"{AGENT}.{part.name}"):  # refused by this slice only
+            state = states.state(entry, key, part)
+            new_state, out = part.fold(state, event, now)
+            if new_state != state:
+                encoded[part.name] = part.dump(key, new_state)  # its codec may seal it
+                changed[part.name] = new_state
+            outgoing += out
+    # Events first, then the state: a crash in between folds the redelivered record again and
+    # sends them again (every consumer ignores what it already has), instead of losing them.
+    for envelope in outgoing:
+        await ctx.memory_events.send(key=key, value=encode(envelope))
+    if encoded:
+        states.write(key, entry, encoded, changed)
+
+
+def _add_timer(app: faust.App, ctx: StreamContext, states: States, part: Slice, ticks: Ticks) -> None:
+    async def tick() -> None:
+        """Tick events for the conversations whose state says a request is stuck or due."""
+        now = time.time()
+        try:
+            for key, envelope in ticks.due(_states_of(states, part), now):
+                await ctx.memory_events.send(key=key, value=encode(envelope))
+        except Exception as exc:  # the broker is away: the next tick sends them again
+            if not is_transient(exc):
+                raise
+            log.warning("%s ticks not sent (%s); retrying at the next tick", part.name, exc)
+
+    tick.__name__ = tick.__qualname__ = f"tick_{part.name}"
+    app.timer(interval=ticks.interval_s)(tick)
+
+
+def _states_of(states: States, part: Slice):
+    """(key, state) of every conversation the slice has a state for."""
+    for key, raw in list(states.table.items()):
+        if raw is None or parse_conversation_key(key) is None:
+            continue  # not a conversation's state (a bad key from before keys were checked)
+        entry = states.entry(key, raw, from_table=False)
+        if part.name in entry.parts:
+            yield key, states.state(entry, key, part)
