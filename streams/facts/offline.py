@@ -24,10 +24,6 @@ _FIRST_PERSON = re.compile(r"^(?:\W*\w+\W+){0,4}?(?:i|we|my|our|i'm|i've|we're|w
 _FIRST_PERSON_IN_PASSING = re.compile(
     r"(?:[,;]|\b(?:but|and|so|because|since|when|while|after|before|though|although))\s+(?:\w+\s+){0,2}?"
     r"(?:i|we|my|our|i'm|i've|we're|we've|i'd|i'll)\b(?!\W*$)")
-# A hedge before the statement ("I think I'll apply...", "I guess we're moving in May"): the
-# statement is kept without it; "I think that's great" has none and stays out.
-_HEDGE = re.compile(r"^(?:i (?:think|guess|suppose|believe|feel like)(?: that)?|maybe|probably)\s+"
-                    r"(?=(?:i|we|my|our|i'm|i've|we're|we've|i'd|i'll)\b)", re.IGNORECASE)
 _NOT_A_FACT = re.compile(
     r"\?\s*$|^(?:i|we) (?:was|were) (?:wondering|just|going to ask)\b|^(?:i|we) have (?:a|another) question"
     r"|^(?:my|our) (?:question|point|bad|pleasure|apologies)\b"
@@ -169,7 +165,7 @@ def fact_sentences(spoken: Spoken, at: datetime | None) -> list[str]:
     found = []
     for sentence in split_sentences(spoken.text):
         sentence = strip_lead_in(sentence)
-        sentence = _HEDGE.sub("", _INTERJECTION.sub("", sentence) or sentence) or sentence
+        sentence = _INTERJECTION.sub("", sentence) or sentence
         lowered = sentence.lower().replace("\u2019", "'")
         words = _words(lowered)
         content = [w for w in words if w not in _NOISE]

@@ -8,6 +8,7 @@ from core.embeddings.factory import make_embedder
 from schemas import topic_events as te
 from schemas.codec import new_event
 from schemas.envelope import parse_conversation_key
+from schemas.erasure_events import REDERIVE_REQUESTED
 from schemas.registry import MESSAGE_APPENDED
 from schemas.sealed import open_state
 from streams.context import StreamContext
@@ -15,7 +16,7 @@ from streams.slice import Slice, Ticks
 from streams.stages import Lazy, Stage, one_by_one
 from streams.topics_memory import codec
 from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle, needs_tick
-from streams.topics_memory.erased import ErasedCheck, connector
+from streams.topics_memory.erased import ErasedCheck, ReplayBarrier, connector
 from streams.topics_memory.recall import BacklogStage
 from streams.topics_memory.stage import CompactionStage, EmbeddingStage
 from streams.topics_memory.summarize import make_topic_summarizer
@@ -44,6 +45,8 @@ def make_slice(ctx: StreamContext) -> Slice:
 
     async def admit(event, record) -> bool:
         """The message race: a message an erasure already covers must not come back (erased.py)."""
+        if event.type == REDERIVE_REQUESTED:  # a stream replay's is moot: nothing to derive again (erased.py)
+            return not await (await erased_check.get()).moot_rederive(event.payload.erasure_event_id)
         if event.type != MESSAGE_APPENDED or event.payload.role not in PLACED_ROLES:
             return True
         erasure = await (await erased_check.get()).erasure_of(event, record)
@@ -109,7 +112,9 @@ async def _backlog_stage(embedder: Lazy, ctx: StreamContext) -> BacklogStage:
 
 
 async def _erased_check(ctx: StreamContext) -> ErasedCheck:
-    return ErasedCheck(connector(ctx.settings))
+    settings = ctx.settings
+    replay = settings.replay_until is not None and settings.replay_mode == "stream"
+    return ErasedCheck(connector(settings), barrier=ReplayBarrier(settings) if replay else None)
 
 
 async def _compaction_stage(summarizer, ctx: StreamContext) -> CompactionStage:
