@@ -37,6 +37,13 @@ EMBEDDING_CACHE = Counter(
 EMBEDDING_MODEL_CALLS = Counter(
     "memory_embedding_model_calls_total", "Calls to the embedding model", ["kind"],
 )  # kind: documents, query
+EMBEDDING_MODEL_FAILURES = Counter(
+    "memory_embedding_model_failures_total", "Calls to the embedding model that raised", ["kind"],
+)  # kind: documents, query
+CONTEXT_LATENCY = Histogram(
+    "memory_context_latency_seconds", "Turn-start context requests answered, from the request to the answer",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 EMBEDDING_MODEL_TEXTS = Counter("memory_embedding_model_texts_total", "Texts the embedding model embedded")
 MODEL_CPU = Counter(
     "memory_model_cpu_seconds_total",

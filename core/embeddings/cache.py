@@ -18,7 +18,9 @@ import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from core.embeddings.port import DelegatingEmbedder, Embedder
-from core.metrics import EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_TEXTS
+from core.metrics import (
+    EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_FAILURES, EMBEDDING_MODEL_TEXTS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +96,12 @@ class CachedEmbedder(DelegatingEmbedder):
     async def _embed(self, texts: list[str]) -> np.ndarray:
         EMBEDDING_MODEL_CALLS.labels("documents").inc()
         EMBEDDING_MODEL_TEXTS.inc(len(texts))
-        with EMBEDDING_CLOCK:
-            return await self.inner.embed_documents(texts)
+        try:
+            with EMBEDDING_CLOCK:
+                return await self.inner.embed_documents(texts)
+        except Exception:
+            EMBEDDING_MODEL_FAILURES.labels("documents").inc()
+            raise
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -160,8 +166,12 @@ class CachedEmbedder(DelegatingEmbedder):
         """Straight to the model: the read path never waits on PostgreSQL for its embedding (the
         API keeps its own in-process LRU of query vectors: retrieval/query_cache.py)."""
         EMBEDDING_MODEL_CALLS.labels("query").inc()
-        with EMBEDDING_CLOCK:
-            return await self.inner.embed_query(text)
+        try:
+            with EMBEDDING_CLOCK:
+                return await self.inner.embed_query(text)
+        except Exception:
+            EMBEDDING_MODEL_FAILURES.labels("query").inc()
+            raise
 
     async def aclose(self) -> None:
         await self.inner.aclose()
