@@ -57,6 +57,19 @@ async def test_the_memory_commands_against_the_real_stack(settings, tmp_path):
         assert code == 0 and "infrastructure" in out and "oolong" in out
         code, out, _ = await cli(settings, url, "show", network_id)
         assert code == 0 and NETWORK[:40] in out and "manual" in out
+        # A unique start of the id will do; a start two ids share is refused, naming them.
+        code, out, err = await cli(settings, url, "show", network_id[:8], "--json")
+        assert code == 0 and json.loads(out)["fact_id"] == network_id, err
+        shared_start = next((a[:n] for n in range(8, 0, -1) for a in (network_id,)
+                             if tea["fact_id"].startswith(a[:n])), None)
+        if shared_start:
+            code, _, err = await cli(settings, url, "show", shared_start)
+            assert code == 2 and network_id in err and tea["fact_id"] in err
+        code, _, err = await cli(settings, url, "show", "zzzz")
+        assert code == 1 and "not found" in err
+        # Without an acting user a service key is told which flag or variable names one.
+        code, _, err = await cli(settings, url, "list", user=None)
+        assert code == 2 and "--user" in err and "MEMORY_CLIENT__USER" in err, err
 
         out_file = tmp_path / "memory.jsonl"
         code, _, err = await cli(settings, url, "export", "--out", str(out_file))
@@ -64,6 +77,9 @@ async def test_the_memory_commands_against_the_real_stack(settings, tmp_path):
         assert code == 0 and "2 line(s)" in err
         assert {line["id"] for line in lines} == {network_id, tea["fact_id"]}
         assert all(line["event_id"] and line["valid_from"] for line in lines)
+        code, out, err = await cli(settings, url, "export", "--json")  # one JSON document of the same items
+        assert code == 0, err
+        assert sorted(json.loads(out), key=lambda i: i["id"]) == sorted(lines, key=lambda i: i["id"])
 
         code, out, _ = await cli(settings, url, "forget", network_id)
         assert code == 0 and out.startswith(f"forgot {network_id}")
