@@ -12,7 +12,8 @@ import asyncio
 import hashlib
 import logging
 import time
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
@@ -23,6 +24,17 @@ from core.metrics import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _model_call(kind: str) -> Iterator[None]:
+    """One call to the model: its CPU time (EMBEDDING_CLOCK), and a failure counted by kind."""
+    try:
+        with EMBEDDING_CLOCK:
+            yield
+    except Exception:
+        EMBEDDING_MODEL_FAILURES.labels(kind).inc()
+        raise
 
 _SELECT = (
     "SELECT text_sha256, vector FROM public.embedding_cache"
@@ -96,12 +108,8 @@ class CachedEmbedder(DelegatingEmbedder):
     async def _embed(self, texts: list[str]) -> np.ndarray:
         EMBEDDING_MODEL_CALLS.labels("documents").inc()
         EMBEDDING_MODEL_TEXTS.inc(len(texts))
-        try:
-            with EMBEDDING_CLOCK:
-                return await self.inner.embed_documents(texts)
-        except Exception:
-            EMBEDDING_MODEL_FAILURES.labels("documents").inc()
-            raise
+        with _model_call("documents"):
+            return await self.inner.embed_documents(texts)
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -166,12 +174,8 @@ class CachedEmbedder(DelegatingEmbedder):
         """Straight to the model: the read path never waits on PostgreSQL for its embedding (the
         API keeps its own in-process LRU of query vectors: retrieval/query_cache.py)."""
         EMBEDDING_MODEL_CALLS.labels("query").inc()
-        try:
-            with EMBEDDING_CLOCK:
-                return await self.inner.embed_query(text)
-        except Exception:
-            EMBEDDING_MODEL_FAILURES.labels("query").inc()
-            raise
+        with _model_call("query"):
+            return await self.inner.embed_query(text)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
