@@ -128,6 +128,11 @@ class MemoryApi:
     async def show(self, fact_id: str) -> dict:
         return await self._call("GET", f"/v1/facts/{_segment(fact_id)}")
 
+    async def edit(self, fact_id: str, content: str, *, wait: bool = True) -> dict:
+        """A new version of one of my memories (the old one stays in its history)."""
+        return await self._call("PATCH", f"/v1/facts/{_segment(fact_id)}", json={"content": content},
+                                params={"wait": str(wait).lower()})
+
     async def forget(self, fact_id: str, *, wait: bool = True) -> dict:
         return await self._call("DELETE", f"/v1/facts/{_segment(fact_id)}", params={"wait": str(wait).lower()})
 
