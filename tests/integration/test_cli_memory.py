@@ -10,7 +10,7 @@ import sys
 import orjson
 
 from core.settings import ApiSettings
-from tests.integration.conftest import API_KEYS, free_port, running_api, settings_env, worker_process
+from tests.integration.conftest import API_KEYS, free_port, running_api, settings_env, wait_until, worker_process
 
 KEYS = {**API_KEYS, "nox-key": {"tenant": "tenant-a", "user": "nox"}}
 NETWORK = "Network configuration issue in the office: the mesh access point drops laptops when band steering is on."
@@ -33,8 +33,14 @@ async def test_the_memory_commands_against_the_real_stack(settings, tmp_path):
         code, out, err = await cli(settings, url, "store", NETWORK, "--category", "infrastructure", "--importance",
                                    "4", "--tag", "network")
         assert code == 0, err
-        assert out.startswith("stored ")
+        # "accepted": in the log, not projected within the API's wait (a worker still joining its group).
+        assert out.startswith(("stored ", "accepted ")), out
         network_id = out.split()[1]
+
+        async def projected() -> bool:
+            code, out, _ = await cli(settings, url, "list", "--json")
+            return code == 0 and network_id in {f["fact_id"] for f in json.loads(out)["facts"]}
+        await wait_until(projected, 120, "the stored memory projected")
         code, out, _ = await cli(settings, url, "store", "Krz drinks oolong tea in the afternoon.", "--json",
                                  "--type", "preference")
         tea = json.loads(out)

@@ -549,7 +549,7 @@ function minuteChart(id, title, points, value, unit) {
   label.textContent = `${title}: highest ${fmtNum(top, 2)}${unit}, latest minute ${last === undefined ? "none" : fmtNum(last, 2) + unit}`;
   svg.append(label);
   values.forEach((v, i) => {
-    if (v === null || top === 0) return;
+    if (!v || top === 0) return;  // no bar for an empty minute
     const r = document.createElementNS(NS, "rect"), height = Math.max(1, (v / top) * (H - 4));
     for (const [k, a] of Object.entries({ x: i * bar + 0.5, y: H - height, width: Math.max(bar - 1, 1), height,
       "data-minute": points[i].minute, "data-value": v })) r.setAttribute(k, a);
