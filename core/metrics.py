@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -37,6 +38,24 @@ EMBEDDING_CACHE = Counter(
 EMBEDDING_MODEL_CALLS = Counter(
     "memory_embedding_model_calls_total", "Calls to the embedding model", ["kind"],
 )  # kind: documents, query
+EMBEDDING_MODEL_FAILURES = Counter(
+    "memory_embedding_model_failures_total", "Calls to the embedding model that raised", ["kind"],
+)  # kind: documents, query
+CONTEXT_LATENCY = Histogram(
+    "memory_context_latency_seconds", "Turn-start context requests answered, from the request to the answer",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+# Which deployment a process belongs to: the dashboard shows a worker's metrics only when they
+# carry its own deployment's id (api/ui/worker_metrics.py), never another one's on the same port.
+DEPLOYMENT = Gauge("memory_deployment_info", "The deployment this process belongs to (value 1)",
+                   ["deployment", "topic_prefix", "generation"])
+
+
+def deployment_id(bootstrap_servers: str, topic_prefix: str) -> str:
+    """A deployment is its Kafka cluster and topic prefix (every topic and group it uses)."""
+    return hashlib.sha256(f"{bootstrap_servers}|{topic_prefix}".encode()).hexdigest()[:12]
+
+
 EMBEDDING_MODEL_TEXTS = Counter("memory_embedding_model_texts_total", "Texts the embedding model embedded")
 EMBEDDING_MODELS_LOADED = Gauge(
     "memory_embedding_models_loaded", "Embedding models (each behind its queue) alive in the process")

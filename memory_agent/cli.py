@@ -2,51 +2,49 @@
 
 from __future__ import annotations
 
-import asyncio
-import importlib.metadata
 import sys
 from pathlib import Path
 
 import click
 
+from memory_agent.cli_lazy import LazyGroup
 from memory_agent.cli_logging import setup_logging
-from core.settings import get_settings
+
+# Commands defined in other modules, imported only when run (`--help` stays fast: bench/cli_startup_bench.py):
+# name -> (module:attribute, the one-line help `--help` lists; tests/unit/test_cli_startup.py checks it).
+LAZY_COMMANDS = {
+    "infra": ("infra.cli:infra", "Local single-node Kafka (KRaft) and PostgreSQL + pgvector under the state dir."),
+    "replay": ("memory_agent.cli_generations:replay", "Rebuild all memory from the start of the log into a new generation."),
+    "generations": ("memory_agent.cli_generations:generations", "Inspect, compare, switch and drop generations of the"
+                    " read model."),
+    "privacy": ("memory_agent.cli_privacy:privacy", "Master keys wrapping the per-user data keys of crypto-shredding."),
+    "search": ("memory_agent.cli_memory:search", "Search memory by meaning (facts, conversation chunks, messages),"
+               " scored like the turn-start context: final = similarity x importance weight x recency weight."),
+    "store": ("memory_agent.cli_memory:store", "Store a memory by hand."),
+    "list": ("memory_agent.cli_memory:list_cmd", "List my facts and the facts others shared with me (seed 003)."),
+    "show": ("memory_agent.cli_memory:show", "Show one memory (fact) with its provenance and links."),
+    "forget": ("memory_agent.cli_memory:forget", "Delete one of my memories (an event in the log: hidden"
+               " everywhere, history kept)."),
+    "export": ("memory_agent.cli_memory:export", "Export my memory as JSON Lines (facts with every version, chunks,"
+               " summaries), each line with its provenance: source conversation, message range, event ids, dates."),
+    "mcp": ("memory_agent.cli_memory:mcp", "Serve the memory as MCP tools: search_memory, store_memory,"
+            " list_memories, forget_memory, get_turn_context."),
+    "explain": ("memory_agent.cli_lineage:explain", "Explain a memory or a turn."),
+}
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("memory-agent")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "unknown"
+def get_settings():
+    """The process's settings (imported on use: pydantic is not needed for `--help`)."""
+    from core.settings import get_settings as settings  # noqa: PLC0415
+
+    return settings()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", "-V", prog_name="memory-agent", message="%(prog)s %(version)s")
+@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(None, "--version", "-V", package_name="memory-agent", prog_name="memory-agent",
+                      message="%(prog)s %(version)s")
 def main() -> None:
     """Memory Agent: event-sourced conversation memory on Kafka and PostgreSQL."""
-
-
-try:  # the launchers need only the standard library and psycopg, but stay optional
-    from infra.cli import infra
-
-    main.add_command(infra)
-except ImportError:  # pragma: no cover
-    pass
-
-
-from memory_agent.cli_generations import generations, replay  # noqa: E402
-
-main.add_command(replay)
-main.add_command(generations)
-
-from memory_agent.cli_privacy import privacy  # noqa: E402
-
-main.add_command(privacy)
-
-from memory_agent.cli_memory import COMMANDS as MEMORY_COMMANDS  # noqa: E402
-
-for _command in MEMORY_COMMANDS:  # search, store, list, show, forget, export: clients of the HTTP API
-    main.add_command(_command)
 
 
 @main.command()
@@ -59,6 +57,8 @@ def migrate() -> None:
     setup_logging(settings.log_level)
     applied = run_migrations(settings)
     click.echo(f"schema {settings.pg_schema}: {len(applied)} migration(s) applied")
+    import asyncio  # noqa: PLC0415 - imported on use: `--help` stays fast
+
     created = asyncio.run(ensure_topics(settings))
     click.echo(f"kafka: {len(created)} topic(s) created" + (f" ({', '.join(created)})" if created else ""))
 
@@ -134,6 +134,8 @@ def ingest(file: Path, tenant: str | None) -> None:
 
     settings = get_settings()
     setup_logging("WARNING")
+    import asyncio  # noqa: PLC0415
+
     report = asyncio.run(ingest_file(settings, file, default_tenant=tenant))
     duplicates = f"{report.duplicates} already stored (not sent)" if report.checked_duplicates \
         else "duplicates not checked (read model unreachable)"
@@ -178,13 +180,11 @@ def demo(api_url: str | None, conversation: str, timeout: float) -> None:
     settings = get_settings()
     setup_logging("WARNING")
     url = api_url or f"http://{settings.api.host}:{settings.api.port}"
+    import asyncio  # noqa: PLC0415
+
     if not asyncio.run(run_demo(settings, url, conversation, timeout=timeout, say=click.echo)):
         sys.exit(1)
 
-
-from memory_agent.cli_lineage import explain  # noqa: E402
-
-main.add_command(explain)
 
 
 if __name__ == "__main__":

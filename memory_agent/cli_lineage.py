@@ -79,6 +79,8 @@ def explain(first: str, second: str, force_turn: bool, api_url: str | None, api_
     api = Api(url, key, user)
     if first in KINDS and not force_turn:
         answer = api.lineage(first, second)
+        if first == "fact":
+            answer["origin"] = fact_origin(api, answer, user)
         click.echo(json.dumps(answer, indent=2) if as_json else "\n".join(render_lineage(answer)))
         return
     try:
@@ -95,6 +97,28 @@ def explain(first: str, second: str, force_turn: bool, api_url: str | None, api_
         click.echo("\n".join(render_turn(context, lineages)))
     if context.get("as_of", {}).get("matches") is False:
         sys.exit(DIFFERS)
+
+
+def fact_origin(api: Api, answer: dict, user: str | None) -> list[dict]:
+    """The source messages a fact came from, best first: a fact's sources are its chunk's messages
+    (20 by default), so they are ranked by the API's own search with the fact as the query, within
+    the time the chunk spans. Empty when the caller may not see the sources."""
+    sources = answer.get("sources") or []
+    if len(sources) <= 1:
+        return sources
+    times = sorted(m["occurred_at"] for m in sources)
+    found = api.get("/v1/search", missing_ok=True, q=answer["item"]["excerpt"], kinds="message", k=50,
+                    since=times[0], until=times[-1],
+                    user_id=None if user else answer["item"].get("owner_user_id"))
+    return rank_origin(sources, found or {})
+
+
+def rank_origin(sources: list[dict], search: dict) -> list[dict]:
+    """The sources the search found, in its order (above the threshold, then below it)."""
+    by_id = {f"{m['conversation_id']}:{m['seq']}": m for m in sources}
+    hits = [*search.get("items", []), *search.get("excluded", [])]
+    ranked = [by_id[h["id"]] for h in hits if h.get("kind") == "message" and h.get("id") in by_id]
+    return list({id(m): m for m in ranked}.values())
 
 
 def turn_items(conversation: str, context: dict) -> list[tuple[str, str]]:
@@ -131,6 +155,12 @@ def render_lineage(answer: dict, indent: str = "", served: dict | None = None) -
         lines.append(f"{indent}  served v{served['version']}{score}{changed}: {served['content'][:120]!r}")
     if item.get("excerpt") or item.get("title"):
         lines.append(f"{indent}  {item.get('excerpt') or item.get('title')!r}")
+    if answer.get("origin"):
+        best = answer["origin"][0]
+        lines.append(f"{indent}  <= came from message {best['conversation_id']}:{best['seq']} {best['role']}"
+                     f" {best['occurred_at'][:19]} event {best['event_id']}: {best['excerpt'][:120]!r}")
+        if len(answer["sources"]) > 1:
+            lines.append(f"{indent}  (in a chunk of {len(answer['sources'])} messages, all listed below)")
     for via in answer.get("via", []):
         lines.append(f"{indent}  via {via['kind']} {via['id']} {_detail(via)}")
     for message in answer["sources"]:

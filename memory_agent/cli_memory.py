@@ -186,7 +186,7 @@ def list_cmd(subject: str | None, all_versions: bool, url: str | None, api_key: 
 @click.argument("fact_id")
 def show(fact_id: str, url: str | None, api_key: str | None, user: str | None, as_json: bool) -> None:
     """Show one memory (fact) with its provenance and links."""
-    body = _run(lambda api: api.show(fact_id), url, api_key, user)
+    body = _run(lambda api: show_by_prefix(api, fact_id), url, api_key, user)
     if as_json:
         _print_json(body)
         return
@@ -197,6 +197,28 @@ def show(fact_id: str, url: str | None, api_key: str | None, user: str | None, a
         click.echo(f"{field:>22}: {', '.join(value) if isinstance(value, list) else value}")
     for link in body.get("links", []):
         click.echo(f"{'link':>22}: {link['direction']} {link['relationship']} {link['fact_id']}")
+
+
+async def show_by_prefix(api: MemoryApi, fact_id: str) -> dict:
+    """The fact with this id, or with the one id of my facts (every version) that starts with it."""
+    try:
+        return await api.show(fact_id)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        listed = await api.list_memories(include_superseded=True)
+        matches = unique_prefix(fact_id, [f["fact_id"] for f in listed["facts"]])
+        if len(matches) > 1:
+            raise ApiError(422, f"{fact_id!r} is the start of {len(matches)} ids: {', '.join(matches[:5])}"
+                                f"{' …' if len(matches) > 5 else ''}; give more of it") from None
+        if not matches:
+            raise
+        return await api.show(matches[0])
+
+
+def unique_prefix(prefix: str, ids: list[str]) -> list[str]:
+    """The ids that start with prefix (no match for an empty one), each once, in order."""
+    return list(dict.fromkeys(i for i in ids if prefix and i.startswith(prefix)))
 
 
 @memory_command("forget")
@@ -210,13 +232,19 @@ def forget(fact_id: str, url: str | None, api_key: str | None, user: str | None,
         click.echo(f"forgot {fact_id} (event {body['event_id']})" + ("" if body["projected"] else "; not applied yet"))
 
 
-def _export(out: Path | None, url: str | None, api_key: str | None, user: str | None) -> None:
+def _export(out: Path | None, url: str | None, api_key: str | None, user: str | None, as_json: bool) -> None:
     """Export my memory as JSON Lines (facts with every version, chunks, summaries), each line
-    with its provenance: source conversation, message range, event ids, dates."""
+    with its provenance: source conversation, message range, event ids, dates. With --json: one
+    JSON array of the same objects."""
     async def write(api: MemoryApi) -> int:
         lines = 0
         sink = out.open("wb") if out else sys.stdout.buffer
         try:
+            if as_json:
+                body = b"".join([chunk async for chunk in api.export()])
+                items = [json.loads(line) for line in body.splitlines() if line.strip()]
+                sink.write(json.dumps(items, indent=2, ensure_ascii=False).encode() + b"\n")
+                return len(items)
             async for chunk in api.export():
                 sink.write(chunk)
                 lines += chunk.count(b"\n")
@@ -229,12 +257,12 @@ def _export(out: Path | None, url: str | None, api_key: str | None, user: str | 
 
     lines = _run(write, url, api_key, user)
     if out:
-        click.echo(f"{lines} line(s) written to {out}", err=True)
+        click.echo(f"{lines} {'item(s)' if as_json else 'line(s)'} written to {out}", err=True)
 
 
 export = click.command("export", epilog=EXIT_CODES)(_connection_options(click.option(
     "--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-    help="Write to this file (default: standard output).")(_export), with_json=False))
+    help="Write to this file (default: standard output).")(_export)))
 
 COMMANDS = (search, store, list_cmd, show, forget, export)
 
@@ -271,7 +299,25 @@ def mcp(use_http: bool, host: str, port: int, url: str | None, api_key: str | No
         uvicorn.run(mcp_server.http_app(connection.url, timeout_s=connection.timeout_s, host=host), host=host,
                     port=port, log_level="warning")
     else:
+        check_acting_user(connection)
         mcp_server.build_server(mcp_server.stdio_connection(connection)).run("stdio")
+
+
+def check_acting_user(connection: Connection) -> None:
+    """Refuse to serve MCP over stdio when no tool call could act: a service key without a user
+    (or a key the API refuses). An unreachable API is only reported: it may come up later."""
+    async def ask() -> str:
+        async with MemoryApi(connection) as api:
+            return await api.acting_user()
+    try:
+        user = asyncio.run(ask())
+    except ApiError as exc:
+        if exc.status == 0:
+            click.echo(f"warning: {exc.message}; tool calls will fail until it answers", err=True)
+            return
+        click.echo(f"error: memory-agent mcp cannot act for anyone (HTTP {exc.status}): {exc.message}", err=True)
+        sys.exit(exit_code(exc.status))
+    click.echo(f"MCP over stdio, acting as user {user!r} (memory API {connection.url})", err=True)
 
 
 COMMANDS = (*COMMANDS, mcp)

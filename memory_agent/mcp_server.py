@@ -9,6 +9,7 @@ streamable HTTP from each request's own `X-API-Key` (or `Authorization: Bearer K
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -16,7 +17,7 @@ from typing import Annotated, Any, Literal
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -29,11 +30,12 @@ Identifier = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$", max
 
 
 class Score(BaseModel):
-    final: float = Field(description="similarity x importance_weight x recency_weight (seed 001)")
-    similarity: float
+    final: float = Field(description="The ranking score: relevance x importance_weight x recency_weight")
+    cosine: float = Field(description="Closeness in meaning to the query, -1..1")
+    keyword_score: float = Field(description="Share of the query's rarer words the item contains, 0..1")
     importance_weight: float
     recency_weight: float
-    found_by: list[str]
+    found_by: list[str] = Field(description="vector (by meaning) and/or keyword")
 
 
 class Hit(BaseModel):
@@ -68,12 +70,12 @@ class Memory(BaseModel):
     content: str
     category: str
     memory_type: str
-    importance: int
-    tags: list[str]
-    visibility: str
-    mine: bool = Field(description="False: another user shared it about the same subject")
-    subject_id: str | None
-    updated_at: str
+    importance: int = Field(description="1 trivial .. 5 critical")
+    tags: list[str] | None = Field(None, description="Left out when there are none")
+    visibility: str = Field(description="private, or shared with the subject's other users")
+    shared_by: str | None = Field(None, description="The user who shared it, when it is not yours")
+    subject_id: str | None = Field(None, description="Who or what it is about (left out: none)")
+    updated: str = Field(description="Date of the last change, YYYY-MM-DD")
 
 
 class MemoryList(BaseModel):
@@ -95,12 +97,14 @@ class ContextMessage(BaseModel):
 
 class TurnContext(BaseModel):
     conversation_id: str
-    mode: str = Field(description="raw | caught_up | fallback (seed 002)")
+    mode: str = Field(description="raw: no summary yet, the messages verbatim; caught_up: the latest summary"
+                                  " and the messages after it; fallback: a newer summary is still being written,"
+                                  " so an older one and more messages are given")
     summary: str | None = Field(description="The rolling summary of the earlier conversation")
     summary_end_seq: int | None
     messages: list[ContextMessage] = Field(description="The messages after the summary, verbatim")
     memories: str = Field(description="Relevant facts and memories, one line each, within the token budget")
-    active_topic: str | None = Field(description="The active topic's title and summary (seed 004)")
+    active_topic: str | None = Field(description="What the conversation is currently about: title and summary")
     last_seq: int
 
 
@@ -109,6 +113,21 @@ def _hit(item: dict) -> Hit:
                category=item.get("category"), conversation_id=item.get("conversation_id"),
                occurred_start=item.get("occurred_start"), occurred_end=item.get("occurred_end"),
                score=Score(**{k: item["score"][k] for k in Score.model_fields}))
+
+
+def compact(result: BaseModel) -> CallToolResult:
+    """The tool's answer without empty fields, as structured content and as one line of JSON text
+    (the SDK's default text is indented JSON with every null: twice the tokens for an agent)."""
+    body = result.model_dump(mode="json", exclude_none=True)
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=body)
+
+
+def memory_of(fact: dict) -> Memory:
+    return Memory(memory_id=fact["fact_id"], content=fact["content"], category=fact["category"],
+                  memory_type=fact["memory_type"], importance=fact["importance"], tags=fact["tags"] or None,
+                  visibility=fact["visibility"], shared_by=None if fact["mine"] else fact["owner_user_id"],
+                  subject_id=fact["subject_id"], updated=fact["updated_at"][:10])
 
 
 def build_server(connection_for: Callable[[Context], Connection],
@@ -138,12 +157,14 @@ def build_server(connection_for: Callable[[Context], Connection],
         until: Annotated[str | None, Field(description="ISO 8601: only what happened at or before")] = None,
         k: Annotated[int, Field(ge=1, le=50, description="How many results")] = 10,
     ) -> SearchResult:
-        """Search long-term memory by meaning ("WiFi problem" finds "network configuration issue"),
-        ranked by relevance x importance x recency. Reads only."""
+        """Search the user's long-term memory by meaning and keywords ("WiFi problem" finds "network
+        configuration issue"): facts, summarized conversation chunks and past messages, best first,
+        ranked by relevance x importance x recency. Reads only; changes nothing."""
         body = await call(ctx, lambda api: api.search(query, kinds=kinds, subject_id=subject_id, since=since,
                                                        until=until, k=k))
-        return SearchResult(query=body["query"], user_id=body["user_id"], items=[_hit(i) for i in body["items"]],
-                            matched=body["matched"], threshold=body["threshold"])
+        return compact(SearchResult(query=body["query"], user_id=body["user_id"],
+                                    items=[_hit(i) for i in body["items"]], matched=body["matched"],
+                                    threshold=body["threshold"]))
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False))
     async def store_memory(
@@ -151,7 +172,9 @@ def build_server(connection_for: Callable[[Context], Connection],
         content: Annotated[str, Field(min_length=1, max_length=4000, description="The memory, a sentence or two")],
         category: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[\w .:/-]+$",
                                        description="A label, e.g. infrastructure, preference")] = "other",
-        memory_type: Annotated[MemoryType, Field(description="Seed 001's memory type")] = "general",
+        memory_type: Annotated[MemoryType, Field(description="What kind of memory it is: a decision, an insight, a"
+                                                       " fact, a preference, a project, a conversation or general")
+                               ] = "general",
         importance: Annotated[int, Field(ge=1, le=5, description="1 trivial .. 5 critical")] = 3,
         tags: Annotated[list[Annotated[str, Field(min_length=1, max_length=100)]],
                         Field(max_length=20, description="Topic tags")] = [],  # noqa: B006 - pydantic copies it
@@ -176,10 +199,7 @@ def build_server(connection_for: Callable[[Context], Connection],
         """List my memories (facts) and those others shared about the same subjects."""
         body = await call(ctx, lambda api: api.list_memories(subject_id=subject_id,
                                                               include_superseded=include_superseded))
-        return MemoryList(user_id=body["user_id"], memories=[Memory(
-            memory_id=f["fact_id"], content=f["content"], category=f["category"], memory_type=f["memory_type"],
-            importance=f["importance"], tags=f["tags"], visibility=f["visibility"], mine=f["mine"],
-            subject_id=f["subject_id"], updated_at=f["updated_at"]) for f in body["facts"]])
+        return compact(MemoryList(user_id=body["user_id"], memories=[memory_of(f) for f in body["facts"]]))
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True))
     async def forget_memory(

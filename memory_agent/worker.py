@@ -111,11 +111,7 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     part each, so each part can have its own number of processes (docs/scaling.md, "Roles")."""
     if role not in ROLES:
         raise ValueError(f"unknown worker role {role!r}; one of {', '.join(ROLES)}")
-    try:
-        serve_metrics(settings)
-    except OSError as exc:  # e.g. a replay worker beside the live one on the same port
-        log.warning("worker metrics not served on port %s: %s (set MEMORY_WORKER__METRICS_PORT)",
-                    settings.worker.metrics_port, exc)
+    serve_metrics(settings)  # a taken port (a replay worker beside the live one): a free one, logged
     privacy.install(settings)
     atexit.register(_log_cpu_split)
     if role in ("projectors", "stages"):

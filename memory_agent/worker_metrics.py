@@ -24,12 +24,24 @@ log = logging.getLogger(__name__)
 
 def serve_metrics(settings: Settings) -> int | None:
     """Start the /metrics HTTP server of this process (a daemon thread); its port, or None when
-    `worker.metrics_port` is 0."""
+    `worker.metrics_port` is 0. A port another process holds (a second worker, another deployment)
+    is not shared: the server takes a free port instead and says which, loudly."""
     if not settings.worker.metrics_port:
         return None
-    server, _ = start_http_server(settings.worker.metrics_port, addr=settings.worker.metrics_host)
+    kafka = settings.kafka
+    metrics.DEPLOYMENT.labels(metrics.deployment_id(kafka.bootstrap_servers, kafka.topic_prefix), kafka.topic_prefix,
+                              settings.generation).set(1)
+    host, wanted = settings.worker.metrics_host, settings.worker.metrics_port
+    try:
+        server, _ = start_http_server(wanted, addr=host)
+    except OSError as exc:
+        server, _ = start_http_server(0, addr=host)
+        log.warning("worker metrics: port %d is taken (%s); serving on http://%s:%d/metrics instead. Give each"
+                    " worker process its own MEMORY_WORKER__METRICS_PORT (the dashboard and Prometheus read the"
+                    " configured one)", wanted, exc.strerror or exc, host, server.server_port)
+        return server.server_port
     port = server.server_port
-    log.info("worker metrics at http://%s:%d/metrics", settings.worker.metrics_host, port)
+    log.info("worker metrics at http://%s:%d/metrics", host, port)
     return port
 
 

@@ -16,6 +16,7 @@ from api.schemas import ContextOut
 from retrieval.request import ContextRequest
 from api.served import recorder_for
 from api.turn_context import build_turn_context
+from core.metrics import CONTEXT_LATENCY
 from projections import queries
 from schemas.envelope import IDENTIFIER, conversation_key
 
@@ -63,6 +64,7 @@ async def turn_context(
 ) -> ContextOut:
     """Latest completed summary + the gap messages after it, relevant memories and the active topic,
     with the watermark it reflects."""
+    started = time.monotonic()
     tenant = principal.tenant
     conversation = await _wait_for(conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms),
                                    settings.api.max_seq_ahead, request.app.state.log_ends)
@@ -84,6 +86,7 @@ async def turn_context(
     clock = await projection_clock(conn)  # as the read begins: what as_of_seq rebuilds (docs/lineage.md)
     served = await build_turn_context(conn, wanted, min_seq=min_seq, app_state=request.app.state)
     recorder_for(request.app.state).record(wanted, served, clock)  # off the critical path: never waits, never raises
+    CONTEXT_LATENCY.observe(time.monotonic() - started)
     return served
 
 

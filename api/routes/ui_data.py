@@ -24,6 +24,7 @@ from api.routes.admin import AdminDep
 from api.routes.context import ConversationId
 from api.routes.facts import FactOut, _out
 from api.ui import worker_metrics as worker_metrics_view
+from core.metrics import deployment_id
 from api.sections.topic import TopicStatsOut, stats_out
 from projections import queries
 from projections import surface_queries as sq
@@ -189,6 +190,16 @@ async def throughput(reader: ReaderDep,
     return await uq.throughput(conn, reader.tenant)
 
 
+@router.get("/throughput/minutes")
+async def throughput_minutes(reader: ReaderDep,
+                             conn: Annotated[psycopg.AsyncConnection, Depends(reader_conn)]) -> list[dict[str, Any]]:
+    """The last hour minute by minute, for the stats page's charts: messages projected and the 95th
+    percentile of their delay from the message's time to the read model (the projection's lag)."""
+    if reader.principal is not None and reader.principal.user is not None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="throughput is per tenant: use a service key")
+    return await uq.throughput_per_minute(conn, reader.tenant)
+
+
 def _as_service_key(reader: Reader) -> Principal:
     """The admin reads a tenant as that tenant's service key would (read-only routes only)."""
     return reader.principal or Principal(reader.tenant, None, "any_user", "admin")
@@ -216,4 +227,6 @@ async def worker_metrics(settings: AdminDep) -> dict[str, Any]:
     worker = settings.worker
     if not worker.metrics_port:
         return {"url": None, "error": "the worker serves no metrics (MEMORY_WORKER__METRICS_PORT is 0)"}
-    return await worker_metrics_view.fetch(f"http://{worker.metrics_host}:{worker.metrics_port}/metrics")
+    kafka = settings.kafka
+    return await worker_metrics_view.fetch(f"http://{worker.metrics_host}:{worker.metrics_port}/metrics",
+                                           deployment_id(kafka.bootstrap_servers, kafka.topic_prefix))

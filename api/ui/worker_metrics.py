@@ -42,12 +42,29 @@ def summarize(text: str) -> list[dict[str, Any]]:
     return out
 
 
-async def fetch(url: str, timeout_s: float = 3.0) -> dict[str, Any]:
-    """{"url", "metrics"} from the worker, or {"url", "error"} when it does not answer."""
+def deployment_of(metrics: list[dict[str, Any]]) -> dict[str, str] | None:
+    """The labels of memory_deployment_info (which deployment the process belongs to), if it says."""
+    for family in metrics:
+        if family["name"] == "memory_deployment_info" and family["samples"]:
+            return family["samples"][0]["labels"]
+    return None
+
+
+async def fetch(url: str, deployment: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    """{"url", "metrics"} from the worker of this deployment, or {"url", "error"} when nothing answers
+    or what answers is another deployment's (or says not whose it is)."""
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as http:
             response = await http.get(url)
             response.raise_for_status()
     except httpx.HTTPError as exc:
         return {"url": url, "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__}
-    return {"url": url, "metrics": summarize(response.text)}
+    metrics = summarize(response.text)
+    owner = deployment_of(metrics)
+    if owner is None or owner.get("deployment") != deployment:
+        whose = "says not which deployment it belongs to" if owner is None else (
+            f"belongs to another deployment (topic prefix {owner.get('topic_prefix')!r},"
+            f" generation {owner.get('generation')!r})")
+        return {"url": url, "error": f"the process answering there {whose}: its metrics are not shown. Give this"
+                                     " deployment's worker its own MEMORY_WORKER__METRICS_PORT (and the API the same)"}
+    return {"url": url, "metrics": metrics}

@@ -12,15 +12,29 @@ import asyncio
 import hashlib
 import logging
 import time
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
 from core.embeddings.port import DelegatingEmbedder, Embedder
-from core.metrics import EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_TEXTS
+from core.metrics import (
+    EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_FAILURES, EMBEDDING_MODEL_TEXTS,
+)
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def _model_call(kind: str) -> Iterator[None]:
+    """One call to the model: its CPU time (EMBEDDING_CLOCK), and a failure counted by kind."""
+    try:
+        with EMBEDDING_CLOCK:
+            yield
+    except Exception:
+        EMBEDDING_MODEL_FAILURES.labels(kind).inc()
+        raise
 
 _SELECT = (
     "SELECT text_sha256, vector FROM public.embedding_cache"
@@ -94,7 +108,7 @@ class CachedEmbedder(DelegatingEmbedder):
     async def _embed(self, texts: list[str]) -> np.ndarray:
         EMBEDDING_MODEL_CALLS.labels("documents").inc()
         EMBEDDING_MODEL_TEXTS.inc(len(texts))
-        with EMBEDDING_CLOCK:
+        with _model_call("documents"):
             return await self.inner.embed_documents(texts)
 
     async def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -160,7 +174,7 @@ class CachedEmbedder(DelegatingEmbedder):
         """Straight to the model: the read path never waits on PostgreSQL for its embedding (the
         API keeps its own in-process LRU of query vectors: retrieval/query_cache.py)."""
         EMBEDDING_MODEL_CALLS.labels("query").inc()
-        with EMBEDDING_CLOCK:
+        with _model_call("query"):
             return await self.inner.embed_query(text)
 
     async def aclose(self) -> None:

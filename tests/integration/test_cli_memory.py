@@ -10,7 +10,7 @@ import sys
 import orjson
 
 from core.settings import ApiSettings
-from tests.integration.conftest import API_KEYS, free_port, running_api, settings_env, worker_process
+from tests.integration.conftest import API_KEYS, free_port, running_api, settings_env, wait_until, worker_process
 
 KEYS = {**API_KEYS, "nox-key": {"tenant": "tenant-a", "user": "nox"}}
 NETWORK = "Network configuration issue in the office: the mesh access point drops laptops when band steering is on."
@@ -33,8 +33,14 @@ async def test_the_memory_commands_against_the_real_stack(settings, tmp_path):
         code, out, err = await cli(settings, url, "store", NETWORK, "--category", "infrastructure", "--importance",
                                    "4", "--tag", "network")
         assert code == 0, err
-        assert out.startswith("stored ")
+        # "accepted": in the log, not projected within the API's wait (a worker still joining its group).
+        assert out.startswith(("stored ", "accepted ")), out
         network_id = out.split()[1]
+
+        async def projected() -> bool:
+            code, out, _ = await cli(settings, url, "list", "--json")
+            return code == 0 and network_id in {f["fact_id"] for f in json.loads(out)["facts"]}
+        await wait_until(projected, 120, "the stored memory projected")
         code, out, _ = await cli(settings, url, "store", "Krz drinks oolong tea in the afternoon.", "--json",
                                  "--type", "preference")
         tea = json.loads(out)
@@ -57,6 +63,19 @@ async def test_the_memory_commands_against_the_real_stack(settings, tmp_path):
         assert code == 0 and "infrastructure" in out and "oolong" in out
         code, out, _ = await cli(settings, url, "show", network_id)
         assert code == 0 and NETWORK[:40] in out and "manual" in out
+        # A unique start of the id will do; a start two ids share is refused, naming them.
+        code, out, err = await cli(settings, url, "show", network_id[:8], "--json")
+        assert code == 0 and json.loads(out)["fact_id"] == network_id, err
+        shared_start = next((a[:n] for n in range(8, 0, -1) for a in (network_id,)
+                             if tea["fact_id"].startswith(a[:n])), None)
+        if shared_start:
+            code, _, err = await cli(settings, url, "show", shared_start)
+            assert code == 2 and network_id in err and tea["fact_id"] in err
+        code, _, err = await cli(settings, url, "show", "zzzz")
+        assert code == 1 and "not found" in err
+        # Without an acting user a service key is told which flag or variable names one.
+        code, _, err = await cli(settings, url, "list", user=None)
+        assert code == 2 and "--user" in err and "MEMORY_CLIENT__USER" in err, err
 
         out_file = tmp_path / "memory.jsonl"
         code, _, err = await cli(settings, url, "export", "--out", str(out_file))
@@ -64,6 +83,9 @@ async def test_the_memory_commands_against_the_real_stack(settings, tmp_path):
         assert code == 0 and "2 line(s)" in err
         assert {line["id"] for line in lines} == {network_id, tea["fact_id"]}
         assert all(line["event_id"] and line["valid_from"] for line in lines)
+        code, out, err = await cli(settings, url, "export", "--json")  # one JSON document of the same items
+        assert code == 0, err
+        assert sorted(json.loads(out), key=lambda i: i["id"]) == sorted(lines, key=lambda i: i["id"])
 
         code, out, _ = await cli(settings, url, "forget", network_id)
         assert code == 0 and out.startswith(f"forgot {network_id}")

@@ -6,6 +6,8 @@ import os
 import random
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from infra import launcher
+from infra import launcher, state
 from infra.postgres import PostgresConfig
 from core.settings import Settings
 
@@ -144,11 +146,53 @@ def test_down_and_up_again_in_a_separate_state_dir(scratch_dir: Path) -> None:
             assert (scratch_dir / "state" / "postgres" / "cluster").resolve() == cluster
     finally:
         launcher.down(settings)
-        if os.geteuid() == 0:
-            shutil.rmtree(cluster, ignore_errors=True)
+        # purge removes the cluster outside the state dir too (as root), and the state dir.
+        removed, kept = state.purge(settings)
     assert not _listening(kafka_port) and not _listening(postgres_port)
+    assert not cluster.exists() and not (scratch_dir / "state").exists() and kept == []
+    assert scratch_dir / "state" in removed
     # No folder of the user's had its permissions changed (a private dir stays private).
     assert {p: p.stat().st_mode for p in modes} == modes
+
+
+@needs_launchers
+def test_state_lives_in_the_state_dir_and_purge_removes_all_of_it(tmp_path_factory) -> None:
+    """A state dir other users may traverse holds PostgreSQL's cluster even as root; `infra status`
+    says where each service keeps its data; `infra purge --yes` stops both and leaves nothing."""
+    base = Path(tempfile.mkdtemp(prefix="memory-agent-purge-test-"))
+    base.chmod(0o755)  # an ordinary folder (like a checkout under /srv or /home/x)
+    kafka_port, postgres_port = _free_ports()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")}
+    env |= {"MEMORY_STATE_DIR": str(base / "state"), "MEMORY_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{kafka_port}",
+            "MEMORY_POSTGRES__DSN": f"postgresql://postgres@127.0.0.1:{postgres_port}/scratch"}
+    shared_jars = REPO_ROOT / ".state" / "kafka" / "libs"
+    if (shared_jars / ".complete").exists():
+        shutil.copytree(shared_jars, base / "state" / "kafka" / "libs")
+    (base / "state" / "notes.txt").parent.mkdir(parents=True, exist_ok=True)
+    (base / "state" / "notes.txt").write_text("not ours")
+    cli = [sys.executable, "-m", "infra.cli"]
+    try:
+        up = subprocess.run([*cli, "up"], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+        assert up.returncode == 0, up.stderr[-3000:]
+        status = subprocess.run([*cli, "status"], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        assert status.returncode == 0, status.stderr[-3000:]
+        assert f"state dir: {base / 'state'}" in status.stdout
+        assert f"postgres data: {base / 'state' / 'postgres' / 'data'}" in status.stdout
+        assert f"kafka data: {base / 'state' / 'kafka' / 'data'}" in status.stdout
+        assert (base / "state" / "postgres" / "data" / "PG_VERSION").exists()
+        assert not PostgresConfig.from_settings(Settings(state_dir=base / "state")).cluster_dir.exists()
+        assert _listening(postgres_port)
+
+        purge = subprocess.run([*cli, "purge", "--yes"], env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                               timeout=300)
+        assert purge.returncode == 0, purge.stderr[-3000:]
+        assert not _listening(kafka_port) and not _listening(postgres_port)
+        assert sorted(p.name for p in (base / "state").iterdir()) == ["notes.txt"]  # not ours: kept, and said
+        assert f"kept {base / 'state' / 'notes.txt'}" in purge.stdout
+        assert f"removed {base / 'state' / 'postgres'}" in purge.stdout
+    finally:
+        subprocess.run([*cli, "down"], env=env, cwd=REPO_ROOT, capture_output=True, timeout=300)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_compose_file_is_well_formed() -> None:

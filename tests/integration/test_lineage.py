@@ -187,6 +187,10 @@ async def test_lineage_walks_back_and_forth_and_a_past_turn_is_rebuilt_as_it_was
                 code, out = await explain(settings, base, "fact", fact_id, "--json", "--user", "alice")
                 assert code == 0, out
                 assert json.loads(out)["via"][0]["id"] == chunk_id
+                # Past the 4-message chunk, to the message the fact came from ("I live in Lisbon ...").
+                assert json.loads(out)["origin"][0]["seq"] == 0, json.loads(out)["origin"]
+                code, out = await explain(settings, base, "fact", fact_id)
+                assert code == 0 and f"<= came from message conv-a:0 user" in out, out
                 code, out = await explain(settings, base, "message", "conv-a:0", "--user", "bob")
                 assert code == 1 and "404" in out and "not found" in out
 

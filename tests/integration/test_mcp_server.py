@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
 from collections.abc import AsyncIterator
 
@@ -60,26 +61,44 @@ async def exercise(client: Client, api: str, conversation: str) -> None:
         properties = tool.input_schema["properties"]
         assert not {"user_id", "tenant_id", "user", "tenant"} & set(properties), tool.name
         assert tool.output_schema and tool.description
+        # Written for the agent that reads them: no references to our design documents.
+        texts = json.dumps([tool.description, tool.input_schema, tool.output_schema])
+        assert "seed" not in texts.lower(), (tool.name, texts)
     assert tools["search_memory"].input_schema["properties"]["k"]["maximum"] == 50
 
     stored = await client.call_tool("store_memory", {"content": NETWORK, "category": "infrastructure",
                                                      "importance": 4, "tags": ["network"]})
     assert not stored.is_error, stored.content
     memory_id = stored.structured_content["memory_id"]
-    assert stored.structured_content["outcome"] == "stored"
+    # "accepted": in the log, not projected within the API's wait (a worker still joining its group).
+    assert stored.structured_content["outcome"] in ("stored", "accepted")
+
+    async def listed_once() -> bool:
+        memories = (await client.call_tool("list_memories", {})).structured_content["memories"]
+        return memory_id in {m["memory_id"] for m in memories}
+    await wait_until(listed_once, 120, "the stored memory projected")
     again = await client.call_tool("store_memory", {"content": NETWORK})
     assert again.structured_content == {**again.structured_content, "memory_id": memory_id, "outcome": "merged"}
 
     found = await client.call_tool("search_memory", {"query": "WiFi problem", "kinds": ["fact"]})
     assert found.structured_content["user_id"] == "nox"
+    for item in found.structured_content["items"]:  # no "similarity" of 1.3: meaning and keywords apart
+        assert "similarity" not in item["score"] and -1 <= item["score"]["cosine"] <= 1
+        assert 0 <= item["score"]["keyword_score"] <= 1
     assert found.structured_content["items"][0]["id"] == memory_id  # seed 001's check, through MCP
     forged = await client.call_tool("search_memory", {"query": "WiFi problem", "user_id": "maria"})
     assert not forged.is_error and forged.structured_content["user_id"] == "nox"  # the argument is dropped
     bad = await client.call_tool("search_memory", {"query": "x", "k": 500})
     assert bad.is_error
 
-    listed = (await client.call_tool("list_memories", {})).structured_content
+    listed_result = await client.call_tool("list_memories", {})
+    listed = listed_result.structured_content
     assert listed["user_id"] == "nox" and [m["memory_id"] for m in listed["memories"]] == [memory_id]
+    # Compact: no null or empty fields, one line of JSON as the text an agent reads.
+    [memory] = listed["memories"]
+    assert set(memory) == {"memory_id", "content", "category", "memory_type", "importance", "tags", "visibility",
+                           "updated"} and len(memory["updated"]) == 10
+    assert listed_result.content[0].text == json.dumps(listed, ensure_ascii=False, separators=(",", ":"))
 
     async with httpx.AsyncClient(base_url=api, headers={"X-API-Key": "key-a"}) as http:
         for seq, text in enumerate(["My laptop keeps losing the office WiFi.", "Is band steering on?"]):
@@ -114,6 +133,13 @@ async def test_mcp_over_stdio_and_streamable_http(settings):
                                       env=env(settings, api, api_key="key-a", user="nox"))
         async with Client(stdio, read_timeout_seconds=120) as client:
             await exercise(client, api, "c-stdio")
+        # A service key without a user: refused at start, naming the flag and the variable.
+        alone = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "memory_agent.cli", "mcp", env=env(settings, api, api_key="key-a"),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(alone.communicate(), 120)
+        assert alone.returncode == 2 and out == b"", (alone.returncode, err)
+        assert b"--user" in err and b"MEMORY_CLIENT__USER" in err, err
 
         async with mcp_http(settings, api) as endpoint:
             # HTTP: every request brings its key; without one (or a wrong one) nothing is served.

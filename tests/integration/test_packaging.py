@@ -118,9 +118,46 @@ def test_compose_file_is_valid_for_docker_compose(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     resolved = yaml.safe_load(done.stdout)
-    assert set(resolved["services"]) == {"kafka", "postgres", "migrate", "worker", "api"}
+    assert set(resolved["services"]) == {"kafka", "postgres", "migrate", "worker", "api", "prometheus", "grafana"}
+    assert resolved["services"]["grafana"]["profiles"] == ["production", "observability"]
     for name in ("migrate", "worker", "api"):
         assert resolved["services"][name]["build"]["context"] == str(REPO)
         assert resolved["services"][name]["environment"]["MEMORY_KAFKA__BOOTSTRAP_SERVERS"] == "kafka:9092"
     init = [v for v in resolved["services"]["postgres"]["volumes"] if "initdb" in str(v)]
     assert init, "the pgvector init script must be mounted"
+
+
+def test_production_profile_takes_the_example_env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--env-file .env.example --profile production`: every app container runs in production mode
+    with the example's hashed keys and OpenAI-compatible models, and those settings are accepted."""
+    compose = _compose()
+    if compose is None:
+        pytest.skip("neither `docker compose` nor `docker-compose` is installed"
+                    " (Debian: apt-get install docker-compose; `make test` does it as root)")
+    done = subprocess.run([*compose, "-f", str(REPO / "docker-compose.yml"), "--env-file", str(REPO / ".env.example"),
+                           "--profile", "production", "config"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={k: v for k, v in os.environ.items() if not k.startswith("MEMORY_")})
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    for name in ("migrate", "worker", "api"):
+        env = {k: v for k, v in services[name]["environment"].items() if v is not None}
+        assert env["MEMORY_ENVIRONMENT"] == "production"
+        assert env["MEMORY_LLM__PROVIDER"] == "openai" and env["MEMORY_EMBEDDING__PROVIDER"] == "openai"
+        assert env["MEMORY_POSTGRES__DSN"] == "postgresql://postgres:CHANGE-ME@postgres:5432/memory_agent"
+        settings = _settings_from(env, monkeypatch)
+        assert settings.environment == "production" and settings.api.tenants() == {"acme"}
+    assert services["worker"]["environment"]["MEMORY_WORKER__METRICS_HOST"] == "0.0.0.0"
+    grafana_mounts = " ".join(str(v) for v in services["grafana"]["volumes"])
+    assert "deploy/grafana/provisioning" in grafana_mounts and "deploy/grafana/dashboards" in grafana_mounts
+
+
+def _settings_from(env: dict[str, str], monkeypatch: pytest.MonkeyPatch):
+    """The settings a container with this environment builds (production validation included)."""
+    from core.settings import Settings  # noqa: PLC0415
+
+    with monkeypatch.context() as patch:
+        for name in [n for n in os.environ if n.startswith("MEMORY_")]:
+            patch.delenv(name)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        return Settings()

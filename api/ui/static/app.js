@@ -537,26 +537,69 @@ async function statsPage(params) {
         measures.map((m) => h("tr", {}, h("th", { scope: "row" }, m.replaceAll("_", " ")),
           windows.map((w) => h("td", { class: "num" }, t[w][m]))))));
   } catch (err) { parts.push(alertBox(`Throughput: ${explain(err)}`)); }
+  try { parts.splice(1, 0, await throughputCharts(scope)); } catch (err) { parts.push(alertBox(`Charts: ${explain(err)}`)); }
   if (s.kind === "admin") parts.push(await workerMetrics());
   put(results, ...parts);
 }
 
-function labelText(labels) {
-  return Object.entries(labels).map(([k, v]) => `${k}=${v}`).join(", ") || "—";
+// A small bar chart of the last hour, one bar per minute (inline SVG: no library, works offline).
+// Screen readers get the numbers from the figure's caption and the SVG's title.
+function minuteChart(id, title, points, value, unit) {
+  const NS = "http://www.w3.org/2000/svg", W = 600, H = 120, bar = W / Math.max(points.length, 1);
+  const values = points.map(value), top = Math.max(...values.filter((v) => v !== null), 0);
+  const svg = document.createElementNS(NS, "svg");
+  for (const [k, v] of Object.entries({ viewBox: `0 0 ${W} ${H}`, role: "img", "aria-labelledby": `${id}-title`,
+    class: "chart", preserveAspectRatio: "none" })) svg.setAttribute(k, v);
+  const label = document.createElementNS(NS, "title");
+  label.id = `${id}-title`;
+  const last = values.filter((v) => v !== null).at(-1);
+  label.textContent = `${title}: highest ${fmtNum(top, 2)}${unit}, latest minute ${last === undefined ? "none" : fmtNum(last, 2) + unit}`;
+  svg.append(label);
+  values.forEach((v, i) => {
+    if (!v || top === 0) return;  // no bar for an empty minute
+    const r = document.createElementNS(NS, "rect"), height = Math.max(1, (v / top) * (H - 4));
+    for (const [k, a] of Object.entries({ x: i * bar + 0.5, y: H - height, width: Math.max(bar - 1, 1), height,
+      "data-minute": points[i].minute, "data-value": v })) r.setAttribute(k, a);
+    svg.append(r);
+  });
+  return h("figure", { class: "chart", id }, h("figcaption", {}, title, " ",
+    h("span", { class: "muted" }, `(last hour, per minute; highest ${fmtNum(top, 2)}${unit})`)), svg);
+}
+
+async function throughputCharts(scope) {
+  const points = await api("/v1/ui/throughput/minutes", { params: scope });
+  return h("section", { "aria-labelledby": "charts" }, h("h2", { id: "charts" }, "Last hour"),
+    h("div", { class: "charts" },
+      minuteChart("chart-messages", "Messages projected", points, (p) => p.messages, ""),
+      minuteChart("chart-lag", "Projection lag (95th percentile)", points, (p) => p.delay_p95_s, " s")));
+}
+
+function sumBy(family, label) {
+  const out = {};
+  for (const x of family?.samples || []) out[x.labels[label] ?? "—"] = (out[x.labels[label] ?? "—"] || 0) + (x.value ?? x.count ?? 0);
+  return out;
 }
 
 async function workerMetrics() {
-  // The worker's own Prometheus metrics (every tenant): summaries in flight, LLM latency and
-  // failures, stage errors, dead letters, consumer lag.
+  // The worker's own Prometheus metrics (every tenant), reduced to what an operator looks at first:
+  // lag per consumer, model calls and failures, dead letters. Grafana (deploy/grafana/) has the rest.
   const box = h("section", { "aria-labelledby": "worker-metrics" }, h("h2", { id: "worker-metrics" }, "Worker metrics"));
   let m;
   try { m = await api("/v1/ui/admin/worker-metrics"); } catch (err) { box.append(alertBox(explain(err))); return box; }
   if (m.error) { box.append(h("p", { class: "note" }, `Not available from ${m.url ?? "the worker"}: ${m.error}`)); return box; }
-  box.append(h("p", { class: "muted" }, `From ${m.url}`), table(null, ["Metric", "Labels", { label: "Value", num: true }],
-    m.metrics.flatMap((f) => f.samples.map((x) => h("tr", {}, h("td", {}, f.name, h("div", { class: "muted" }, f.help)),
-      h("td", {}, labelText(x.labels)),
-      h("td", { class: "num" }, "value" in x ? fmtNum(x.value, 2)
-        : `${fmtNum(x.count, 0)} × mean ${x.mean === null ? "—" : `${fmtNum(x.mean, 3)} s`}`)))),
+  const f = Object.fromEntries(m.metrics.map((x) => [x.name, x]));
+  const lag = sumBy(f.memory_consumer_lag_records, "consumer");
+  const llm = {};
+  for (const x of f.memory_llm_latency_seconds?.samples || []) llm[`${x.labels.operation} ${x.labels.outcome}`] = x.count;
+  const rows = [
+    ...Object.entries(lag).sort((a, b) => b[1] - a[1]).map(([k, v]) => ["lag (records)", k, v]),
+    ...Object.entries(llm).map(([k, v]) => ["LLM calls", k, v]),
+    ...Object.entries(sumBy(f.memory_embedding_model_calls, "kind")).map(([k, v]) => ["embedding calls", k, v]),
+    ...Object.entries(sumBy(f.memory_embedding_model_failures, "kind")).map(([k, v]) => ["embedding failures", k, v]),
+    ...Object.entries(sumBy(f.memory_dead_letters, "reason")).map(([k, v]) => ["dead letters", k, v]),
+  ];
+  box.append(h("p", { class: "muted" }, `From ${m.url}`), table(null, ["Measure", "Of", { label: "Value", num: true }],
+    rows.map(([a, b, v]) => h("tr", {}, h("td", {}, a), h("td", {}, b), h("td", { class: "num" }, fmtNum(v, 0)))),
     { "aria-label": "Worker metrics" }));
   return box;
 }
