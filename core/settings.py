@@ -257,6 +257,7 @@ class EmbeddingSettings(BaseModel):
     # model waits this long for more requests to batch with the first; callers wait while this
     # many texts are submitted and not yet embedded.
     queue_linger_ms: float = Field(default=2.0, ge=0)
+    # Texts submitted to the queue and not yet embedded past which callers wait (backpressure).
     queue_max_pending: int = Field(default=4096, ge=1)
     max_length: int = Field(default=256, ge=8, le=512)
     # Remote provider.
