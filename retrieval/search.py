@@ -75,7 +75,7 @@ _TABLE = {"fact": "facts", "chunk": "conversation_chunks", "message": "messages"
 
 
 # The transaction-local HNSW breadth and iterative scan (pgvector 0.8) of a search.
-_HNSW_SETTINGS = ("SELECT set_config('hnsw.ef_search', %s, true),"
+HNSW_SETTINGS = ("SELECT set_config('hnsw.ef_search', %s, true),"
                   " set_config('hnsw.iterative_scan', 'relaxed_order', true)")
 
 
@@ -87,7 +87,7 @@ async def prepare(conn: psycopg.AsyncConnection, ef_search: int, keyword_text: s
     text's English lexemes minus each table's `common` ones, and (given `tenant`) their IDF
     (document frequencies `stats` keeps are not counted again)."""
     cur = await conn.execute(
-        _HNSW_SETTINGS + ","
+        HNSW_SETTINGS + ","
         " ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %s)) u ORDER BY u.positions[1], u.lexeme)",
         (str(ef_search), keyword_text or ""),
     )
@@ -325,7 +325,7 @@ async def search_all(
     async def on_side(other: psycopg.AsyncConnection, kind: Kind) -> list[SearchRow]:
         try:
             if ef_search is not None:
-                await other.execute(_HNSW_SETTINGS, (str(ef_search),))
+                await other.execute(HNSW_SETTINGS, (str(ef_search),))
             return await _fetch(other, sql([kind]), params, weights)
         finally:
             await other.rollback()  # transaction-local settings: leave nothing behind
@@ -348,12 +348,12 @@ async def search_all(
 
 async def _fetch(conn: psycopg.AsyncConnection, sql: str, params: Mapping, weights: Mapping[str, float]
                  ) -> list[SearchRow]:
-    async with conn.cursor(row_factory=_rows_with_coverage(weights)) as cur:
+    async with conn.cursor(row_factory=rows_with_coverage(weights)) as cur:
         await cur.execute(sql, params, prepare=False)  # planned with the actual values: see search()
         return await cur.fetchall()
 
 
-def _rows_with_coverage(weights: Mapping[str, float]):
+def rows_with_coverage(weights: Mapping[str, float]):
     """A row factory: SearchRow with keyword_score = coverage of the row's lexemes, set as the
     row is built (no copy of a few hundred rows afterwards)."""
     total = sum(weights.values())
@@ -410,4 +410,4 @@ async def record_surfaced(
 
 
 __all__ = ["CommonLexemes", "KINDS", "Keywords", "Kind", "NO_SEQ", "Scope", "SearchRow", "SideConnection", "prepare",
-           "record_surfaced", "search", "search_all", "search_all_sql", "search_sql", "tsquery_text", "vector_literal"]
+           "record_surfaced", "rows_with_coverage", "search", "search_all", "search_all_sql", "search_sql", "tsquery_text", "vector_literal"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Awaitable, Callable, Literal, Mapping, Sequence
@@ -17,11 +16,11 @@ from domain.speakers import split_prefix
 from retrieval.request import ContextRequest
 from core.embeddings import Embedder, make_embedder
 from core.settings import RetrievalSettings, Settings
+from retrieval.items import EXACT_SCAN_MAX_ITEMS, prepare_items, search_items
 from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
-from retrieval.search import (NO_SEQ, CommonLexemes, Scope, SearchRow, SideConnection, prepare, record_surfaced,
-                              search_all)
+from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, SideConnection, record_surfaced
 from retrieval.snippets import snippet
 from retrieval.tokens import load_tokenizer, min_tokens
 
@@ -62,6 +61,8 @@ class RetrievalConfig:
     # of 466 on the development set (docs/evaluation.md), likely because a fact's resolved date
     # ("yesterday (7 May 2023)") does not count as information beside its message.
     duplicate_overlap: float = 0.0
+    # A scope of up to this many items is scanned exactly, a larger one through the HNSW index.
+    exact_scan_max_items: int = EXACT_SCAN_MAX_ITEMS
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
@@ -299,31 +300,26 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
                       common: CommonLexemes | None = None, k: int | None = None,
                       vector: np.ndarray | Awaitable[np.ndarray] | None = None,
                       side: SideConnection | None = None) -> list[SearchRow]:
-    """One query embedding of `text`, then per table one statement holding both index searches;
-    the keyword search uses `keyword_text` (default: `text`) minus the tables' common lexemes
-    (`common`: a cache; None reads the statistics now). Rows' keyword_score is their
-    IDF-weighted coverage of the searched lexemes. `vector`: the query embedding, if made
-    already, or an awaitable of it. The embedding runs while the keywords are prepared (their
-    lexemes, the tables' common ones, the IDF counts): the model on its thread, the statements
-    in PostgreSQL. `side`: other connections to search the tables at the same time (search_all)."""
-    common = common or CommonLexemes(config.keyword_max_doc_fraction)
-
+    """One query embedding of `text`, then one statement over memory_items holding, per kind,
+    both searches (retrieval/items.py); the keyword search uses `keyword_text` (default: `text`)
+    minus the tenant's common lexemes. Rows' keyword_score is their IDF-weighted coverage of
+    the searched lexemes. `vector`: the query embedding, if made already, or an awaitable of
+    it. The embedding runs while the keywords are prepared (one statement: their lexemes, the
+    document frequencies and the scope's size, all kept on write).
+    `common` is accepted for callers of the per-table search (retrieval/search.py) and not
+    needed here: the statistics come from memory_lexicon. `side`: other connections, to
+    search the kinds of a large scope at the same time (items.search_items)."""
     ef_search = max(config.ef_search, k or 0)
-
-    async def keywords():
-        return await prepare(conn, ef_search,
-                             keyword_text if keyword_text is not None else text,
-                             await common.get(conn, time.monotonic()), config.keyword_max_terms, scope.tenant_id,
-                             common)
-
+    prepare = prepare_items(conn, scope, ef_search, keyword_text if keyword_text is not None else text,
+                            config.keyword_max_terms, config.keyword_max_doc_fraction)
     embedding = embedder.embed_query(text) if vector is None else vector
     if isinstance(embedding, np.ndarray):
-        prepared = await keywords()
+        prepared = await prepare
     else:
-        embedding, prepared = await both(embedding, keywords())
-    return await search_all(conn, scope, embedding, prepared, k or config.candidate_k,
-                            use_vector=config.method != "keyword", use_keyword=config.method != "vector",
-                            side=side, ef_search=ef_search)
+        embedding, prepared = await both(embedding, prepare)
+    return await search_items(conn, scope, embedding, prepared, k or config.candidate_k,
+                              use_vector=config.method != "keyword", use_keyword=config.method != "vector",
+                              exact_max_items=config.exact_scan_max_items, side=side, ef_search=ef_search)
 
 
 async def both(first: Awaitable[Any], second: Awaitable[Any]) -> tuple[Any, Any]:

@@ -311,7 +311,8 @@ async def test_tables_searched_at_once_on_side_connections_find_exactly_the_same
 
         return side
 
-    config = RetrievalConfig(candidate_k=50)
+    # Side connections serve a scope searched through the indexes (a small one is one exact scan).
+    config = RetrievalConfig(candidate_k=50, exact_scan_max_items=0)
     async with await connect(loaded) as conn:
         for q in L.QUERIES:
             scope = Scope(q.tenant, q.user, q.subject, "x")

@@ -1,0 +1,267 @@
+-- One search per context (issue 25, docs/retrieval.md "The memory-items index"): every
+-- retrievable item (live facts, chunks, user/assistant messages) in one table with its scope
+-- columns, its words and its vector, so a turn-start context is one statement over one
+-- scope instead of two index searches in each of three tables.
+--
+-- Kept on write, in the transaction of the projector that writes the source row (triggers:
+-- a projector's rows, their index rows and its offsets commit together, and every write
+-- path - the projectors, the batch replay's COPY, management events, erasure - is covered
+-- without repeating its rules):
+-- * memory_items: facts only while live (not deleted, not superseded), messages only when a
+--   person wrote them (user/assistant). A message embedding may be projected before its
+--   message (two projectors of one topic): it then waits in a row without content.
+-- * memory_lexicon: per tenant, each lexeme's document frequency over memory_items (the IDF
+--   the read used to count with one GIN lookup per word per table), and under lexeme ''
+--   the tenant's number of items. Updated per statement, in (tenant, lexeme) order; the ''
+--   row comes first, so it serialises the lexicon updates of one tenant (no deadlocks).
+-- * memory_scopes: items per (tenant, user, subject), and shared facts per (tenant, subject):
+--   the read picks an exact scan of a small scope or the HNSW index for a large one.
+-- Existing rows are copied in at the end (the backfill of an existing deployment).
+-- {{EMBEDDING_DIMENSIONS}} is filled in by `memory-agent migrate` from the settings.
+
+CREATE TABLE memory_items (
+    tenant_id       text        NOT NULL,
+    kind            text        NOT NULL CHECK (kind IN ('fact', 'chunk', 'message')),
+    item_id         text        NOT NULL,  -- fact_id, chunk_id, "<conversation_id>:<seq>"
+    user_id         text        NOT NULL,  -- owner
+    subject_id      text,
+    shared          boolean     NOT NULL DEFAULT false,
+    conversation_id text,
+    seq             integer,               -- messages
+    role            text,                  -- messages
+    content         text,                  -- NULL: a message embedding waiting for its message
+    content_tsv     tsvector,
+    embedding       vector({{EMBEDDING_DIMENSIONS}}),  -- NULL: a message not embedded yet
+    ts              timestamptz NOT NULL,  -- event time, for recency
+    importance      smallint,
+    category        text,
+    memory_type     text,
+    visibility      text,
+    range_start     integer,
+    range_end       integer,
+    occurred_start  timestamptz,
+    occurred_end    timestamptz,
+    PRIMARY KEY (tenant_id, kind, item_id)
+);
+CREATE INDEX memory_items_owner ON memory_items (tenant_id, user_id, subject_id);
+CREATE INDEX memory_items_shared ON memory_items (tenant_id, subject_id) WHERE shared;
+CREATE INDEX memory_items_conversation ON memory_items (tenant_id, conversation_id, seq) WHERE kind = 'message';
+CREATE INDEX memory_items_tsv ON memory_items USING gin (content_tsv);
+CREATE INDEX memory_items_embedding ON memory_items
+    USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64);
+
+CREATE TABLE memory_lexicon (
+    tenant_id text    NOT NULL,
+    lexeme    text    NOT NULL,  -- '': the tenant's number of items
+    df        integer NOT NULL,
+    PRIMARY KEY (tenant_id, lexeme)
+);
+
+CREATE TABLE memory_scopes (
+    tenant_id   text    NOT NULL,
+    user_id     text    NOT NULL,  -- '': the shared facts of the subject, by anyone
+    subject_key text    NOT NULL,  -- subject_id, '' for none
+    items       integer NOT NULL,
+    PRIMARY KEY (tenant_id, user_id, subject_key)
+);
+
+-- The source rows' triggers --------------------------------------------------------------
+
+CREATE FUNCTION memory_items_from_fact() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        DELETE FROM memory_items WHERE tenant_id = OLD.tenant_id AND kind = 'fact' AND item_id = OLD.fact_id
+            AND (TG_OP = 'DELETE' OR NEW.deleted_at IS NOT NULL OR NEW.valid_to IS NOT NULL
+                 OR NEW.fact_id <> OLD.fact_id OR NEW.tenant_id <> OLD.tenant_id);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.deleted_at IS NULL AND NEW.valid_to IS NULL THEN
+        INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, shared, conversation_id,
+                                       content, content_tsv, embedding, ts, importance, category, memory_type,
+                                       visibility, occurred_start, occurred_end)
+        VALUES (NEW.tenant_id, 'fact', NEW.fact_id, NEW.owner_user_id, NEW.subject_id, NEW.visibility = 'shared',
+                NEW.source_conversation_id, NEW.content, NEW.content_tsv, NEW.embedding, NEW.updated_at,
+                NEW.importance, NEW.category, NEW.memory_type, NEW.visibility, NEW.valid_from, NEW.valid_from)
+        ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
+            user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, shared = EXCLUDED.shared,
+            conversation_id = EXCLUDED.conversation_id, content = EXCLUDED.content,
+            content_tsv = EXCLUDED.content_tsv, embedding = EXCLUDED.embedding, ts = EXCLUDED.ts,
+            importance = EXCLUDED.importance, category = EXCLUDED.category, memory_type = EXCLUDED.memory_type,
+            visibility = EXCLUDED.visibility, occurred_start = EXCLUDED.occurred_start,
+            occurred_end = EXCLUDED.occurred_end
+        WHERE (m.user_id, m.subject_id, m.shared, m.content, m.embedding, m.ts, m.importance, m.category,
+               m.memory_type, m.occurred_start) IS DISTINCT FROM
+              (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.shared, EXCLUDED.content, EXCLUDED.embedding,
+               EXCLUDED.ts, EXCLUDED.importance, EXCLUDED.category, EXCLUDED.memory_type,
+               EXCLUDED.occurred_start);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER facts_memory_items AFTER INSERT OR UPDATE OR DELETE ON facts
+    FOR EACH ROW EXECUTE FUNCTION memory_items_from_fact();
+
+CREATE FUNCTION memory_items_from_chunk() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        DELETE FROM memory_items WHERE tenant_id = OLD.tenant_id AND kind = 'chunk' AND item_id = OLD.chunk_id
+            AND (TG_OP = 'DELETE' OR NEW.chunk_id <> OLD.chunk_id OR NEW.tenant_id <> OLD.tenant_id);
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, content,
+                                       content_tsv, embedding, ts, range_start, range_end, occurred_start,
+                                       occurred_end)
+        VALUES (NEW.tenant_id, 'chunk', NEW.chunk_id, NEW.user_id, NEW.subject_id, NEW.conversation_id,
+                NEW.content, NEW.content_tsv, NEW.embedding, COALESCE(NEW.occurred_end, NEW.created_at),
+                NEW.message_range_start, NEW.message_range_end, COALESCE(NEW.occurred_start, NEW.created_at),
+                COALESCE(NEW.occurred_end, NEW.created_at))
+        ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
+            user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, conversation_id = EXCLUDED.conversation_id,
+            content = EXCLUDED.content, content_tsv = EXCLUDED.content_tsv, embedding = EXCLUDED.embedding,
+            ts = EXCLUDED.ts, range_start = EXCLUDED.range_start, range_end = EXCLUDED.range_end,
+            occurred_start = EXCLUDED.occurred_start, occurred_end = EXCLUDED.occurred_end
+        WHERE (m.user_id, m.subject_id, m.content, m.embedding, m.ts, m.occurred_start) IS DISTINCT FROM
+              (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.content, EXCLUDED.embedding, EXCLUDED.ts,
+               EXCLUDED.occurred_start);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER conversation_chunks_memory_items AFTER INSERT OR UPDATE OR DELETE ON conversation_chunks
+    FOR EACH ROW EXECUTE FUNCTION memory_items_from_chunk();
+
+CREATE FUNCTION memory_items_from_message() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        -- Gone, or no longer a person's message: the row goes, unless its embedding waits in it.
+        DELETE FROM memory_items WHERE tenant_id = OLD.tenant_id AND kind = 'message'
+            AND item_id = OLD.conversation_id || ':' || OLD.seq
+            AND (TG_OP = 'DELETE' OR NEW.role NOT IN ('user', 'assistant')
+                 OR (NEW.tenant_id, NEW.conversation_id, NEW.seq) <> (OLD.tenant_id, OLD.conversation_id, OLD.seq));
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.role IN ('user', 'assistant') THEN
+        INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq, role,
+                                       content, content_tsv, ts, range_start, range_end, occurred_start,
+                                       occurred_end)
+        VALUES (NEW.tenant_id, 'message', NEW.conversation_id || ':' || NEW.seq, NEW.user_id, NEW.subject_id,
+                NEW.conversation_id, NEW.seq, NEW.role, NEW.content, NEW.content_tsv, NEW.occurred_at, NEW.seq,
+                NEW.seq + 1, NEW.occurred_at, NEW.occurred_at)
+        ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
+            user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, role = EXCLUDED.role,
+            content = EXCLUDED.content, content_tsv = EXCLUDED.content_tsv, ts = EXCLUDED.ts,
+            occurred_start = EXCLUDED.occurred_start, occurred_end = EXCLUDED.occurred_end
+        WHERE (m.user_id, m.subject_id, m.role, m.content, m.ts) IS DISTINCT FROM
+              (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.role, EXCLUDED.content, EXCLUDED.ts);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER messages_memory_items AFTER INSERT OR UPDATE OR DELETE ON messages
+    FOR EACH ROW EXECUTE FUNCTION memory_items_from_message();
+
+CREATE FUNCTION memory_items_from_message_embedding() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        UPDATE memory_items SET embedding = NULL WHERE tenant_id = OLD.tenant_id AND kind = 'message'
+            AND item_id = OLD.conversation_id || ':' || OLD.seq AND embedding IS NOT NULL;
+        DELETE FROM memory_items WHERE tenant_id = OLD.tenant_id AND kind = 'message'
+            AND item_id = OLD.conversation_id || ':' || OLD.seq AND content IS NULL;
+        RETURN NULL;
+    END IF;
+    -- Upserted: whichever of the message and its embedding commits second completes the row.
+    INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq,
+                                   embedding, ts, range_start, range_end, occurred_start, occurred_end)
+    VALUES (NEW.tenant_id, 'message', NEW.conversation_id || ':' || NEW.seq, NEW.user_id, NEW.subject_id,
+            NEW.conversation_id, NEW.seq, NEW.embedding, NEW.occurred_at, NEW.seq, NEW.seq + 1, NEW.occurred_at,
+            NEW.occurred_at)
+    ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET embedding = EXCLUDED.embedding
+    WHERE m.embedding IS DISTINCT FROM EXCLUDED.embedding;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER message_embeddings_memory_items AFTER INSERT OR UPDATE OR DELETE ON message_embeddings
+    FOR EACH ROW EXECUTE FUNCTION memory_items_from_message_embedding();
+
+-- The statistics, per statement on memory_items -------------------------------------------
+
+CREATE FUNCTION memory_statistics_apply(tenants text[], users text[], subjects text[], shared boolean[],
+                                        tsvs tsvector[], ds integer[]) RETURNS void LANGUAGE sql AS $$
+    WITH x AS (
+        SELECT * FROM unnest(tenants, users, subjects, shared, tsvs, ds) AS x(tenant_id, user_id, subject_id, shared,
+                                                                               content_tsv, d)
+    ), c AS (
+        SELECT tenant_id, lexeme, sum(d)::integer AS d FROM (
+            SELECT x.tenant_id, '' AS lexeme, x.d FROM x
+            UNION ALL
+            SELECT x.tenant_id, u.lexeme, x.d FROM x, unnest(x.content_tsv) u
+        ) y GROUP BY tenant_id, lexeme HAVING sum(d) <> 0
+    )
+    INSERT INTO memory_lexicon AS l (tenant_id, lexeme, df)
+    SELECT tenant_id, lexeme, d FROM c
+    UNION ALL  -- the tenant's '' row first, even when its count stays: it orders the lexicon's writers
+    SELECT DISTINCT tenant_id, '', 0 FROM c
+    WHERE NOT EXISTS (SELECT 1 FROM c AS n WHERE n.tenant_id = c.tenant_id AND n.lexeme = '')
+    ORDER BY 1, 2
+    ON CONFLICT (tenant_id, lexeme) DO UPDATE SET df = l.df + EXCLUDED.df;
+
+    INSERT INTO memory_scopes AS s (tenant_id, user_id, subject_key, items)
+    SELECT tenant_id, user_id, subject_key, sum(d) FROM (
+        SELECT x.tenant_id, x.user_id, COALESCE(x.subject_id, '') AS subject_key, x.d
+        FROM unnest(tenants, users, subjects, shared, ds) AS x(tenant_id, user_id, subject_id, shared, d)
+        UNION ALL
+        SELECT x.tenant_id, '', x.subject_id, x.d
+        FROM unnest(tenants, users, subjects, shared, ds) AS x(tenant_id, user_id, subject_id, shared, d)
+        WHERE x.shared AND x.subject_id IS NOT NULL
+    ) c GROUP BY tenant_id, user_id, subject_key HAVING sum(d) <> 0 ORDER BY tenant_id, user_id, subject_key
+    ON CONFLICT (tenant_id, user_id, subject_key) DO UPDATE SET items = s.items + EXCLUDED.items;
+$$;
+
+-- One function per operation: a statement trigger only sees the transition tables it declares.
+CREATE FUNCTION memory_items_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memory_statistics_apply(array_agg(tenant_id), array_agg(user_id), array_agg(subject_id),
+                                    array_agg(shared), array_agg(content_tsv), array_agg(1))
+    FROM new_rows WHERE content IS NOT NULL HAVING count(*) > 0;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION memory_items_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memory_statistics_apply(array_agg(tenant_id), array_agg(user_id), array_agg(subject_id),
+                                    array_agg(shared), array_agg(content_tsv), array_agg(-1))
+    FROM old_rows WHERE content IS NOT NULL HAVING count(*) > 0;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION memory_items_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memory_statistics_apply(array_agg(tenant_id), array_agg(user_id), array_agg(subject_id),
+                                    array_agg(shared), array_agg(content_tsv), array_agg(d))
+    FROM (SELECT n.tenant_id, n.user_id, n.subject_id, n.shared, n.content_tsv, 1 AS d
+          FROM new_rows n WHERE n.content IS NOT NULL
+          UNION ALL
+          SELECT o.tenant_id, o.user_id, o.subject_id, o.shared, o.content_tsv, -1
+          FROM old_rows o WHERE o.content IS NOT NULL) x
+    HAVING count(*) > 0;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER memory_items_inserted AFTER INSERT ON memory_items
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_inserted();
+CREATE TRIGGER memory_items_updated AFTER UPDATE ON memory_items
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_updated();
+CREATE TRIGGER memory_items_deleted AFTER DELETE ON memory_items
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_deleted();
+
+-- The backfill of an existing deployment (the triggers above count it) ---------------------
+
+INSERT INTO memory_items (tenant_id, kind, item_id, user_id, subject_id, shared, conversation_id, content, content_tsv,
+                          embedding, ts, importance, category, memory_type, visibility, occurred_start, occurred_end)
+SELECT tenant_id, 'fact', fact_id, owner_user_id, subject_id, visibility = 'shared', source_conversation_id, content,
+       content_tsv, embedding, updated_at, importance, category, memory_type, visibility, valid_from, valid_from
+FROM facts WHERE deleted_at IS NULL AND valid_to IS NULL;
+INSERT INTO memory_items (tenant_id, kind, item_id, user_id, subject_id, conversation_id, content, content_tsv,
+                          embedding, ts, range_start, range_end, occurred_start, occurred_end)
+SELECT tenant_id, 'chunk', chunk_id, user_id, subject_id, conversation_id, content, content_tsv, embedding,
+       COALESCE(occurred_end, created_at), message_range_start, message_range_end,
+       COALESCE(occurred_start, created_at), COALESCE(occurred_end, created_at)
+FROM conversation_chunks;
+INSERT INTO memory_items (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq, role, content,
+                          content_tsv, embedding, ts, range_start, range_end, occurred_start, occurred_end)
+SELECT t.tenant_id, 'message', t.conversation_id || ':' || t.seq, t.user_id, t.subject_id, t.conversation_id, t.seq,
+       t.role, t.content, t.content_tsv, e.embedding, t.occurred_at, t.seq, t.seq + 1, t.occurred_at, t.occurred_at
+FROM messages t LEFT JOIN message_embeddings e
+  ON e.tenant_id = t.tenant_id AND e.conversation_id = t.conversation_id AND e.seq = t.seq
+WHERE t.role IN ('user', 'assistant');

@@ -1,0 +1,226 @@
+"""One search per context over memory_items (migration 0020): every kind of a scope in one
+statement, an exact scan where the scope is small, the HNSW index only where it is large."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import psycopg
+
+from retrieval.keywords import Keywords, idf, kept_lexemes, quote
+from retrieval.search import (HNSW_SETTINGS, KINDS, Kind, Scope, SearchRow, SideConnection, rows_with_coverage,
+                              vector_literal)
+
+# A scope of up to this many items is scanned exactly (a user's few thousand items cost a
+# few ms); a larger one is searched through the HNSW index (docs/retrieval.md).
+EXACT_SCAN_MAX_ITEMS = 20_000
+DF_CAP = 5_000  # the document frequencies the IDF sees are capped, as when they were counted on the read
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the prepare statement found: the keywords (their IDF from memory_lexicon) and how
+    many items the scope holds (from memory_scopes), which picks the search's plan."""
+
+    keywords: Keywords
+    scope_items: int
+
+
+_PREPARE = (
+    "SELECT set_config('hnsw.ef_search', %(ef_search)s, true),"
+    " set_config('hnsw.iterative_scan', 'relaxed_order', true), lx.a AS lexemes,"
+    " (SELECT COALESCE(json_object_agg(l.lexeme, l.df), '{}') FROM memory_lexicon l"
+    "  WHERE l.tenant_id = %(tenant)s AND l.lexeme = ANY(lx.a || ''::text)) AS df,"
+    " (SELECT COALESCE(sum(s.items), 0)::int FROM memory_scopes s WHERE s.tenant_id = %(tenant)s"
+    "  AND ((s.user_id = %(user)s AND s.subject_key = COALESCE(%(subject)s, ''))"
+    "   OR (s.user_id = '' AND s.subject_key = %(subject)s))) AS scope_items"
+    " FROM (SELECT ARRAY(SELECT u.lexeme FROM unnest(to_tsvector('english', %(text)s)) u"
+    "  ORDER BY u.positions[1], u.lexeme) AS a) lx"
+)
+
+
+def keywords_from(lexemes: Sequence[str], frequencies: Mapping[str, int], max_terms: int,
+                  max_doc_fraction: float) -> Keywords:
+    """The tsquery (the query's lexemes minus those in more than `max_doc_fraction` of the
+    tenant's items: they match too much to rank quickly and say little) and every searched
+    lexeme's IDF, from the document frequencies kept on write ('' holds the item count)."""
+    documents = max(int(frequencies.get("", 0)), 1)
+    searched = kept_lexemes(lexemes, (), max_terms)  # common ones too: their IDF is low, not zero
+    common = {lexeme for lexeme in searched if int(frequencies.get(lexeme, 0)) > max_doc_fraction * documents}
+    tsquery = " | ".join(quote(lexeme) for lexeme in searched if lexeme not in common) or None
+    weights = {lexeme: idf(min(int(frequencies.get(lexeme, 0)), DF_CAP), documents) for lexeme in searched}
+    return Keywords(tsquery, tsquery, tsquery, tuple(searched), weights)
+
+
+async def prepare_items(conn: psycopg.AsyncConnection, scope: Scope, ef_search: int, keyword_text: str | None,
+                        max_terms: int = 32, max_doc_fraction: float = 0.05) -> Prepared:
+    """One statement: the transaction's HNSW settings, the keyword text's lexemes, their
+    document frequencies and the scope's size. Nothing is counted: both are kept on write."""
+    cur = await conn.execute(_PREPARE, {"ef_search": str(ef_search), "tenant": scope.tenant_id,
+                                        "user": scope.user_id, "subject": scope.subject_id,
+                                        "text": keyword_text or ""}, prepare=False)
+    _, _, lexemes, frequencies, scope_items = await cur.fetchone()
+    if isinstance(frequencies, str):
+        frequencies = json.loads(frequencies)
+    return Prepared(keywords_from(lexemes, frequencies, max_terms, max_doc_fraction), int(scope_items))
+
+
+# Who may see what (every branch is one index of memory_items): the asker's own items of this
+# subject (facts, chunks, their other conversations' messages), facts shared about the same
+# subject by anyone, and this conversation's messages before the verbatim gap and the turn.
+# Deleted and superseded facts and system/tool messages are never in the table.
+def scope_sql(subject_id: str | None) -> str:
+    own_subject = "t.subject_id IS NULL" if subject_id is None else "t.subject_id = %(subject)s"
+    shared = "" if subject_id is None else " OR (t.shared AND t.subject_id = %(subject)s)"
+    return (
+        "t.tenant_id = %(tenant)s AND t.content IS NOT NULL AND t.kind = ANY(%(kinds)s::text[]) AND ("
+        f"(t.user_id = %(user)s AND {own_subject}"
+        " AND (t.kind <> 'message' OR t.conversation_id IS DISTINCT FROM %(conversation)s))"
+        f"{shared}"
+        " OR (t.kind = 'message' AND t.conversation_id = %(conversation)s AND t.seq < %(before)s))"
+    )
+
+
+_COLUMNS = (
+    "t.kind, t.item_id, t.content, t.ts AS timestamp, t.importance, t.category, t.memory_type, t.visibility,"
+    " t.user_id AS owner_user_id, t.conversation_id, t.range_start, t.range_end, t.occurred_start,"
+    " t.occurred_end, t.role"
+)
+# A message that ends with a question is found with its answer: the next message of the
+# conversation (memory_items holds only people's messages), unless that one is in the
+# response's verbatim gap or at/after the turn (the model sees it there already).
+_QUESTION = r"t.content ~ '\?[\s\"'')\]]*$'"
+_REPLY = (
+    f" LEFT JOIN memory_items r ON t.kind = 'message' AND {_QUESTION} AND r.tenant_id = t.tenant_id"
+    " AND r.kind = 'message' AND r.item_id = t.conversation_id || ':' || (t.seq + 1) AND r.content IS NOT NULL"
+    " AND (r.conversation_id <> %(conversation)s OR r.seq < %(before)s)"
+)
+_SURFACED = (
+    " LEFT JOIN surfaced_items s ON s.tenant_id = %(tenant)s AND s.conversation_id = %(conversation)s"
+    " AND s.item_kind = t.kind AND s.item_id = t.item_id"
+)
+_TAIL = (
+    " r.content AS reply, r.role AS reply_role,"
+    " CASE WHEN s.item_id IS NULL THEN NULL ELSE ARRAY[s.surfaced_seq, s.previous_seq] END AS surfaced_seqs,"
+    " ARRAY(SELECT u.lexeme FROM unnest(t.content_tsv) u WHERE u.lexeme = ANY(%(lexemes)s::text[])) AS lexemes,"
+    " length(t.content_tsv) AS doc_lexemes"
+)
+_TSQUERY = "%(keywords)s::tsquery"
+
+
+def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
+    """A small scope, read once: every item's exact cosine and keyword match, the top k of each
+    kind by either, with the row's columns (no second visit of the table)."""
+    distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
+    hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
+    rank = f"CASE WHEN {hit} THEN ts_rank(t.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    return (
+        f"WITH c AS (SELECT t.tenant_id, t.kind, t.item_id, ({distance})::float8 AS distance, {hit} AS hit,"
+        f" {rank} AS rank FROM memory_items t WHERE {scope_sql(subject_id)}),"
+        " ranked AS (SELECT c.*,"
+        " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
+        " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
+        " FROM c),"
+        " chosen AS (SELECT * FROM ranked WHERE (ranked.distance IS NOT NULL AND ranked.by_vector <= %(k)s)"
+        " OR (ranked.hit AND ranked.by_keyword <= %(k)s))"
+        f" SELECT {_COLUMNS}, COALESCE(1 - c.distance, 0.0)::float8 AS cosine,"
+        f" CASE WHEN c.hit THEN c.rank::float8 ELSE 0.0::float8 END AS keyword_score,"
+        " (c.distance IS NOT NULL AND c.by_vector <= %(k)s) AS in_vector,"
+        f" (c.hit AND c.by_keyword <= %(k)s) AS in_keyword, {_TAIL}"
+        " FROM chosen c JOIN memory_items t ON t.tenant_id = c.tenant_id AND t.kind = c.kind AND t.item_id = c.item_id"
+        f"{_REPLY}{_SURFACED}"
+        " ORDER BY array_position(%(kinds)s::text[], t.kind::text), t.item_id"
+    )
+
+
+def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
+    """A large scope: per kind, the top k by the HNSW index (an iterative scan keeps reading
+    while the scope filter rejects hits) and the top k by the GIN index, then their rows."""
+    scope = scope_sql(subject_id)
+    vec = (
+        "SELECT v.kind, v.item_id FROM unnest(%(kinds)s::text[]) AS kk(kind), LATERAL ("
+        f"SELECT t.kind, t.item_id FROM memory_items t WHERE {scope} AND t.kind = kk.kind"
+        " AND t.embedding IS NOT NULL ORDER BY t.embedding <=> %(vector)s::vector LIMIT %(k)s) v"
+        if vector else "SELECT NULL::text, NULL::text WHERE false"
+    )
+    kw = (
+        "SELECT w.kind, w.item_id FROM unnest(%(kinds)s::text[]) AS kk(kind), LATERAL ("
+        f"SELECT t.kind, t.item_id FROM memory_items t WHERE {scope} AND t.kind = kk.kind"
+        f" AND t.content_tsv @@ {_TSQUERY} ORDER BY ts_rank(t.content_tsv, {_TSQUERY}) DESC, t.item_id"
+        " LIMIT %(k)s) w"
+        if keyword else "SELECT NULL::text, NULL::text WHERE false"
+    )
+    rank = (f"CASE WHEN t.content_tsv @@ {_TSQUERY} THEN ts_rank(t.content_tsv, {_TSQUERY})::float8"
+            " ELSE 0.0::float8 END" if keyword else "0.0::float8")
+    return (
+        f"WITH vec(kind, item_id) AS MATERIALIZED ({vec}), kw(kind, item_id) AS MATERIALIZED ({kw})"
+        f" SELECT {_COLUMNS}, COALESCE(1 - (t.embedding <=> %(vector)s::vector), 0.0)::float8 AS cosine,"
+        f" {rank} AS keyword_score, (t.kind, t.item_id) IN (SELECT * FROM vec) AS in_vector,"
+        f" (t.kind, t.item_id) IN (SELECT * FROM kw) AS in_keyword, {_TAIL}"
+        f" FROM memory_items t{_REPLY}{_SURFACED}"
+        " WHERE t.tenant_id = %(tenant)s AND (t.kind, t.item_id) IN (SELECT * FROM vec UNION SELECT * FROM kw)"
+        " ORDER BY array_position(%(kinds)s::text[], t.kind::text), t.item_id"
+    )
+
+
+async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.ndarray | str, prepared: Prepared,
+                       k: int, *, kinds: Sequence[Kind] = KINDS, use_vector: bool = True,
+                       use_keyword: bool = True, exact_max_items: int = EXACT_SCAN_MAX_ITEMS,
+                       side: SideConnection | None = None, ef_search: int | None = None) -> list[SearchRow]:
+    """The candidates of every kind in one statement: per kind the top k by cosine and the top
+    k by ts_rank, each row with both scores (keyword_score: its IDF-weighted coverage of the
+    searched lexemes), kind by kind in the order of `kinds`. A scope of at most
+    `exact_max_items` items is scanned exactly; a larger one goes through the indexes, and
+    there `side` (idle pooled connections, see search.search_all) searches the kinds at the
+    same time, each side statement with the same HNSW settings (`ef_search`)."""
+    keywords = prepared.keywords
+    keyword = use_keyword and keywords.fact is not None
+    exact = prepared.scope_items <= exact_max_items
+    sql = (exact_sql if exact else indexed_sql)(scope.subject_id, vector=use_vector, keyword=keyword)
+    params = {
+        "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
+        "conversation": scope.conversation_id, "before": scope.messages_before_seq, "k": k,
+        "vector": vector if isinstance(vector, str) else vector_literal(vector), "keywords": keywords.fact or "",
+        "lexemes": list(keywords.lexemes), "kinds": list(kinds),
+    }
+    weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
+
+    async def fetch(on: psycopg.AsyncConnection, of: Sequence[Kind]) -> list[SearchRow]:
+        async with on.cursor(row_factory=rows_with_coverage(weights)) as cur:
+            await cur.execute(sql, {**params, "kinds": list(of)}, prepare=False)  # planned with the actual values
+            return await cur.fetchall()
+
+    if exact or side is None or len(kinds) < 2:
+        return await fetch(conn, kinds)
+
+    async def on_side(other: psycopg.AsyncConnection, kind: Kind) -> list[SearchRow]:
+        try:
+            if ef_search is not None:
+                await other.execute(HNSW_SETTINGS, (str(ef_search),))
+            return await fetch(other, [kind])
+        finally:
+            await other.rollback()  # transaction-local settings: leave nothing behind
+
+    async with AsyncExitStack() as stack:
+        others = [await stack.enter_async_context(side()) for _ in kinds[1:]]
+        away = [(kind, other) for kind, other in zip(kinds[1:], others) if other is not None]
+        here = [kinds[0], *(kind for kind, other in zip(kinds[1:], others) if other is None)]
+        results = await asyncio.gather(fetch(conn, here), *(on_side(other, kind) for kind, other in away),
+                                       return_exceptions=True)
+    for result in results:  # raised once every statement is done: nothing left running
+        if isinstance(result, BaseException):
+            raise result
+    by_kind: dict[str, list[SearchRow]] = {}
+    for found in results:
+        for row in found:
+            by_kind.setdefault(row.kind, []).append(row)
+    return [row for kind in kinds for row in by_kind.get(kind, ())]
+
+
+__all__ = ["EXACT_SCAN_MAX_ITEMS", "Prepared", "exact_sql", "indexed_sql", "keywords_from", "prepare_items",
+           "scope_sql", "search_items"]
