@@ -147,11 +147,17 @@ def corpus(n: int, seed: int = 7) -> list[tuple[str, str]]:
     return out
 
 
-def scope_for(i: int, rng: random.Random) -> tuple[str, str, str | None]:
-    """The first 1,000 items form seed 001's "1,000 memories" scope; the rest are spread over
-    the labelled users (heavy users: most rows are in their scopes), 50 other users and tenant-b."""
+def scope_for(i: int, rng: random.Random, users: int = 0) -> tuple[str, str, str | None]:
+    """The first 1,000 items form seed 001's "1,000 memories" scope. With `users`, the rest are
+    spread evenly over that many users of tenant-a ("u00042"), a third of them about a subject
+    five users share ("family-8": its shared facts reach all five). Without (the layout of
+    earlier rounds), they go to the labelled users (heavy users: most rows are in their
+    scopes), 50 other users and tenant-b."""
     if i < 1000:
         return "bench-1k", "solo", None
+    if users:
+        user = rng.randrange(users)
+        return L.A, synthetic_user(user), f"family-{user // 5}" if rng.random() < 1 / 3 else None
     r = rng.random()
     if r < 0.30:
         return L.A, "nox", None
@@ -164,6 +170,10 @@ def scope_for(i: int, rng: random.Random) -> tuple[str, str, str | None]:
     if r < 0.90:
         return L.A, f"u{rng.randrange(50):02d}", rng.choice([None, "s1", "s2", "s3"])
     return L.B, rng.choice(["nox", "maria", "u01"]), rng.choice([None, L.JOE])
+
+
+def synthetic_user(index: int) -> str:
+    return f"u{index:05d}"
 
 
 async def embed_cached(texts: list[str], settings: Settings) -> np.ndarray:
@@ -182,13 +192,14 @@ async def embed_cached(texts: list[str], settings: Settings) -> np.ndarray:
     return vectors
 
 
-def synthetic_memories(texts: list[tuple[str, str]], seed: int = 11) -> list[L.Memory]:
-    rng, out = random.Random(seed), []
-    for i, (kind, text) in enumerate(texts):
-        tenant, user, subject = scope_for(i, rng)
+def synthetic_memories(texts: list[tuple[str, str]], seed: int = 11, users: int = 0, start: int = 0
+                       ) -> list[L.Memory]:
+    rng, out = random.Random(seed + start), []
+    for i, (kind, text) in enumerate(texts, start):
+        tenant, user, subject = scope_for(i, rng, users)
         roll = rng.random()
         out.append(L.Memory(
-            f"s{i:06d}", kind, tenant, user, subject, text, rng.choice(["hobby", "work", "family", "health", "other"]),
+            f"s{i:07d}", kind, tenant, user, subject, text, rng.choice(["hobby", "work", "family", "health", "other"]),
             importance=rng.choice([1, 2, 3, 3, 3, 4, 5]), age_days=rng.uniform(0, 400),
             visibility="shared" if subject is not None and kind == "fact" and rng.random() < 0.3 else "private",
             deleted=kind == "fact" and roll < 0.02, superseded=kind == "fact" and 0.02 <= roll < 0.05,
@@ -196,11 +207,30 @@ def synthetic_memories(texts: list[tuple[str, str]], seed: int = 11) -> list[L.M
     return out
 
 
+# Built after the bulk load (faster, and as a deployment's would be after a backfill). The
+# per-table HNSW indexes are not read by the context any more (memory_items is): built for
+# `--legacy-indexes` only, since at 1M items they take longer than the rest of the load.
 INDEXES = (
+    ("memory_items_embedding",
+     "memory_items USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"),
+    ("memory_items_tsv", "memory_items USING gin (content_tsv)"),
+    ("facts_tsv", "facts USING gin (content_tsv)"),
+    ("conversation_chunks_tsv", "conversation_chunks USING gin (content_tsv)"),
+)
+LEGACY_INDEXES = (
     ("facts_embedding", "facts USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"),
     ("conversation_chunks_embedding",
      "conversation_chunks USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"),
 )
+BATCH = 20_000
+
+
+def random_vectors(n: int, seed: int, dimensions: int = 384) -> np.ndarray:
+    """Seeded random unit vectors (synthetic: no neighbourhoods, the HNSW index's worst case)."""
+    vectors = np.random.default_rng(seed).standard_normal((n, dimensions), dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
 CHAT = ("Morning! I have a few things on my mind today.", "Sure, what would you like to start with?",
         "Mostly planning the week and a couple of loose ends from last time.",
         "Happy to help. Tell me what is most urgent.")
@@ -211,44 +241,60 @@ QUESTIONS = (
 )
 
 
-async def load(settings: Settings, n: int, conversations: int) -> dict:
-    """A fresh generation schema: the labelled set + n synthetic items (HNSW built after the COPY),
-    and `conversations` short conversations of the labelled users for the load test."""
+async def load(settings: Settings, n: int, conversations: int, *, users: int = 0, synthetic_vectors: bool = False,
+               legacy_indexes: bool = True) -> dict:
+    """A fresh generation schema: n synthetic items (indexes built after the COPY; memory_items
+    filled by the tables' triggers), then the labelled set, and `conversations` short
+    conversations for the load test (of the synthetic users when `users`, else of the labelled
+    ones). `synthetic_vectors`: seeded random vectors instead of the model's for the synthetic
+    items (the labelled set, conversations and queries always use the model)."""
     now = datetime.now(UTC)
     texts = corpus(n)
-    vectors = await embed_cached([t for _, t in texts], settings)
+    vectors = None if synthetic_vectors else await embed_cached([t for _, t in texts], settings)
     labelled = await make_embedder(settings).embed_documents([m.content for m in L.MEMORIES])
     model = make_embedder(settings).model
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
     await asyncio.to_thread(migrate, settings)
     started = time.perf_counter()
+    indexes = INDEXES + (LEGACY_INDEXES if legacy_indexes else ())
     async with await psycopg.AsyncConnection.connect(
             settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
-        for name, _ in INDEXES:
+        for name, _ in INDEXES + LEGACY_INDEXES:
             await conn.execute(f"DROP INDEX {name}")
-        await L.insert_memories(conn, synthetic_memories(texts), [vector_literal(v) for v in vectors], model, now)
+        for start in range(0, len(texts), BATCH):
+            batch = texts[start:start + BATCH]
+            part = (random_vectors(len(batch), start) if vectors is None else vectors[start:start + BATCH])
+            await L.insert_memories(conn, synthetic_memories(batch, users=users, start=start),
+                                    [vector_literal(v) for v in part], model, now)
+            await conn.commit()
+            print(f"  loaded {start + len(batch)}/{len(texts)} ({time.perf_counter() - started:.0f}s)", flush=True)
         await conn.execute("SET maintenance_work_mem = '1GB'")
-        for name, definition in INDEXES:
+        for name, definition in indexes:
             await conn.execute(f"CREATE INDEX {name} ON {definition}")
+            await conn.commit()
+            print(f"  index {name} ({time.perf_counter() - started:.0f}s)", flush=True)
         # The labelled set goes in afterwards, into the built index, as a projector would insert
         # it: bulk-built first, these few off-topic rows ended up unreachable in the HNSW graph.
         await L.insert_memories(conn, L.MEMORIES, [vector_literal(v) for v in labelled], model, now)
-        users = [("nox", None), ("maria", L.JOE), ("tom", L.JOE)]
+        labelled_users = [("nox", None), ("maria", L.JOE), ("tom", L.JOE)]
         for c in range(conversations):
-            user, subject = users[c % len(users)]
+            user, subject = ((synthetic_user(c * users // conversations), None) if users
+                             else labelled_users[c % len(labelled_users)])
             await conn.execute("INSERT INTO conversations (tenant_id, conversation_id, user_id, subject_id, last_seq,"
                                " message_count) VALUES (%s, %s, %s, %s, %s, %s)",
                                (L.A, f"bench-{c}", user, subject, len(CHAT) - 1, len(CHAT)))
-            for seq, content in enumerate(CHAT):
-                await conn.execute(
+            async with conn.cursor() as cur:
+                await cur.executemany(
                     "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, subject_id, role,"
                     " content, occurred_at, source_partition, source_offset) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,0,0)",
-                    (L.A, f"bench-{c}", seq, f"e-{c}-{seq}", user, subject, "user" if seq % 2 == 0 else "assistant",
-                     content, now - timedelta(minutes=10 - seq)))
+                    [(L.A, f"bench-{c}", seq, f"e-{c}-{seq}", user, subject, "user" if seq % 2 == 0 else "assistant",
+                      content, now - timedelta(minutes=10 - seq)) for seq, content in enumerate(CHAT)])
         await conn.commit()
         await conn.execute("ANALYZE")
-    return {"items": len(texts) + len(L.MEMORIES), "load_and_index_s": round(time.perf_counter() - started, 1)}
+    return {"items": len(texts) + len(L.MEMORIES), "users": users or "labelled layout",
+            "vectors": "synthetic (seeded random)" if synthetic_vectors else "model",
+            "load_and_index_s": round(time.perf_counter() - started, 1)}
 
 
 async def recall_per_method(settings: Settings, k: int = 10) -> dict:
@@ -306,6 +352,20 @@ async def search_1k(settings: Settings, queries: int = 50) -> dict:
             await conn.rollback()
     return {"p50_ms": round(percentile(times, 50), 1), "p99_ms": round(percentile(times, 99), 1),
             "max_ms": round(max(times), 1)}
+
+
+async def scope_recall(settings: Settings, users: int, questions: int = 5) -> dict:
+    """recall@10 of the vector step against an exact scan, per scope (bench/scope_recall.py)."""
+    from bench.scope_recall import sample_scopes, vector_recall_per_scope
+    rng, embedder = random.Random(9), make_embedder(settings)
+    texts = [rng.choice(QUESTIONS).format(name=rng.choice(NAMES), **{k: rng.choice(v) for k, v in SLOTS.items()})
+             for _ in range(questions)]
+    queries = [await embedder.embed_query(text) for text in texts]
+    labelled = [("bench-1k", "solo", None), (L.A, "nox", None), (L.A, "maria", L.JOE), (L.A, "tom", L.JOE)]
+    async with await psycopg.AsyncConnection.connect(
+            settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
+        return await vector_recall_per_scope(conn, sample_scopes(users, labelled, user_name=synthetic_user), queries,
+                                             RetrievalConfig.from_settings(settings.retrieval))
 
 
 def start_api(settings: Settings, port: int, threads: int | None, workers: int | None = None) -> subprocess.Popen:
@@ -404,7 +464,13 @@ async def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--sequential", type=int, default=200, help="requests of the one-client pass")
     parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--conversations", type=int, default=48)
+    parser.add_argument("--conversations", type=int, default=200)
+    parser.add_argument("--users", type=int, default=1000,
+                        help="spread the synthetic items over this many users (0: the labelled layout of earlier rounds)")
+    parser.add_argument("--synthetic-vectors", action="store_true",
+                        help="seeded random vectors for the synthetic items (no 23-minute embedding; no recall)")
+    parser.add_argument("--legacy-indexes", action=argparse.BooleanOptionalAction, default=None,
+                        help="also build the per-table HNSW indexes (default: up to 200,000 items)")
     parser.add_argument("--api-embedding-threads", type=int, default=None,
                         help="onnxruntime intra-op threads of the API's embedder (default: the setting, 0 = cores)")
     parser.add_argument("--api-workers", type=int, default=None,
@@ -421,10 +487,13 @@ async def main() -> None:
     print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
     results: dict = {"n": args.n}
     if not args.reuse:
-        results["load"] = await load(settings, args.n, args.conversations)
+        legacy = args.legacy_indexes if args.legacy_indexes is not None else args.n <= 200_000
+        results["load"] = await load(settings, args.n, args.conversations, users=args.users,
+                                     synthetic_vectors=args.synthetic_vectors, legacy_indexes=legacy)
     if not args.skip_recall:
         results["recall@10"] = await recall_per_method(settings)
         results["search_1k_memories"] = await search_1k(settings)
+        results["vector_step_recall_per_scope"] = await scope_recall(settings, args.users)
     if not args.skip_api:
         results["context_endpoint"] = await run_api_load(settings, args)
     print(json.dumps(results, indent=2))

@@ -198,9 +198,10 @@ async def test_all_too_common_words_answer_200_and_a_failing_section_degrades_to
         assert retrieved["items"] and not any("keyword" in i["score"]["found_by"] for i in retrieved["items"])
         async with await psycopg.AsyncConnection.connect(
                 settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True) as conn:
-            await conn.execute("ALTER TABLE message_embeddings RENAME TO message_embeddings_gone")
+            # The table every search reads (memory_items, migration 0020).
+            await conn.execute("ALTER TABLE memory_items RENAME TO memory_items_gone")
         broken = await context(base, "c1", query="hello weather", before_seq=60)
-    assert broken["retrieved"]["items"] == [] and "message_embeddings" in broken["retrieved"]["error"]
+    assert broken["retrieved"]["items"] == [] and "memory_items" in broken["retrieved"]["error"]
     assert [m["seq"] for m in broken["messages"]] == list(range(50, 60))  # the rest still answers
 
 
