@@ -65,117 +65,175 @@ CREATE TABLE memory_scopes (
     PRIMARY KEY (tenant_id, user_id, subject_key)
 );
 
--- The source rows' triggers --------------------------------------------------------------
+-- The source tables' triggers: per statement, set-based (a COPY of 20,000 facts is one
+-- INSERT into memory_items, and one update of the statistics) ------------------------------
 
-CREATE FUNCTION memory_items_from_fact() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        DELETE FROM memory_items WHERE tenant_id = OLD.tenant_id AND kind = 'fact' AND item_id = OLD.fact_id
-            AND (TG_OP = 'DELETE' OR NEW.deleted_at IS NOT NULL OR NEW.valid_to IS NOT NULL
-                 OR NEW.fact_id <> OLD.fact_id OR NEW.tenant_id <> OLD.tenant_id);
-    END IF;
-    IF TG_OP <> 'DELETE' AND NEW.deleted_at IS NULL AND NEW.valid_to IS NULL THEN
-        INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, shared, conversation_id,
-                                       content, content_tsv, embedding, ts, importance, category, memory_type,
-                                       visibility, occurred_start, occurred_end)
-        VALUES (NEW.tenant_id, 'fact', NEW.fact_id, NEW.owner_user_id, NEW.subject_id, NEW.visibility = 'shared',
-                NEW.source_conversation_id, NEW.content, NEW.content_tsv, NEW.embedding, NEW.updated_at,
-                NEW.importance, NEW.category, NEW.memory_type, NEW.visibility, NEW.valid_from, NEW.valid_from)
-        ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
-            user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, shared = EXCLUDED.shared,
-            conversation_id = EXCLUDED.conversation_id, content = EXCLUDED.content,
-            content_tsv = EXCLUDED.content_tsv, embedding = EXCLUDED.embedding, ts = EXCLUDED.ts,
-            importance = EXCLUDED.importance, category = EXCLUDED.category, memory_type = EXCLUDED.memory_type,
-            visibility = EXCLUDED.visibility, occurred_start = EXCLUDED.occurred_start,
-            occurred_end = EXCLUDED.occurred_end
-        WHERE (m.user_id, m.subject_id, m.shared, m.content, m.embedding, m.ts, m.importance, m.category,
-               m.memory_type, m.occurred_start) IS DISTINCT FROM
-              (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.shared, EXCLUDED.content, EXCLUDED.embedding,
-               EXCLUDED.ts, EXCLUDED.importance, EXCLUDED.category, EXCLUDED.memory_type,
-               EXCLUDED.occurred_start);
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER facts_memory_items AFTER INSERT OR UPDATE OR DELETE ON facts
-    FOR EACH ROW EXECUTE FUNCTION memory_items_from_fact();
+CREATE FUNCTION memory_items_put_facts(rows facts[]) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, shared, conversation_id, content,
+                                   content_tsv, embedding, ts, importance, category, memory_type, visibility,
+                                   occurred_start, occurred_end)
+    SELECT f.tenant_id, 'fact', f.fact_id, f.owner_user_id, f.subject_id, f.visibility = 'shared',
+           f.source_conversation_id, f.content, f.content_tsv, f.embedding, f.updated_at, f.importance, f.category,
+           f.memory_type, f.visibility, f.valid_from, f.valid_from
+    FROM unnest(rows) f WHERE f.deleted_at IS NULL AND f.valid_to IS NULL
+    ORDER BY f.tenant_id, f.fact_id
+    ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
+        user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, shared = EXCLUDED.shared,
+        conversation_id = EXCLUDED.conversation_id, content = EXCLUDED.content, content_tsv = EXCLUDED.content_tsv,
+        embedding = EXCLUDED.embedding, ts = EXCLUDED.ts, importance = EXCLUDED.importance,
+        category = EXCLUDED.category, memory_type = EXCLUDED.memory_type, visibility = EXCLUDED.visibility,
+        occurred_start = EXCLUDED.occurred_start, occurred_end = EXCLUDED.occurred_end
+    WHERE (m.user_id, m.subject_id, m.shared, m.conversation_id, m.content, m.embedding, m.ts, m.importance,
+           m.category, m.memory_type, m.occurred_start) IS DISTINCT FROM
+          (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.shared, EXCLUDED.conversation_id, EXCLUDED.content,
+           EXCLUDED.embedding, EXCLUDED.ts, EXCLUDED.importance, EXCLUDED.category, EXCLUDED.memory_type,
+           EXCLUDED.occurred_start);
+$$;
 
-CREATE FUNCTION memory_items_from_chunk() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        DELETE FROM memory_items WHERE tenant_id = OLD.tenant_id AND kind = 'chunk' AND item_id = OLD.chunk_id
-            AND (TG_OP = 'DELETE' OR NEW.chunk_id <> OLD.chunk_id OR NEW.tenant_id <> OLD.tenant_id);
-    END IF;
-    IF TG_OP <> 'DELETE' THEN
-        INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, content,
-                                       content_tsv, embedding, ts, range_start, range_end, occurred_start,
-                                       occurred_end)
-        VALUES (NEW.tenant_id, 'chunk', NEW.chunk_id, NEW.user_id, NEW.subject_id, NEW.conversation_id,
-                NEW.content, NEW.content_tsv, NEW.embedding, COALESCE(NEW.occurred_end, NEW.created_at),
-                NEW.message_range_start, NEW.message_range_end, COALESCE(NEW.occurred_start, NEW.created_at),
-                COALESCE(NEW.occurred_end, NEW.created_at))
-        ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
-            user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, conversation_id = EXCLUDED.conversation_id,
-            content = EXCLUDED.content, content_tsv = EXCLUDED.content_tsv, embedding = EXCLUDED.embedding,
-            ts = EXCLUDED.ts, range_start = EXCLUDED.range_start, range_end = EXCLUDED.range_end,
-            occurred_start = EXCLUDED.occurred_start, occurred_end = EXCLUDED.occurred_end
-        WHERE (m.user_id, m.subject_id, m.content, m.embedding, m.ts, m.occurred_start) IS DISTINCT FROM
-              (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.content, EXCLUDED.embedding, EXCLUDED.ts,
-               EXCLUDED.occurred_start);
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER conversation_chunks_memory_items AFTER INSERT OR UPDATE OR DELETE ON conversation_chunks
-    FOR EACH ROW EXECUTE FUNCTION memory_items_from_chunk();
+CREATE FUNCTION memory_items_put_chunks(rows conversation_chunks[]) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, content,
+                                   content_tsv, embedding, ts, range_start, range_end, occurred_start, occurred_end)
+    SELECT c.tenant_id, 'chunk', c.chunk_id, c.user_id, c.subject_id, c.conversation_id, c.content, c.content_tsv,
+           c.embedding, COALESCE(c.occurred_end, c.created_at), c.message_range_start, c.message_range_end,
+           COALESCE(c.occurred_start, c.created_at), COALESCE(c.occurred_end, c.created_at)
+    FROM unnest(rows) c ORDER BY c.tenant_id, c.chunk_id
+    ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
+        user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, conversation_id = EXCLUDED.conversation_id,
+        content = EXCLUDED.content, content_tsv = EXCLUDED.content_tsv, embedding = EXCLUDED.embedding,
+        ts = EXCLUDED.ts, range_start = EXCLUDED.range_start, range_end = EXCLUDED.range_end,
+        occurred_start = EXCLUDED.occurred_start, occurred_end = EXCLUDED.occurred_end
+    WHERE (m.user_id, m.subject_id, m.conversation_id, m.content, m.embedding, m.ts, m.range_start,
+           m.occurred_start) IS DISTINCT FROM
+          (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.conversation_id, EXCLUDED.content, EXCLUDED.embedding,
+           EXCLUDED.ts, EXCLUDED.range_start, EXCLUDED.occurred_start);
+$$;
 
-CREATE FUNCTION memory_items_from_message() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        -- Gone, or no longer a person's message: the row goes, unless its embedding waits in it.
-        DELETE FROM memory_items WHERE tenant_id = OLD.tenant_id AND kind = 'message'
-            AND item_id = OLD.conversation_id || ':' || OLD.seq
-            AND (TG_OP = 'DELETE' OR NEW.role NOT IN ('user', 'assistant')
-                 OR (NEW.tenant_id, NEW.conversation_id, NEW.seq) <> (OLD.tenant_id, OLD.conversation_id, OLD.seq));
-    END IF;
-    IF TG_OP <> 'DELETE' AND NEW.role IN ('user', 'assistant') THEN
-        INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq, role,
-                                       content, content_tsv, ts, range_start, range_end, occurred_start,
-                                       occurred_end)
-        VALUES (NEW.tenant_id, 'message', NEW.conversation_id || ':' || NEW.seq, NEW.user_id, NEW.subject_id,
-                NEW.conversation_id, NEW.seq, NEW.role, NEW.content, NEW.content_tsv, NEW.occurred_at, NEW.seq,
-                NEW.seq + 1, NEW.occurred_at, NEW.occurred_at)
-        ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
-            user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, role = EXCLUDED.role,
-            content = EXCLUDED.content, content_tsv = EXCLUDED.content_tsv, ts = EXCLUDED.ts,
-            occurred_start = EXCLUDED.occurred_start, occurred_end = EXCLUDED.occurred_end
-        WHERE (m.user_id, m.subject_id, m.role, m.content, m.ts) IS DISTINCT FROM
-              (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.role, EXCLUDED.content, EXCLUDED.ts);
-    END IF;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER messages_memory_items AFTER INSERT OR UPDATE OR DELETE ON messages
-    FOR EACH ROW EXECUTE FUNCTION memory_items_from_message();
+-- A message and its embedding come from two projectors of one topic, in either order: each
+-- upserts its half, and whichever commits second completes the row (a row without content
+-- waits for its message and is never searched).
+CREATE FUNCTION memory_items_put_messages(rows messages[]) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq, role, content,
+                                   content_tsv, ts, range_start, range_end, occurred_start, occurred_end)
+    SELECT t.tenant_id, 'message', t.conversation_id || ':' || t.seq, t.user_id, t.subject_id, t.conversation_id,
+           t.seq, t.role, t.content, t.content_tsv, t.occurred_at, t.seq, t.seq + 1, t.occurred_at, t.occurred_at
+    FROM unnest(rows) t WHERE t.role IN ('user', 'assistant') ORDER BY t.tenant_id, t.conversation_id, t.seq
+    ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET
+        user_id = EXCLUDED.user_id, subject_id = EXCLUDED.subject_id, role = EXCLUDED.role,
+        content = EXCLUDED.content, content_tsv = EXCLUDED.content_tsv, ts = EXCLUDED.ts,
+        occurred_start = EXCLUDED.occurred_start, occurred_end = EXCLUDED.occurred_end
+    WHERE (m.user_id, m.subject_id, m.role, m.content, m.ts) IS DISTINCT FROM
+          (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.role, EXCLUDED.content, EXCLUDED.ts);
+$$;
 
-CREATE FUNCTION memory_items_from_message_embedding() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        UPDATE memory_items SET embedding = NULL WHERE tenant_id = OLD.tenant_id AND kind = 'message'
-            AND item_id = OLD.conversation_id || ':' || OLD.seq AND embedding IS NOT NULL;
-        DELETE FROM memory_items WHERE tenant_id = OLD.tenant_id AND kind = 'message'
-            AND item_id = OLD.conversation_id || ':' || OLD.seq AND content IS NULL;
-        RETURN NULL;
-    END IF;
-    -- Upserted: whichever of the message and its embedding commits second completes the row.
-    INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq,
-                                   embedding, ts, range_start, range_end, occurred_start, occurred_end)
-    VALUES (NEW.tenant_id, 'message', NEW.conversation_id || ':' || NEW.seq, NEW.user_id, NEW.subject_id,
-            NEW.conversation_id, NEW.seq, NEW.embedding, NEW.occurred_at, NEW.seq, NEW.seq + 1, NEW.occurred_at,
-            NEW.occurred_at)
+CREATE FUNCTION memory_items_put_message_embeddings(rows message_embeddings[]) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq, embedding,
+                                   ts, range_start, range_end, occurred_start, occurred_end)
+    SELECT e.tenant_id, 'message', e.conversation_id || ':' || e.seq, e.user_id, e.subject_id, e.conversation_id,
+           e.seq, e.embedding, e.occurred_at, e.seq, e.seq + 1, e.occurred_at, e.occurred_at
+    FROM unnest(rows) e ORDER BY e.tenant_id, e.conversation_id, e.seq
     ON CONFLICT (tenant_id, kind, item_id) DO UPDATE SET embedding = EXCLUDED.embedding
     WHERE m.embedding IS DISTINCT FROM EXCLUDED.embedding;
+$$;
+
+-- Removed from the index: deleted rows, facts no longer live, messages no longer a person's.
+CREATE FUNCTION memory_items_drop(kind text, tenants text[], ids text[]) RETURNS void LANGUAGE sql AS $$
+    DELETE FROM memory_items m USING unnest(tenants, ids) AS d(tenant_id, item_id)
+    WHERE m.tenant_id = d.tenant_id AND m.kind = memory_items_drop.kind AND m.item_id = d.item_id;
+$$;
+
+CREATE FUNCTION memory_items_facts_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM memory_items_drop('fact', array_agg(o.tenant_id), array_agg(o.fact_id)) FROM old_rows o
+        HAVING count(*) > 0;
+    ELSIF TG_OP = 'UPDATE' THEN
+        PERFORM memory_items_drop('fact', array_agg(o.tenant_id), array_agg(o.fact_id)) FROM old_rows o
+        WHERE NOT EXISTS (
+            SELECT 1 FROM new_rows n WHERE n.tenant_id = o.tenant_id AND n.fact_id = o.fact_id
+            AND n.deleted_at IS NULL AND n.valid_to IS NULL)
+        HAVING count(*) > 0;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM memory_items_put_facts(array_agg(n::facts)) FROM new_rows n HAVING count(*) > 0;
+    END IF;
     RETURN NULL;
 END $$;
-CREATE TRIGGER message_embeddings_memory_items AFTER INSERT OR UPDATE OR DELETE ON message_embeddings
-    FOR EACH ROW EXECUTE FUNCTION memory_items_from_message_embedding();
+
+CREATE FUNCTION memory_items_chunks_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM memory_items_drop('chunk', array_agg(o.tenant_id), array_agg(o.chunk_id)) FROM old_rows o
+        HAVING count(*) > 0;
+    ELSIF TG_OP = 'UPDATE' THEN
+        PERFORM memory_items_drop('chunk', array_agg(o.tenant_id), array_agg(o.chunk_id)) FROM old_rows o
+        WHERE NOT EXISTS (
+            SELECT 1 FROM new_rows n WHERE n.tenant_id = o.tenant_id AND n.chunk_id = o.chunk_id)
+        HAVING count(*) > 0;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM memory_items_put_chunks(array_agg(n::conversation_chunks)) FROM new_rows n HAVING count(*) > 0;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION memory_items_messages_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM memory_items_drop('message', array_agg(o.tenant_id), array_agg(o.conversation_id || ':' || o.seq))
+        FROM old_rows o HAVING count(*) > 0;
+    ELSIF TG_OP = 'UPDATE' THEN
+        PERFORM memory_items_drop('message', array_agg(o.tenant_id), array_agg(o.conversation_id || ':' || o.seq))
+        FROM old_rows o
+        WHERE NOT EXISTS (
+            SELECT 1 FROM new_rows n WHERE (n.tenant_id, n.conversation_id, n.seq) = (o.tenant_id, o.conversation_id, o.seq)
+            AND n.role IN ('user', 'assistant'))
+        HAVING count(*) > 0;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM memory_items_put_messages(array_agg(n::messages)) FROM new_rows n HAVING count(*) > 0;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION memory_items_message_embeddings_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        UPDATE memory_items m SET embedding = NULL FROM old_rows o
+        WHERE m.tenant_id = o.tenant_id AND m.kind = 'message' AND m.item_id = o.conversation_id || ':' || o.seq
+        AND m.embedding IS NOT NULL;
+        DELETE FROM memory_items m USING old_rows o
+        WHERE m.tenant_id = o.tenant_id AND m.kind = 'message' AND m.item_id = o.conversation_id || ':' || o.seq
+        AND m.content IS NULL;
+    ELSE
+        PERFORM memory_items_put_message_embeddings(array_agg(n::message_embeddings)) FROM new_rows n HAVING count(*) > 0;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER facts_memory_items_inserted AFTER INSERT ON facts
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_facts_changed();
+CREATE TRIGGER facts_memory_items_updated AFTER UPDATE ON facts
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_facts_changed();
+CREATE TRIGGER facts_memory_items_deleted AFTER DELETE ON facts
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_facts_changed();
+CREATE TRIGGER conversation_chunks_memory_items_inserted AFTER INSERT ON conversation_chunks
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_chunks_changed();
+CREATE TRIGGER conversation_chunks_memory_items_updated AFTER UPDATE ON conversation_chunks
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_chunks_changed();
+CREATE TRIGGER conversation_chunks_memory_items_deleted AFTER DELETE ON conversation_chunks
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_chunks_changed();
+CREATE TRIGGER messages_memory_items_inserted AFTER INSERT ON messages
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_messages_changed();
+CREATE TRIGGER messages_memory_items_updated AFTER UPDATE ON messages
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_messages_changed();
+CREATE TRIGGER messages_memory_items_deleted AFTER DELETE ON messages
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_messages_changed();
+CREATE TRIGGER message_embeddings_memory_items_inserted AFTER INSERT ON message_embeddings
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_message_embeddings_changed();
+CREATE TRIGGER message_embeddings_memory_items_updated AFTER UPDATE ON message_embeddings
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_message_embeddings_changed();
+CREATE TRIGGER message_embeddings_memory_items_deleted AFTER DELETE ON message_embeddings
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION memory_items_message_embeddings_changed();
 
 -- The statistics, per statement on memory_items -------------------------------------------
 
