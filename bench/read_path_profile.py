@@ -29,7 +29,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,12 +41,6 @@ from core.settings import KafkaSettings, PostgresSettings, Settings, get_setting
 from projections import queries  # noqa: E402
 from retrieval.request import ContextRequest  # noqa: E402
 from retrieval.service import warm_up  # noqa: E402
-
-
-async def random_vectors(texts: list[str], settings: Settings) -> np.ndarray:
-    rng = np.random.default_rng(7)
-    vectors = rng.standard_normal((len(texts), 384), dtype=np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 class Counting(psycopg.AsyncCursor):
@@ -150,6 +143,7 @@ async def main() -> None:
     parser.add_argument("--per-statement", action="store_true",
                         help="the server's CPU per statement too (its /proc reads add ~1 ms to the API CPU)")
     parser.add_argument("--random-vectors", action="store_true")
+    parser.add_argument("--users", type=int, default=1000, help="as bench/retrieval_bench.py --users")
     args = parser.parse_args()
     base = get_settings()
     settings = Settings(generation=rb.GENERATION, postgres=PostgresSettings(dsn=base.postgres.dsn),
@@ -159,9 +153,8 @@ async def main() -> None:
     print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
     results: dict = {"n": args.n, "random_vectors": args.random_vectors}
     if not args.reuse:
-        if args.random_vectors:
-            rb.embed_cached = random_vectors
-        results["load"] = await rb.load(settings, args.n, args.conversations)
+        results["load"] = await rb.load(settings, args.n, args.conversations, users=args.users,
+                                        synthetic_vectors=args.random_vectors)
     Counting.per_statement = args.per_statement
     results["in_process"] = await run(settings, args.requests, args.profile, args.conversations)
     print(json.dumps(results, indent=2))

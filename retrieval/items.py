@@ -113,27 +113,30 @@ _TAIL = (
 _TSQUERY = "%(keywords)s::tsquery"
 
 
+_CARRIED = ("t.tenant_id, t.kind, t.item_id, t.content, t.content_tsv, t.ts, t.importance, t.category, t.memory_type,"
+            " t.visibility, t.user_id, t.conversation_id, t.seq, t.range_start, t.range_end, t.occurred_start,"
+            " t.occurred_end, t.role")
+
+
 def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
     """A small scope, read once: every item's exact cosine and keyword match, the top k of each
-    kind by either, with the row's columns (no second visit of the table)."""
+    kind by either, its columns carried along (no second visit of the table)."""
     distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
     hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
     rank = f"CASE WHEN {hit} THEN ts_rank(t.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
     return (
-        f"WITH c AS (SELECT t.tenant_id, t.kind, t.item_id, ({distance})::float8 AS distance, {hit} AS hit,"
-        f" {rank} AS rank FROM memory_items t WHERE {scope_sql(subject_id)}),"
+        f"WITH c AS (SELECT {_CARRIED}, ({distance})::float8 AS distance, {hit} AS hit, {rank} AS rank"
+        f" FROM memory_items t WHERE {scope_sql(subject_id)}),"
         " ranked AS (SELECT c.*,"
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
-        " FROM c),"
-        " chosen AS (SELECT * FROM ranked WHERE (ranked.distance IS NOT NULL AND ranked.by_vector <= %(k)s)"
-        " OR (ranked.hit AND ranked.by_keyword <= %(k)s))"
-        f" SELECT {_COLUMNS}, COALESCE(1 - c.distance, 0.0)::float8 AS cosine,"
-        f" CASE WHEN c.hit THEN c.rank::float8 ELSE 0.0::float8 END AS keyword_score,"
-        " (c.distance IS NOT NULL AND c.by_vector <= %(k)s) AS in_vector,"
-        f" (c.hit AND c.by_keyword <= %(k)s) AS in_keyword, {_TAIL}"
-        " FROM chosen c JOIN memory_items t ON t.tenant_id = c.tenant_id AND t.kind = c.kind AND t.item_id = c.item_id"
-        f"{_REPLY}{_SURFACED}"
+        " FROM c)"
+        f" SELECT {_COLUMNS}, COALESCE(1 - t.distance, 0.0)::float8 AS cosine,"
+        " CASE WHEN t.hit THEN t.rank::float8 ELSE 0.0::float8 END AS keyword_score,"
+        " (t.distance IS NOT NULL AND t.by_vector <= %(k)s) AS in_vector,"
+        f" (t.hit AND t.by_keyword <= %(k)s) AS in_keyword, {_TAIL}"
+        f" FROM ranked t{_REPLY}{_SURFACED}"
+        " WHERE (t.distance IS NOT NULL AND t.by_vector <= %(k)s) OR (t.hit AND t.by_keyword <= %(k)s)"
         " ORDER BY array_position(%(kinds)s::text[], t.kind::text), t.item_id"
     )
 

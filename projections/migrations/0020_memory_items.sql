@@ -43,6 +43,9 @@ CREATE TABLE memory_items (
     occurred_end    timestamptz,
     PRIMARY KEY (tenant_id, kind, item_id)
 );
+-- The vector stays in the row (never compressed or moved out: a long message's text is, first),
+-- so an exact scan of a scope computes its distances without a TOAST read per item.
+ALTER TABLE memory_items ALTER COLUMN embedding SET STORAGE PLAIN;
 CREATE INDEX memory_items_owner ON memory_items (tenant_id, user_id, subject_id);
 CREATE INDEX memory_items_shared ON memory_items (tenant_id, subject_id) WHERE shared;
 CREATE INDEX memory_items_conversation ON memory_items (tenant_id, conversation_id, seq) WHERE kind = 'message';
