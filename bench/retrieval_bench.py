@@ -242,7 +242,7 @@ QUESTIONS = (
 
 
 async def load(settings: Settings, n: int, conversations: int, *, users: int = 0, synthetic_vectors: bool = False,
-               legacy_indexes: bool = True) -> dict:
+               legacy_indexes: bool = True, hnsw: bool = True) -> dict:
     """A fresh generation schema: n synthetic items (indexes built after the COPY; memory_items
     filled by the tables' triggers), then the labelled set, and `conversations` short
     conversations for the load test (of the synthetic users when `users`, else of the labelled
@@ -257,7 +257,7 @@ async def load(settings: Settings, n: int, conversations: int, *, users: int = 0
         await conn.execute(f'DROP SCHEMA IF EXISTS "{settings.pg_schema}" CASCADE')
     await asyncio.to_thread(migrate, settings)
     started = time.perf_counter()
-    indexes = INDEXES + (LEGACY_INDEXES if legacy_indexes else ())
+    indexes = INDEXES[0 if hnsw else 1:] + (LEGACY_INDEXES if legacy_indexes else ())
     async with await psycopg.AsyncConnection.connect(
             settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
         for name, _ in INDEXES + LEGACY_INDEXES:
@@ -294,6 +294,7 @@ async def load(settings: Settings, n: int, conversations: int, *, users: int = 0
         await conn.execute("ANALYZE")
     return {"items": len(texts) + len(L.MEMORIES), "users": users or "labelled layout",
             "vectors": "synthetic (seeded random)" if synthetic_vectors else "model",
+            "indexes": [name for name, _ in indexes],
             "load_and_index_s": round(time.perf_counter() - started, 1)}
 
 
@@ -422,6 +423,23 @@ async def hammer(base_url: str, requests: int, clients: int, conversations: int,
             "mean_items_returned": round(sum(items) / len(items), 2) if items else 0}
 
 
+async def hammer_healthz(base_url: str, requests: int, clients: int) -> dict:
+    """The same closed loop on GET /healthz: the HTTP floor of this server, in the same run."""
+    next_id, latencies = iter(range(requests)), []
+
+    async def client() -> None:
+        async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+            for _ in next_id:
+                started = time.perf_counter()
+                (await http.get("/healthz")).raise_for_status()
+                latencies.append((time.perf_counter() - started) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return {"clients": clients, "requests": requests, "p50_ms": round(percentile(latencies, 50), 1),
+            "throughput_rps": round(requests / (time.perf_counter() - started), 1)}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -451,6 +469,9 @@ async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
         await hammer(base_url, 64, 4, args.conversations, seed=1)  # warm up: model, pool, plans
         results["sequential"] = await hammer(base_url, args.sequential, 1, args.conversations, seed=2)
         results["concurrent"] = await hammer(base_url, args.requests, args.clients, args.conversations, seed=3)
+        results["healthz"] = await hammer_healthz(base_url, max(args.requests, 2000), args.clients)
+        results["contexts_per_healthz"] = round(
+            results["concurrent"]["throughput_rps"] / results["healthz"]["throughput_rps"], 4)
         results["load_average_after"] = round(os.getloadavg()[0], 2)
     finally:
         process.terminate()
@@ -469,6 +490,9 @@ async def main() -> None:
                         help="spread the synthetic items over this many users (0: the labelled layout of earlier rounds)")
     parser.add_argument("--synthetic-vectors", action="store_true",
                         help="seeded random vectors for the synthetic items (no 23-minute embedding; no recall)")
+    parser.add_argument("--generation", default=GENERATION, help="its schema (several sizes can be kept side by side)")
+    parser.add_argument("--skip-hnsw", action="store_true",
+                        help="no HNSW index at all (every scope of 10,000 users x 100 items is an exact scan)")
     parser.add_argument("--legacy-indexes", action=argparse.BooleanOptionalAction, default=None,
                         help="also build the per-table HNSW indexes (default: up to 200,000 items)")
     parser.add_argument("--api-embedding-threads", type=int, default=None,
@@ -481,7 +505,7 @@ async def main() -> None:
     parser.add_argument("--keep", action="store_true", help="do not drop the schema at the end")
     args = parser.parse_args()
     base = get_settings()
-    settings = Settings(generation=GENERATION, postgres=PostgresSettings(dsn=base.postgres.dsn, pool_max_size=10),
+    settings = Settings(generation=args.generation, postgres=PostgresSettings(dsn=base.postgres.dsn, pool_max_size=10),
                         kafka=KafkaSettings(topic_prefix=TOPIC_PREFIX),
                         state_dir=base.state_dir, embedding=base.embedding, retrieval=base.retrieval)
     print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
@@ -489,7 +513,8 @@ async def main() -> None:
     if not args.reuse:
         legacy = args.legacy_indexes if args.legacy_indexes is not None else args.n <= 200_000
         results["load"] = await load(settings, args.n, args.conversations, users=args.users,
-                                     synthetic_vectors=args.synthetic_vectors, legacy_indexes=legacy)
+                                     synthetic_vectors=args.synthetic_vectors,
+                                     legacy_indexes=legacy and not args.skip_hnsw, hnsw=not args.skip_hnsw)
     if not args.skip_recall:
         results["recall@10"] = await recall_per_method(settings)
         results["search_1k_memories"] = await search_1k(settings)
