@@ -3,9 +3,7 @@ statement, an exact scan where the scope is small, the HNSW index only where it 
 
 from __future__ import annotations
 
-import asyncio
 import json
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -13,7 +11,7 @@ import numpy as np
 import psycopg
 
 from retrieval.keywords import Keywords, idf, kept_lexemes, quote
-from retrieval.search import (HNSW_SETTINGS, KINDS, Kind, Scope, SearchRow, SideConnection, rows_with_coverage,
+from retrieval.search import (KINDS, Kind, Scope, SearchRow, SideConnection, across_connections, rows_with_coverage,
                               vector_literal)
 
 # A scope of up to this many items is scanned exactly (a user's few thousand items cost a
@@ -200,29 +198,7 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
 
     if exact or side is None or len(kinds) < 2:
         return await fetch(conn, kinds)
-
-    async def on_side(other: psycopg.AsyncConnection, kind: Kind) -> list[SearchRow]:
-        try:
-            if ef_search is not None:
-                await other.execute(HNSW_SETTINGS, (str(ef_search),))
-            return await fetch(other, [kind])
-        finally:
-            await other.rollback()  # transaction-local settings: leave nothing behind
-
-    async with AsyncExitStack() as stack:
-        others = [await stack.enter_async_context(side()) for _ in kinds[1:]]
-        away = [(kind, other) for kind, other in zip(kinds[1:], others) if other is not None]
-        here = [kinds[0], *(kind for kind, other in zip(kinds[1:], others) if other is None)]
-        results = await asyncio.gather(fetch(conn, here), *(on_side(other, kind) for kind, other in away),
-                                       return_exceptions=True)
-    for result in results:  # raised once every statement is done: nothing left running
-        if isinstance(result, BaseException):
-            raise result
-    by_kind: dict[str, list[SearchRow]] = {}
-    for found in results:
-        for row in found:
-            by_kind.setdefault(row.kind, []).append(row)
-    return [row for kind in kinds for row in by_kind.get(kind, ())]
+    return await across_connections(conn, kinds, fetch, side, ef_search)
 
 
 __all__ = ["EXACT_SCAN_MAX_ITEMS", "Prepared", "exact_sql", "indexed_sql", "keywords_from", "prepare_items",

@@ -7,7 +7,7 @@ import asyncio
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Awaitable, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 import psycopg
@@ -321,12 +321,22 @@ async def search_all(
 
     if side is None or len(kinds) < 2:
         return await _fetch(conn, sql(kinds), params, weights)
+    return await across_connections(conn, kinds, lambda on, of: _fetch(on, sql(of), params, weights), side,
+                                    ef_search)
+
+
+async def across_connections(conn: psycopg.AsyncConnection, kinds: Sequence[Kind],
+                             fetch: Callable[[psycopg.AsyncConnection, Sequence[Kind]], Awaitable[list[SearchRow]]],
+                             side: SideConnection, ef_search: int | None) -> list[SearchRow]:
+    """`fetch` of the first kind on `conn` and of each other kind on a side connection, at the
+    same time, each side one with the same HNSW settings (`ef_search`); the kinds whose side
+    connection is not free are fetched together on `conn`. Rows kind by kind, in `kinds` order."""
 
     async def on_side(other: psycopg.AsyncConnection, kind: Kind) -> list[SearchRow]:
         try:
             if ef_search is not None:
                 await other.execute(HNSW_SETTINGS, (str(ef_search),))
-            return await _fetch(other, sql([kind]), params, weights)
+            return await fetch(other, [kind])
         finally:
             await other.rollback()  # transaction-local settings: leave nothing behind
 
@@ -334,8 +344,8 @@ async def search_all(
         others = [await stack.enter_async_context(side()) for _ in kinds[1:]]
         away = [(kind, other) for kind, other in zip(kinds[1:], others) if other is not None]
         here = [kinds[0], *(kind for kind, other in zip(kinds[1:], others) if other is None)]
-        results = await asyncio.gather(_fetch(conn, sql(here), params, weights),
-                                       *(on_side(other, kind) for kind, other in away), return_exceptions=True)
+        results = await asyncio.gather(fetch(conn, here), *(on_side(other, kind) for kind, other in away),
+                                       return_exceptions=True)
     for result in results:  # raised once every statement is done: nothing left running
         if isinstance(result, BaseException):
             raise result
@@ -409,5 +419,5 @@ async def record_surfaced(
         )
 
 
-__all__ = ["CommonLexemes", "KINDS", "Keywords", "Kind", "NO_SEQ", "Scope", "SearchRow", "SideConnection", "prepare",
+__all__ = ["CommonLexemes", "KINDS", "across_connections", "Keywords", "Kind", "NO_SEQ", "Scope", "SearchRow", "SideConnection", "prepare",
            "record_surfaced", "rows_with_coverage", "search", "search_all", "search_all_sql", "search_sql", "tsquery_text", "vector_literal"]
