@@ -506,7 +506,8 @@ async def main() -> None:
     args = parser.parse_args()
     base = get_settings()
     settings = Settings(generation=args.generation, postgres=PostgresSettings(dsn=base.postgres.dsn, pool_max_size=10),
-                        kafka=KafkaSettings(topic_prefix=TOPIC_PREFIX if args.generation == GENERATION
+                        kafka=KafkaSettings(bootstrap_servers=base.kafka.bootstrap_servers,
+                                            topic_prefix=TOPIC_PREFIX if args.generation == GENERATION
                                             else "bench-" + args.generation.replace("_", "-")),
                         state_dir=base.state_dir, embedding=base.embedding, retrieval=base.retrieval)
     print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
