@@ -289,7 +289,11 @@ async def erase(conn: psycopg.AsyncConnection, event: Event, record: ConsumerRec
     counts["llm_cache"] = counts.get("llm_cache", 0) + await llm_provenance.erase(conn, tenant, [*whole, *partial])
     # The files: every table it deleted from is rewritten by the scrub (projections/scrub.py); for a
     # user erasure also public.data_keys, whose destroyed key's old row version is still on its pages.
-    await scrub.request(conn, e.event_id, [*(t for t, n in counts.items() if n), *(["data_keys"] if user else [])])
+    # memory_items and its lexicon (migration 0020) lose their rows by the tables' triggers.
+    indexed = ["memory_items", "memory_lexicon"] if any(counts.get(t) for t in (
+        "facts", "conversation_chunks", "messages", "message_embeddings")) else []
+    await scrub.request(conn, e.event_id, [*(t for t, n in counts.items() if n), *indexed,
+                                           *(["data_keys"] if user else [])])
     await conn.execute(
         "INSERT INTO erasures (event_id, tenant_id, kind, erased_user_id, conversation_ids, deleted_rows, rederive,"
         " requested_by, requested_at, log_partition, log_offset, logged_at)"

@@ -270,6 +270,13 @@ CREATE FUNCTION memory_statistics_apply(tenants text[], users text[], subjects t
         WHERE x.shared AND x.subject_id IS NOT NULL
     ) c GROUP BY tenant_id, user_id, subject_key HAVING sum(d) <> 0 ORDER BY tenant_id, user_id, subject_key
     ON CONFLICT (tenant_id, user_id, subject_key) DO UPDATE SET items = s.items + EXCLUDED.items;
+
+    -- Nothing of an erased text stays as a key: a lexeme (a word of it) or a scope counted down
+    -- to zero goes (the erasure's scrub then rewrites both tables: projections/erasure.py).
+    DELETE FROM memory_lexicon l WHERE l.tenant_id = ANY(tenants) AND l.df <= 0 AND l.lexeme <> ''
+        AND l.lexeme IN (SELECT u.lexeme FROM unnest(tsvs) AS v(t), unnest(v.t) u);
+    DELETE FROM memory_scopes s WHERE s.tenant_id = ANY(tenants) AND s.items <= 0
+        AND (s.user_id = ANY(users) OR s.user_id = '');
 $$;
 
 -- One function per operation: a statement trigger only sees the transition tables it declares.
