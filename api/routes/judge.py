@@ -23,7 +23,7 @@ async def last_judgement(settings: AdminDep, b: str | None = None, a: str | None
     return await asyncio.to_thread(judging.last_judgement, settings, b, a)
 
 
-@router.post("/{b}/judge")
+@router.post("/{b}/judge", responses={404: {"description": "No such generation (A or B)"}})
 async def judge(settings: AdminDep, b: str, against: str = Query(..., description="Generation A: its served turns"),
                 sample: int = Query(200, ge=1, le=MAX_SAMPLE), horizon: int = Query(20, ge=1, le=200),
                 margin: float = Query(judging.DEFAULT_MARGIN, ge=0),
@@ -37,7 +37,9 @@ async def judge(settings: AdminDep, b: str, against: str = Query(..., descriptio
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=str(exc)) from None
 
 
-@router.post("/{name}/activate")
+@router.post("/{name}/activate", responses={
+    404: {"description": "No such generation"},
+    409: {"description": "Not caught up, or judged worse than `if_better_than` beyond the margin (the figures)"}})
 async def activate(settings: AdminDep, name: str, if_better_than: str | None = None,
                    margin: float = Query(judging.DEFAULT_MARGIN, ge=0), force: bool = False) -> dict:
     """Switch reads to NAME; with `if_better_than=A`, only when NAME's last judgement against A

@@ -22,6 +22,9 @@ from tests.integration.conftest import running_api
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
 KEYS = {"svc": {"tenant": "tenant-a", "act_as": "any_user"}}
+# uvicorn's own answer (text/plain) to a request it cannot parse, e.g. a request line over h11's
+# 16 KiB limit: it comes before the app, so the OpenAPI document cannot declare it.
+UVICORN_REFUSED = "Invalid HTTP request received."
 EXAMPLES_PER_OPERATION = 30  # ~12 operations: a few hundred requests, a small part of the suite
 
 
@@ -60,6 +63,8 @@ async def test_every_answer_is_declared_in_the_openapi_document(settings):
                     nonlocal calls
                     response = case.call(base_url=base, headers={**(case.headers or {}), **headers}, timeout=60)
                     calls += 1
+                    if response.status_code == 400 and response.text == UVICORN_REFUSED:
+                        return  # the HTTP server's parser refused the request line (too long): the app never saw it
                     case.validate_response(response, checks=CHECKS)
 
                 conforms()
