@@ -8,7 +8,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-_SUMMARIES = """SELECT tenant_id || '/' || conversation_id, start_sequence || '-' || end_sequence, memory_text
+# A summary made by another prompt version or model is a changed summary, even where its text
+# happens to be the same.
+_SUMMARIES = """SELECT tenant_id || '/' || conversation_id, start_sequence || '-' || end_sequence,
+                       jsonb_build_array(memory_text, prompt_version, model)
                 FROM {}.memory WHERE status = 'completed'"""
 _CHUNKS = """SELECT tenant_id || '/' || conversation_id, message_range_start || '-' || message_range_end, content
              FROM {}.conversation_chunks"""

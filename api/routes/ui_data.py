@@ -195,8 +195,8 @@ async def throughput_minutes(reader: ReaderDep,
                              conn: Annotated[psycopg.AsyncConnection, Depends(reader_conn)]) -> list[dict[str, Any]]:
     """The last hour minute by minute, for the stats page's charts: messages projected and the 95th
     percentile of their delay from the message's time to the read model (the projection's lag)."""
-    if reader.principal is not None and reader.principal.user is not None:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, detail="throughput is per tenant: use a service key")
+    if reader.principal is not None:
+        may_read_tenant(reader.principal, "throughput figures")  # as /throughput: no user or producer key
     return await uq.throughput_per_minute(conn, reader.tenant)
 
 

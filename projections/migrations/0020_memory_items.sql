@@ -71,7 +71,7 @@ CREATE TABLE memory_scopes (
 -- The source tables' triggers: per statement, set-based (a COPY of 20,000 facts is one
 -- INSERT into memory_items, and one update of the statistics) ------------------------------
 
-CREATE FUNCTION memory_items_put_facts(rows facts[]) RETURNS void LANGUAGE sql AS $$
+CREATE FUNCTION memory_items_put_facts(rows facts[]) RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $$
     INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, shared, conversation_id, content,
                                    content_tsv, embedding, ts, importance, category, memory_type, visibility,
                                    occurred_start, occurred_end)
@@ -93,7 +93,7 @@ CREATE FUNCTION memory_items_put_facts(rows facts[]) RETURNS void LANGUAGE sql A
            EXCLUDED.occurred_start);
 $$;
 
-CREATE FUNCTION memory_items_put_chunks(rows conversation_chunks[]) RETURNS void LANGUAGE sql AS $$
+CREATE FUNCTION memory_items_put_chunks(rows conversation_chunks[]) RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $$
     INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, content,
                                    content_tsv, embedding, ts, range_start, range_end, occurred_start, occurred_end)
     SELECT c.tenant_id, 'chunk', c.chunk_id, c.user_id, c.subject_id, c.conversation_id, c.content, c.content_tsv,
@@ -114,7 +114,7 @@ $$;
 -- A message and its embedding come from two projectors of one topic, in either order: each
 -- upserts its half, and whichever commits second completes the row (a row without content
 -- waits for its message and is never searched).
-CREATE FUNCTION memory_items_put_messages(rows messages[]) RETURNS void LANGUAGE sql AS $$
+CREATE FUNCTION memory_items_put_messages(rows messages[]) RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $$
     INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq, role, content,
                                    content_tsv, ts, range_start, range_end, occurred_start, occurred_end)
     SELECT t.tenant_id, 'message', t.conversation_id || ':' || t.seq, t.user_id, t.subject_id, t.conversation_id,
@@ -128,7 +128,7 @@ CREATE FUNCTION memory_items_put_messages(rows messages[]) RETURNS void LANGUAGE
           (EXCLUDED.user_id, EXCLUDED.subject_id, EXCLUDED.role, EXCLUDED.content, EXCLUDED.ts);
 $$;
 
-CREATE FUNCTION memory_items_put_message_embeddings(rows message_embeddings[]) RETURNS void LANGUAGE sql AS $$
+CREATE FUNCTION memory_items_put_message_embeddings(rows message_embeddings[]) RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $$
     INSERT INTO memory_items AS m (tenant_id, kind, item_id, user_id, subject_id, conversation_id, seq, embedding,
                                    ts, range_start, range_end, occurred_start, occurred_end)
     SELECT e.tenant_id, 'message', e.conversation_id || ':' || e.seq, e.user_id, e.subject_id, e.conversation_id,
@@ -139,12 +139,12 @@ CREATE FUNCTION memory_items_put_message_embeddings(rows message_embeddings[]) R
 $$;
 
 -- Removed from the index: deleted rows, facts no longer live, messages no longer a person's.
-CREATE FUNCTION memory_items_drop(kind text, tenants text[], ids text[]) RETURNS void LANGUAGE sql AS $$
+CREATE FUNCTION memory_items_drop(kind text, tenants text[], ids text[]) RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $$
     DELETE FROM memory_items m USING unnest(tenants, ids) AS d(tenant_id, item_id)
     WHERE m.tenant_id = d.tenant_id AND m.kind = memory_items_drop.kind AND m.item_id = d.item_id;
 $$;
 
-CREATE FUNCTION memory_items_facts_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION memory_items_facts_changed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         PERFORM memory_items_drop('fact', array_agg(o.tenant_id), array_agg(o.fact_id)) FROM old_rows o
@@ -162,7 +162,7 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE FUNCTION memory_items_chunks_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION memory_items_chunks_changed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         PERFORM memory_items_drop('chunk', array_agg(o.tenant_id), array_agg(o.chunk_id)) FROM old_rows o
@@ -179,7 +179,7 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE FUNCTION memory_items_messages_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION memory_items_messages_changed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         PERFORM memory_items_drop('message', array_agg(o.tenant_id), array_agg(o.conversation_id || ':' || o.seq))
@@ -198,7 +198,7 @@ BEGIN
     RETURN NULL;
 END $$;
 
-CREATE FUNCTION memory_items_message_embeddings_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION memory_items_message_embeddings_changed() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP = 'DELETE' THEN
         UPDATE memory_items m SET embedding = NULL FROM old_rows o
@@ -241,7 +241,7 @@ CREATE TRIGGER message_embeddings_memory_items_deleted AFTER DELETE ON message_e
 -- The statistics, per statement on memory_items -------------------------------------------
 
 CREATE FUNCTION memory_statistics_apply(tenants text[], users text[], subjects text[], shared boolean[],
-                                        tsvs tsvector[], ds integer[]) RETURNS void LANGUAGE sql AS $$
+                                        tsvs tsvector[], ds integer[]) RETURNS void LANGUAGE sql SET search_path FROM CURRENT AS $$
     WITH x AS (
         SELECT * FROM unnest(tenants, users, subjects, shared, tsvs, ds) AS x(tenant_id, user_id, subject_id, shared,
                                                                                content_tsv, d)
@@ -280,21 +280,21 @@ CREATE FUNCTION memory_statistics_apply(tenants text[], users text[], subjects t
 $$;
 
 -- One function per operation: a statement trigger only sees the transition tables it declares.
-CREATE FUNCTION memory_items_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION memory_items_inserted() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     PERFORM memory_statistics_apply(array_agg(tenant_id), array_agg(user_id), array_agg(subject_id),
                                     array_agg(shared), array_agg(content_tsv), array_agg(1))
     FROM new_rows WHERE content IS NOT NULL HAVING count(*) > 0;
     RETURN NULL;
 END $$;
-CREATE FUNCTION memory_items_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION memory_items_deleted() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     PERFORM memory_statistics_apply(array_agg(tenant_id), array_agg(user_id), array_agg(subject_id),
                                     array_agg(shared), array_agg(content_tsv), array_agg(-1))
     FROM old_rows WHERE content IS NOT NULL HAVING count(*) > 0;
     RETURN NULL;
 END $$;
-CREATE FUNCTION memory_items_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION memory_items_updated() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     PERFORM memory_statistics_apply(array_agg(tenant_id), array_agg(user_id), array_agg(subject_id),
                                     array_agg(shared), array_agg(content_tsv), array_agg(d))

@@ -40,7 +40,7 @@ BODIES = {
     ("PATCH", "/v1/facts/{fact_id}"): lambda t: {"content": "an edited fact"},
     ("PATCH", "/v1/facts/{fact_id}/visibility"): lambda t: {"visibility": "private"},
 }
-REQUIRED_QUERIES = {"q": "grandpa", "a": "nope", "b": "nope"}
+REQUIRED_QUERIES = {"q": "grandpa", "a": "nope", "b": "nope", "against": "nope"}
 
 
 def endpoints(settings) -> list[tuple[str, str, object]]:
@@ -53,7 +53,7 @@ def endpoints(settings) -> list[tuple[str, str, object]]:
 def concrete(template: str, tk: str, target: str, kind: str) -> str:
     tenant, mark = TENANTS[tk], f"zz{tk}{target}"
     values = {"conversation_id": f"c-{target}", "fact_id": f"{tenant}-{mark}-private", "topic_id": f"{mark}-topic",
-              "user_id": target, "name": "app.js", "kind": kind,
+              "user_id": target, "name": "app.js", "kind": kind, "b": "nope",
               "item_id": {"fact": f"{tenant}-{mark}-private", "chunk": f"{tenant}-{mark}-chunk",
                           "message": f"c-{target}:1"}[kind]}
     return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], template)
