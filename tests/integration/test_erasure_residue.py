@@ -157,10 +157,11 @@ async def test_no_file_of_the_stack_holds_an_erased_users_words_after_the_bound(
                     planted = await residue(settings, mark)
                     for table in ("messages", "memory", "conversation_chunks", "facts", "topics", "served_contexts"):
                         assert planted.get(table), (table, planted)
-                    # The check sees residue where there is some: the table files and the WAL hold it now.
+                    # The check sees residue where there is some: the table files hold it now (the WAL
+                    # too, unless a segment switch and this checkpoint already removed the segment).
                     await checkpoint(settings)
                     before = hits([data], markers)
-                    assert any("/base/" in f for f in before) and any("/pg_wal/" in f for f in before), before
+                    assert any("/base/" in f for f in before), before
 
                     answer = await http.delete(f"/v1/users/{ALICE}", params={"tenant_id": TENANT},
                                                headers={"X-Admin-Key": ADMIN, "X-API-Key": ""})
