@@ -38,12 +38,24 @@ CHUNK = 16 << 20
 API_LOGGERS = ("api", "memory_agent", "projections", "retrieval", "runtime", "core", "domain", "uvicorn")
 
 
+def _files(paths: list[Path]) -> list[Path]:
+    """Every file under `paths`; a folder Kafka or PostgreSQL removes during the walk (a deleted
+    topic's partition folder, renamed `-delete` and then removed) is skipped, not an error."""
+    files: list[Path] = []
+    for p in paths:
+        if p.is_file():
+            files.append(p)
+            continue
+        for root, _dirs, names in os.walk(p):  # os.walk ignores a folder that vanished (onerror=None)
+            files.extend(Path(root) / n for n in sorted(names))
+    return files
+
+
 def hits(paths: list[Path], markers: list[bytes]) -> dict[str, int]:
     """{file: occurrences of any marker} under `paths` (files, or folders read recursively)."""
     found: dict[str, int] = {}
     tail = max(map(len, markers)) - 1
-    files = [f for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*"))) if f.is_file()]
-    for path in files:
+    for path in _files(paths):
         count, carry = 0, b""
         try:
             with open(path, "rb") as handle:

@@ -132,6 +132,11 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             await cli(settings, "replay", "start", "--generation", strong, "--detach")
             for name in (weak, strong):
                 await settled(settings, name)
+
+                async def copied(name=name) -> bool:  # a replay projects the log's served records too
+                    return (await rows(settings, f"SELECT count(*) FROM gen_{name}.served_contexts"))[0][0] == served
+
+                await wait_until(copied, 120, f"the served records projected into {name}")
             before_b = await rows(settings, f"SELECT (SELECT count(*) FROM gen_{strong}.surfaced_items),"
                                             f" (SELECT count(*) FROM gen_{strong}.served_contexts)")
 
@@ -149,7 +154,8 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             assert w["verdict"] == "worse" and w["delta"] < -0.05 and w["foresight_b"] < w["foresight_a"], w
             assert s["verdict"] == "better" and s["delta"] > 0.05 and s["items_gained"] > 0, s
             assert s["items_lost"] == 0 and s["tokens_b"] > s["tokens_a"] == 0, s
-            # Reading B wrote nothing into B: no surfaced items, no served records of its own.
+            # Reading B wrote nothing into B: no surfaced items, no served records of its own (the
+            # ones it holds are the log's, projected by its replay before `before_b`).
             assert await rows(settings, f"SELECT (SELECT count(*) FROM gen_{strong}.surfaced_items),"
                                         f" (SELECT count(*) FROM gen_{strong}.served_contexts)") == before_b
 
