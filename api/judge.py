@@ -69,13 +69,23 @@ async def side_a(conn: psycopg.AsyncConnection, turn: dict) -> J.Side:
         "fact": await _texts(conn, "SELECT fact_id, content FROM facts WHERE fact_id = ANY(%s)", (ids["fact"],)),
         "chunk": await _texts(conn, "SELECT chunk_id, content FROM conversation_chunks WHERE chunk_id = ANY(%s)",
                               (ids["chunk"],)),
-        "message": await _texts(conn, "SELECT conversation_id || ':' || seq, content FROM messages"
-                                      " WHERE tenant_id = %s AND conversation_id || ':' || seq = ANY(%s)",
-                                (tenant, ids["message"])),
+        "message": await _message_texts(conn, tenant, ids["message"]),
     }
     for kind in ("fact", "chunk", "message"):
         texts[kind] = "\n".join(found[kind].get(i, "") for i in ids[kind])
     return J.Side(items, summary and f"{summary['start_seq']}-{summary['end_seq']}", _join(texts), texts)
+
+
+async def _message_texts(conn: psycopg.AsyncConnection, tenant: str, ids: list[str]) -> dict[str, str]:
+    """{"conversation:seq": content} by the messages' primary key (an id whose seq is not a
+    number names no message)."""
+    keys = [(c, int(s)) for c, _, s in (i.rpartition(":") for i in ids) if c and s.isdigit()]
+    if not keys:
+        return {}
+    return await _texts(conn, "SELECT m.conversation_id || ':' || m.seq, m.content"
+                              " FROM unnest(%s::text[], %s::int[]) AS k(conversation_id, seq)"
+                              " JOIN messages m ON m.tenant_id = %s AND m.conversation_id = k.conversation_id"
+                              " AND m.seq = k.seq", ([c for c, _ in keys], [n for _, n in keys], tenant))
 
 
 def _join(texts: dict[str, str]) -> str:
