@@ -2,6 +2,7 @@
 
     python -m bench.retrieval_bench [--n 100000] [--requests 2000] [--clients 32] [--keep | --reuse]
                                     [--api-embedding-threads 1] [--api-workers N] [--skip-api | --skip-recall]
+                                    [--baseline DIR [--baseline-rounds 3]]
 (from the repo root, with PostgreSQL up: `make infra-up`; Kafka is not needed.) Numbers: docs/retrieval.md.
 Embeddings of the synthetic corpus are cached in .state/bench/ (23 minutes to make here, seconds to reload).
 """
@@ -208,8 +209,8 @@ def synthetic_memories(texts: list[tuple[str, str]], seed: int = 11, users: int 
 
 
 # Built after the bulk load (faster, and as a deployment's would be after a backfill). The
-# per-table HNSW indexes are not read by the context any more (memory_items is): built for
-# `--legacy-indexes` only, since at 1M items they take longer than the rest of the load.
+# per-table HNSW indexes are read by nothing any more (memory_items is) and migration 0055
+# drops them: built for `--legacy-indexes` only (the layout of earlier rounds).
 INDEXES = (
     ("memory_items_embedding",
      "memory_items USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"),
@@ -261,7 +262,7 @@ async def load(settings: Settings, n: int, conversations: int, *, users: int = 0
     async with await psycopg.AsyncConnection.connect(
             settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
         for name, _ in INDEXES + LEGACY_INDEXES:
-            await conn.execute(f"DROP INDEX {name}")
+            await conn.execute(f"DROP INDEX IF EXISTS {name}")
         for start in range(0, len(texts), BATCH):
             batch = texts[start:start + BATCH]
             part = (random_vectors(len(batch), start) if vectors is None else vectors[start:start + BATCH])
@@ -369,8 +370,10 @@ async def scope_recall(settings: Settings, users: int, questions: int = 5) -> di
                                              RetrievalConfig.from_settings(settings.retrieval))
 
 
-def start_api(settings: Settings, port: int, threads: int | None, workers: int | None = None) -> subprocess.Popen:
-    """The real app under uvicorn in its own process (access log off, as behind a proxy)."""
+def start_api(settings: Settings, port: int, threads: int | None, workers: int | None = None,
+              source: Path | None = None) -> subprocess.Popen:
+    """The real app under uvicorn in its own process (access log off, as behind a proxy), from
+    this tree or from `source` (another checkout, e.g. main's, served against the same schema)."""
     # No topic worker runs here: the topic section would wait its full context_wait_ms (500 ms)
     # for a fold that never places the message, so that wait is turned off.
     env = dict(os.environ, MEMORY_GENERATION=settings.generation, MEMORY_POSTGRES__DSN=settings.postgres.dsn,
@@ -389,7 +392,15 @@ def start_api(settings: Settings, port: int, threads: int | None, workers: int |
         return subprocess.Popen([sys.executable, "-m", "memory_agent.cli", "api", "--workers", str(workers),
                                  "--port", str(port)], env=env, cwd=Path(__file__).resolve().parents[1],
                                 stdout=subprocess.DEVNULL)  # its access log
-    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=Path(__file__).resolve().parents[1])
+    if source is not None:  # its packages first: `-c` puts the working directory on sys.path
+        env["PYTHONPATH"] = str(source)
+    return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=source or Path(__file__).resolve().parents[1])
+
+
+def process_cpu_ms(pid: int) -> float:
+    """A process's CPU so far (user + system, every thread: the query embedding's too), in ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 async def hammer(base_url: str, requests: int, clients: int, conversations: int, seed: int = 5) -> dict:
@@ -446,36 +457,76 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
-    async with await psycopg.AsyncConnection.connect(  # every run starts with nothing surfaced
+async def forget_surfaced(settings: Settings) -> None:
+    """Every pass starts with nothing surfaced (the same requests, the same exclusions)."""
+    async with await psycopg.AsyncConnection.connect(
             settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True) as conn:
         await conn.execute("TRUNCATE surfaced_items")
+
+
+async def started_api(settings: Settings, args: argparse.Namespace, source: Path | None = None
+                      ) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = start_api(settings, port, args.api_embedding_threads, args.api_workers, source)
+    base_url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}) as http:
+        for _ in range(300):
+            try:
+                if (await http.get("/v1/conversations/bench-0/context", params={"query": "hi"})).status_code:
+                    break
+            except httpx.TransportError:
+                await asyncio.sleep(0.1)
+    await hammer(base_url, 64, 4, args.conversations, seed=1)  # warm up: model, pool, plans
+    return process, base_url
+
+
+async def measured(settings: Settings, process: subprocess.Popen, base_url: str, requests: int, clients: int,
+                   conversations: int, seed: int) -> dict:
+    """One pass of the closed loop, with the API process's CPU per context (one process only:
+    with --api-workers the children's CPU is not in it)."""
+    await forget_surfaced(settings)
+    cpu = process_cpu_ms(process.pid)
+    result = await hammer(base_url, requests, clients, conversations, seed=seed)
+    result["api_cpu_ms_per_context"] = round((process_cpu_ms(process.pid) - cpu) / requests, 2)
+    return result
+
+
+async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
     # The topic each served context is recorded on, as `memory-agent migrate` creates it: without
     # it every request's record fails in the background and costs the API CPU.
     from domain.lineage import served_topic
     from runtime.kafka_topics import TopicSpec, ensure_topics
     await ensure_topics(settings, [TopicSpec(served_topic(settings), settings.kafka.partitions, {})])
-    port = free_port()
-    process = start_api(settings, port, args.api_embedding_threads, args.api_workers)
-    base_url, results = f"http://127.0.0.1:{port}", {}
+    process, base_url = await started_api(settings, args)
+    baseline = None if args.baseline is None else await started_api(settings, args, args.baseline)
+    results: dict = {}
     try:
-        async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}) as http:
-            for _ in range(300):
-                try:
-                    if (await http.get("/v1/conversations/bench-0/context", params={"query": "hi"})).status_code:
-                        break
-                except httpx.TransportError:
-                    await asyncio.sleep(0.1)
-        await hammer(base_url, 64, 4, args.conversations, seed=1)  # warm up: model, pool, plans
-        results["sequential"] = await hammer(base_url, args.sequential, 1, args.conversations, seed=2)
-        results["concurrent"] = await hammer(base_url, args.requests, args.clients, args.conversations, seed=3)
+        if baseline is not None:  # both trees, one after the other, round by round: same load, same data
+            rounds: dict = {"this": [], "baseline": []}
+            for r in range(args.baseline_rounds):
+                for name, (proc, url) in (("baseline", baseline), ("this", (process, base_url))):
+                    rounds[name].append(await measured(settings, proc, url, args.sequential, 1, args.conversations,
+                                                       seed=2 + r))
+            results["baseline_source"] = str(args.baseline)
+            results["one_client_rounds"] = rounds
+            cpu = {name: sum(p["api_cpu_ms_per_context"] for p in passes) / len(passes)
+                   for name, passes in rounds.items()}
+            p50 = {name: sum(p["p50_ms"] for p in passes) / len(passes) for name, passes in rounds.items()}
+            results["api_cpu_ms_per_context"] = {name: round(v, 2) for name, v in cpu.items()}
+            results["api_cpu_ratio_this_to_baseline"] = round(cpu["this"] / cpu["baseline"], 3)
+            results["one_client_p50_ms"] = {name: round(v, 1) for name, v in p50.items()}
+        results["sequential"] = await measured(settings, process, base_url, args.sequential, 1, args.conversations,
+                                               seed=2)
+        results["concurrent"] = await measured(settings, process, base_url, args.requests, args.clients,
+                                               args.conversations, seed=3)
         results["healthz"] = await hammer_healthz(base_url, max(args.requests, 2000), args.clients)
         results["contexts_per_healthz"] = round(
             results["concurrent"]["throughput_rps"] / results["healthz"]["throughput_rps"], 4)
-        results["load_average_after"] = round(os.getloadavg()[0], 2)
+        results["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
-        process.terminate()
-        process.wait(30)
+        for proc in [process] + ([baseline[0]] if baseline is not None else []):
+            proc.terminate()
+            proc.wait(30)
     return results
 
 
@@ -494,11 +545,15 @@ async def main() -> None:
     parser.add_argument("--skip-hnsw", action="store_true",
                         help="no HNSW index at all (every scope of 10,000 users x 100 items is an exact scan)")
     parser.add_argument("--legacy-indexes", action=argparse.BooleanOptionalAction, default=None,
-                        help="also build the per-table HNSW indexes (default: up to 200,000 items)")
+                        help="also build the per-table HNSW indexes that migration 0055 drops (earlier rounds' layout)")
     parser.add_argument("--api-embedding-threads", type=int, default=None,
                         help="onnxruntime intra-op threads of the API's embedder (default: the setting, 0 = cores)")
     parser.add_argument("--api-workers", type=int, default=None,
                         help="serve with `memory-agent api --workers N` (default: one uvicorn process in code)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another source tree (e.g. `git archive main | tar -x -C DIR`) served against the same"
+                             " schema: one-client passes of both, alternated, with the API CPU per context of each")
+    parser.add_argument("--baseline-rounds", type=int, default=3, help="alternated one-client passes per tree")
     parser.add_argument("--skip-recall", action="store_true", help="only the context endpoint (with --reuse)")
     parser.add_argument("--skip-api", action="store_true", help="only recall and the 1k search")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded schema of a previous --keep run")
@@ -513,7 +568,7 @@ async def main() -> None:
     print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
     results: dict = {"n": args.n}
     if not args.reuse:
-        legacy = args.legacy_indexes if args.legacy_indexes is not None else args.n <= 200_000
+        legacy = bool(args.legacy_indexes)
         results["load"] = await load(settings, args.n, args.conversations, users=args.users,
                                      synthetic_vectors=args.synthetic_vectors,
                                      legacy_indexes=legacy and not args.skip_hnsw, hnsw=not args.skip_hnsw)

@@ -80,11 +80,13 @@ BATCH_SYSTEMS = frozenset({"window", "facts", "topics"})
 _CHUNK = 5000  # records per projector transaction
 # Vector indexes the batch builds once after its bulk load instead of row by row: inserting
 # 5,000 vectors into an HNSW index cost 10.3 s of PostgreSQL here, without it 0.6 s plus a
-# 2.3 s build (docs/replay.md). Name -> definition, exactly as the migration creates it
-# (projections/migrations/0006_message_search.sql; a test compares the two).
+# 2.3 s build (docs/replay.md). memory_items' is the only vector index left (0055 dropped the
+# per-table ones); its rows come from the source tables' triggers, so the load fills the table
+# and the build indexes every row once. Name -> definition, exactly as the migration creates it
+# (projections/migrations/0020_memory_items.sql; a test compares the two).
 DEFERRED_INDEXES = {
-    "message_embeddings_embedding":
-        "message_embeddings USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    "memory_items_embedding":
+        "memory_items USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
 }
 _BUILD_MEMORY = "512MB"  # maintenance_work_mem of the build: the graph of ~100,000 vectors fits
 

@@ -197,9 +197,18 @@ async def test_batch_and_stream_replays_build_the_same_memory_and_the_agents_tak
             indexed = [await _rows(settings, index.format(name)) for name in (s1, b1)]
             assert indexed[0] == indexed[1] and len(indexed[1]) == 3 * 16, len(indexed[1])
             definition = ("SELECT replace(indexdef, schemaname, 'g') FROM pg_indexes WHERE schemaname = %s"
-                          " AND indexname = 'message_embeddings_embedding'")
+                          " AND indexname = 'memory_items_embedding'")
             definitions = [await _rows(settings, definition, (f"gen_{name}",)) for name in (s1, b1)]
             assert definitions[0] == definitions[1] and len(definitions[1]) == 1, definitions
+            # memory_items' index was built after the load (deferred): the rows it holds are the
+            # stream replay's, and the per-table vector index is gone in both (migration 0055).
+            items = ("SELECT item_id, content, embedding::text FROM gen_{}.memory_items WHERE kind = 'message'"
+                     " ORDER BY 1")
+            searched = [await _rows(settings, items.format(name)) for name in (s1, b1)]
+            assert searched[0] == searched[1] and len(searched[1]) == 3 * 16, len(searched[1])
+            legacy = ("SELECT indexname FROM pg_indexes WHERE schemaname = %s AND indexname IN"
+                      " ('message_embeddings_embedding', 'facts_embedding', 'conversation_chunks_embedding')")
+            assert [await _rows(settings, legacy, (f"gen_{name}",)) for name in (s1, b1)] == [[], []]
 
             # After the history the stream agents go on from the batch's states: the next
             # round's summary continues the chain (memory 4 on memory 3), as in the stream replay.

@@ -33,7 +33,7 @@ def test_the_index_is_built_with_parallel_workers_or_else_alone(monkeypatch, fai
     monkeypatch.setattr(batch_replay.psycopg, "connect", lambda *a, **k: FakeConnection(journal, fail_parallel))
     batch_replay.build_deferred_indexes(Settings(generation="g2", window={"replay_index_build_workers": 2}))
     assert [workers for workers, _ in journal] == ["0" if fail_parallel else "2"]
-    assert '"gen_g2"."message_embeddings" USING hnsw' in journal[0][1]
+    assert '"gen_g2"."memory_items" USING hnsw' in journal[0][1]
 
 
 def test_a_build_that_fails_alone_too_is_raised(monkeypatch):
