@@ -23,11 +23,13 @@ api_key_header = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error
 admin_key_header = APIKeyHeader(name="X-Admin-Key", scheme_name="AdminKey", auto_error=False, description="operator key (/v1/admin)")
 
 
-def get_settings(request: Request) -> Settings:
+# The dependencies are `async def` although they do not wait: FastAPI runs a plain `def`
+# dependency in its thread pool, a thread hand-off per dependency per request.
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_principal(request: Request, x_api_key: Annotated[str | None, Security(api_key_header)] = None) -> Principal:
+async def get_principal(request: Request, x_api_key: Annotated[str | None, Security(api_key_header)] = None) -> Principal:
     principal = request.app.state.keys.lookup(x_api_key)
     if principal is None:
         raise HTTPException(
@@ -46,7 +48,7 @@ def bound_key_names_another(principal: Principal, named: str | None) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"this key acts only as user {principal.user!r}")
 
 
-def get_tenant(principal: Annotated[Principal, Depends(get_principal)]) -> str:
+async def get_tenant(principal: Annotated[Principal, Depends(get_principal)]) -> str:
     return principal.tenant
 
 

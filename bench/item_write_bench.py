@@ -4,6 +4,7 @@ index projector's statements (their rows reach memory_items through its triggers
 schemas side by side, batch by batch alternated, so both see the same load.
 
     python -m bench.item_write_bench [--base 10000] [--messages 2000] [--batch 50]
+    python -m bench.item_write_bench --bulk 20000     # a batch replay's load: index kept vs built at the end
 
 (from the repo root, PostgreSQL up.) The backend's CPU is read from /proc (the server must run
 on this machine, as the local and shared ones do). Vectors are seeded random unit vectors.
@@ -44,6 +45,7 @@ _EMBEDDINGS = (
     " embedding_model, event_id) SELECT 't', c, s, 'u' || (s % 50), NULL, o, e::vector, 'bench', 'e-' || c || '-' || s"
     " FROM unnest(%s::text[], %s::int[], %s::timestamptz[], %s::text[]) AS v(c, s, o, e)"
 )
+LAYOUTS = ("index_kept", "index_deferred", "index_kept_again", "index_deferred_again")  # alternated: same load
 WORDS = ("plan trip garden invoice piano recipe deadline doctor camera bicycle sister holiday budget concert"
          " kitchen report market weekend lesson flight").split()
 
@@ -71,15 +73,62 @@ async def write(conn: psycopg.AsyncConnection, messages: list, embeddings: list)
     await conn.commit()
 
 
+async def bulk(dsn: str, tag: str, n: int) -> dict:
+    """A batch replay's bulk load into memory_items (through the message tables' triggers, in
+    transactions of 5,000 as the batch's projectors): with memory_items' HNSW index maintained
+    row by row, against dropped before the load and built once after it (DEFERRED_INDEXES)."""
+    from memory_agent.batch_replay import DEFERRED_INDEXES
+    name, definition = next(iter(DEFERRED_INDEXES.items()))
+    results = {}
+    for number, layout in enumerate(LAYOUTS):
+        generation = f"x{number}{tag}"
+        settings = Settings(generation=generation, postgres=PostgresSettings(dsn=dsn),
+                            kafka=KafkaSettings(topic_prefix=f"bench-writes-{tag}"))
+        await asyncio.to_thread(migrate, settings)
+        async with await psycopg.AsyncConnection.connect(
+                dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
+            rng = np.random.default_rng(3)
+            rows = [batch(start, 5000, rng) for start in range(0, n, 5000)]
+            pid, started = conn.info.backend_pid, time.perf_counter()
+            cpu = backend_cpu_ms(pid)
+            if "deferred" in layout:
+                await conn.execute(f"DROP INDEX {name}")
+            for messages, embeddings in rows:
+                await write(conn, messages, embeddings)
+            if "deferred" in layout:
+                await conn.execute("SET maintenance_work_mem = '512MB'")
+                await conn.execute(f"CREATE INDEX {name} ON {definition}")
+                await conn.commit()
+            results[layout] = {"seconds": round(time.perf_counter() - started, 2),
+                               "postgres_cpu_s": round((backend_cpu_ms(pid) - cpu) / 1000, 2)}
+    kept = results["index_kept"]["seconds"] + results["index_kept_again"]["seconds"]
+    deferred = results["index_deferred"]["seconds"] + results["index_deferred_again"]["seconds"]
+    results["time_ratio_deferred_to_kept"] = round(deferred / kept, 3)
+    return results
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", type=int, default=10_000, help="messages in each schema before measuring")
     parser.add_argument("--messages", type=int, default=2_000, help="messages measured per schema")
     parser.add_argument("--batch", type=int, default=50, help="messages per transaction (a projector batch)")
+    parser.add_argument("--bulk", type=int, default=0, help="messages of a bulk load (batch replay) instead")
     args = parser.parse_args()
     print(f"machine: {machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
     base = get_settings()
     tag = uuid.uuid4().hex[:6]
+    if args.bulk:
+        try:
+            results = await bulk(base.postgres.dsn, tag, args.bulk)
+            results["load_average"] = [round(x, 2) for x in os.getloadavg()]
+            print(json.dumps(results, indent=2))
+        finally:
+            async with await psycopg.AsyncConnection.connect(base.postgres.dsn, autocommit=True) as conn:
+                for number in range(len(LAYOUTS)):
+                    await conn.execute(f'DROP SCHEMA IF EXISTS "gen_x{number}{tag}" CASCADE')
+                await conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s",
+                                   (f"bench-writes-{tag}",))
+        return
     layouts = {"with_table_hnsw": f"w{tag}", "without (0055)": f"n{tag}"}
     conns: dict[str, psycopg.AsyncConnection] = {}
     cpu = {name: 0.0 for name in layouts}

@@ -292,7 +292,7 @@ async def load(settings: Settings, n: int, conversations: int, *, users: int = 0
                     [(L.A, f"bench-{c}", seq, f"e-{c}-{seq}", user, subject, "user" if seq % 2 == 0 else "assistant",
                       content, now - timedelta(minutes=10 - seq)) for seq, content in enumerate(CHAT)])
         await conn.commit()
-        await conn.execute("ANALYZE")
+        await analyze(conn, settings.pg_schema)
     return {"items": len(texts) + len(L.MEMORIES), "users": users or "labelled layout",
             "vectors": "synthetic (seeded random)" if synthetic_vectors else "model",
             "indexes": [name for name, _ in indexes],
@@ -368,6 +368,16 @@ async def scope_recall(settings: Settings, users: int, questions: int = 5) -> di
             settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as conn:
         return await vector_recall_per_scope(conn, sample_scopes(users, labelled, user_name=synthetic_user), queries,
                                              RetrievalConfig.from_settings(settings.retrieval))
+
+
+async def analyze(conn: psycopg.AsyncConnection, schema: str) -> None:
+    """ANALYZE the schema's tables only: a database-wide ANALYZE deadlocks with other schemas' DDL
+    on a shared server (it did)."""
+    await conn.commit()
+    tables = await (await conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,))).fetchall()
+    for (table,) in tables:
+        await conn.execute(f'ANALYZE "{schema}"."{table}"')
+        await conn.commit()
 
 
 def start_api(settings: Settings, port: int, threads: int | None, workers: int | None = None,

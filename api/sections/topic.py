@@ -94,16 +94,25 @@ async def _placed_up_to(conn: psycopg.AsyncConnection, request: ContextRequest, 
     """The fold's progress, after waiting (briefly) for it to place the current message."""
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
     target = request.conversation.last_seq if request.before_seq is None else request.before_seq
-    cur = await conn.execute(  # system and tool messages are never placed: do not wait for them
-        "SELECT max(seq) FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq <= %s"
-        " AND role IN ('user', 'assistant')", (tenant, conversation, target))
-    wanted = (await cur.fetchone())[0]
+    # One statement: the seq to wait for and the fold's progress (re-read alone while waiting).
+    cur = await conn.execute(_PLACED, {"tenant": tenant, "conversation": conversation, "target": target})
+    wanted, found, *progress = await cur.fetchone()
+    state = tq.TopicConversationRow(*progress) if found else None
     deadline = time.monotonic() + wait_ms / 1000
     while True:
-        state = await tq.get_topic_conversation(conn, tenant, conversation)
         if wanted is None or (state is not None and state.last_seq >= wanted) or time.monotonic() >= deadline:
             return state
         await asyncio.sleep(0.02)
+        state = await tq.get_topic_conversation(conn, tenant, conversation)
+
+
+# System and tool messages are never placed: the wait is for the newest user/assistant message.
+_PLACED = (
+    "SELECT (SELECT max(seq) FROM messages WHERE tenant_id = %(tenant)s AND conversation_id = %(conversation)s"
+    " AND seq <= %(target)s AND role IN ('user', 'assistant')), tc.tenant_id IS NOT NULL,"
+    " tc.active_topic_id, tc.activated_seq, tc.last_seq FROM (SELECT 1) one"
+    " LEFT JOIN topic_conversations tc ON tc.tenant_id = %(tenant)s AND tc.conversation_id = %(conversation)s"
+)
 
 
 class TopicErrorOut(BaseModel):
