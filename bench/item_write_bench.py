@@ -37,12 +37,12 @@ LEGACY = ("CREATE INDEX message_embeddings_embedding ON message_embeddings"
 _MESSAGES = (
     "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, subject_id, role, content,"
     " occurred_at, source_partition, source_offset)"
-    " SELECT 't', c, s, 'e-' || c || '-' || s, 'u' || (s % 50), NULL, 'user', x, o, 0, s"
+    " SELECT 't', c, s, 'e-' || c || '-' || s, 'u' || (s %% 50), NULL, 'user', x, o, 0, s"
     " FROM unnest(%s::text[], %s::int[], %s::text[], %s::timestamptz[]) AS v(c, s, x, o)"
 )
 _EMBEDDINGS = (
     "INSERT INTO message_embeddings (tenant_id, conversation_id, seq, user_id, subject_id, occurred_at, embedding,"
-    " embedding_model, event_id) SELECT 't', c, s, 'u' || (s % 50), NULL, o, e::vector, 'bench', 'e-' || c || '-' || s"
+    " embedding_model, event_id) SELECT 't', c, s, 'u' || (s %% 50), NULL, o, e::vector, 'bench', 'e-' || c || '-' || s"
     " FROM unnest(%s::text[], %s::int[], %s::timestamptz[], %s::text[]) AS v(c, s, o, e)"
 )
 LAYOUTS = ("index_kept", "index_deferred", "index_kept_again", "index_deferred_again")  # alternated: same load

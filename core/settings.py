@@ -202,7 +202,7 @@ class WindowSettings(BaseModel):
     context_max_gap_bytes: int = Field(default=32_768, ge=0, le=1_048_576)
     # Batch replay (memory_agent/batch_replay/): processes sharing the partitions.
     replay_batch_processes: int = Field(default=2, ge=1)
-    # PostgreSQL workers helping to build the message index's HNSW index after a batch replay
+    # PostgreSQL workers helping to build memory_items' HNSW index after a batch replay
     # (max_parallel_maintenance_workers); 0: the backend alone. A parallel build that fails
     # (its shared memory does not fit a container's /dev/shm) is done again without them.
     replay_index_build_workers: int = Field(default=1, ge=0, le=16)
