@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Awaitable, Callable, Literal, Mapping, Sequence
 
 import numpy as np
+import orjson
 import psycopg
 from psycopg.rows import class_row
 
@@ -67,10 +68,10 @@ _FIELDS = [f.name for f in fields(SearchRow)]
 
 
 def vector_literal(vector: np.ndarray) -> str:
-    """pgvector's text form, so no per-connection type registration is needed. Each float32 is
-    written as the shortest decimal of its exact double value (repr), which PostgreSQL reads
-    back to the same float32; ~30 times faster than formatting each number (1.5 ms a query)."""
-    return "[" + ",".join(map(repr, np.asarray(vector, dtype=np.float32).ravel().tolist())) + "]"
+    """pgvector's text form, so no per-connection type registration is needed: each float32 as
+    the shortest decimal that reads back to the same float32 (orjson's, ~25 times faster than
+    formatting each number in Python: 1.5-3 ms a query)."""
+    return orjson.dumps(np.asarray(vector, dtype=np.float32).ravel(), option=orjson.OPT_SERIALIZE_NUMPY).decode()
 
 
 _TABLE = {"fact": "facts", "chunk": "conversation_chunks", "message": "messages"}

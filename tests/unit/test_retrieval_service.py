@@ -90,7 +90,11 @@ def test_count_lines_equals_the_tokenizer_on_whole_texts():
 
 
 def test_vector_literal_is_pgvector_text():
-    assert vector_literal(np.array([0.5, -1.0, 1e-9], dtype=np.float32)) == "[0.5,-1,1e-09]"
+    assert vector_literal(np.array([0.5, -1.0, 1e-9], dtype=np.float32)) == "[0.5,-1.0,1e-9]"
+    vector = np.random.default_rng(3).standard_normal(384).astype(np.float32)
+    text = vector_literal(vector)
+    assert text.startswith("[") and text.endswith("]") and " " not in text
+    assert np.array_equal(np.array(text[1:-1].split(","), dtype=np.float32), vector)  # every float32 exactly
 
 
 def test_fact_scope_never_admits_other_users_private_or_dead_facts():
