@@ -36,6 +36,8 @@ class Score(BaseModel):
     importance_weight: float
     recency_weight: float
     found_by: list[str] = Field(description="vector (by meaning) and/or keyword")
+    similarity: float = Field(description="Deprecated (use cosine and keyword_score): the weighted sum of meaning"
+                                          " and keyword relevance, which may exceed 1")
 
 
 class Hit(BaseModel):
@@ -71,11 +73,15 @@ class Memory(BaseModel):
     category: str
     memory_type: str
     importance: int = Field(description="1 trivial .. 5 critical")
-    tags: list[str] | None = Field(None, description="Left out when there are none")
+    tags: list[str] = Field(description="Topic tags (an empty list when there are none)")
     visibility: str = Field(description="private, or shared with the subject's other users")
     shared_by: str | None = Field(None, description="The user who shared it, when it is not yours")
-    subject_id: str | None = Field(None, description="Who or what it is about (left out: none)")
+    subject_id: str | None = Field(None, description="Who or what it is about (null: none)")
     updated: str = Field(description="Date of the last change, YYYY-MM-DD")
+    # Deprecated aliases, kept beside the fields that replaced them: the tools' outputs are public and
+    # change by adding (docs/surfaces.md).
+    mine: bool = Field(description="Deprecated (use shared_by): false when another user shared it")
+    updated_at: str = Field(description="Deprecated (use updated): time of the last change, ISO 8601")
 
 
 class MemoryList(BaseModel):
@@ -115,19 +121,29 @@ def _hit(item: dict) -> Hit:
                score=Score(**{k: item["score"][k] for k in Score.model_fields}))
 
 
-def compact(result: BaseModel) -> CallToolResult:
+def compact(result: BaseModel, *, keep: Callable[[dict], None] | None = None) -> CallToolResult:
     """The tool's answer without empty fields, as structured content and as one line of JSON text
-    (the SDK's default text is indented JSON with every null: twice the tokens for an agent)."""
+    (the SDK's default text is indented JSON with every null: twice the tokens for an agent).
+    `keep` puts back the nulls an earlier version of the output always had."""
     body = result.model_dump(mode="json", exclude_none=True)
+    if keep is not None:
+        keep(body)
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=body)
 
 
 def memory_of(fact: dict) -> Memory:
     return Memory(memory_id=fact["fact_id"], content=fact["content"], category=fact["category"],
-                  memory_type=fact["memory_type"], importance=fact["importance"], tags=fact["tags"] or None,
+                  memory_type=fact["memory_type"], importance=fact["importance"], tags=fact["tags"] or [],
                   visibility=fact["visibility"], shared_by=None if fact["mine"] else fact["owner_user_id"],
-                  subject_id=fact["subject_id"], updated=fact["updated_at"][:10])
+                  subject_id=fact["subject_id"], updated=fact["updated_at"][:10], mine=fact["mine"],
+                  updated_at=fact["updated_at"])
+
+
+def _subject_always(body: dict) -> None:
+    """Every memory names its subject_id, null for none, as the first version of list_memories did."""
+    for memory in body["memories"]:
+        memory.setdefault("subject_id", None)
 
 
 def build_server(connection_for: Callable[[Context], Connection],
@@ -199,7 +215,8 @@ def build_server(connection_for: Callable[[Context], Connection],
         """List my memories (facts) and those others shared about the same subjects."""
         body = await call(ctx, lambda api: api.list_memories(subject_id=subject_id,
                                                               include_superseded=include_superseded))
-        return compact(MemoryList(user_id=body["user_id"], memories=[memory_of(f) for f in body["facts"]]))
+        return compact(MemoryList(user_id=body["user_id"], memories=[memory_of(f) for f in body["facts"]]),
+                       keep=_subject_always)
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True))
     async def forget_memory(

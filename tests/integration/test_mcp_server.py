@@ -82,9 +82,16 @@ async def exercise(client: Client, api: str, conversation: str) -> None:
 
     found = await client.call_tool("search_memory", {"query": "WiFi problem", "kinds": ["fact"]})
     assert found.structured_content["user_id"] == "nox"
-    for item in found.structured_content["items"]:  # no "similarity" of 1.3: meaning and keywords apart
-        assert "similarity" not in item["score"] and -1 <= item["score"]["cosine"] <= 1
-        assert 0 <= item["score"]["keyword_score"] <= 1
+    async with httpx.AsyncClient(base_url=api, headers={"X-API-Key": "key-a", "X-User-Id": "nox"}) as http:
+        searched = await http.get("/v1/search", params={"q": "WiFi problem", "kinds": "fact", "k": 10})
+    api_items = searched.json()["items"]
+    api_similarity = {item["id"]: item["score"]["similarity"] for item in api_items}
+    for item in found.structured_content["items"]:  # meaning and keywords apart, not a "similarity" of 1.3
+        assert -1 <= item["score"]["cosine"] <= 1 and 0 <= item["score"]["keyword_score"] <= 1
+        # ... and the deprecated alias beside them, with its old meaning: the API's weighted sum.
+        assert item["score"]["similarity"] == api_similarity[item["id"]]
+    score_schema = tools["search_memory"].output_schema["$defs"]["Score"]["properties"]
+    assert "Deprecated" in score_schema["similarity"]["description"]
     assert found.structured_content["items"][0]["id"] == memory_id  # seed 001's check, through MCP
     forged = await client.call_tool("search_memory", {"query": "WiFi problem", "user_id": "maria"})
     assert not forged.is_error and forged.structured_content["user_id"] == "nox"  # the argument is dropped
@@ -94,10 +101,13 @@ async def exercise(client: Client, api: str, conversation: str) -> None:
     listed_result = await client.call_tool("list_memories", {})
     listed = listed_result.structured_content
     assert listed["user_id"] == "nox" and [m["memory_id"] for m in listed["memories"]] == [memory_id]
-    # Compact: no null or empty fields, one line of JSON as the text an agent reads.
+    # Compact: no null or empty fields but those the first version always had, one line of JSON as
+    # the text an agent reads; the renamed fields beside their deprecated aliases (mine, updated_at).
     [memory] = listed["memories"]
     assert set(memory) == {"memory_id", "content", "category", "memory_type", "importance", "tags", "visibility",
-                           "updated"} and len(memory["updated"]) == 10
+                           "updated", "subject_id", "mine", "updated_at"} and len(memory["updated"]) == 10
+    assert memory["mine"] is True and "shared_by" not in memory and memory["subject_id"] is None
+    assert memory["updated_at"].startswith(memory["updated"]) and memory["tags"] == ["network"]
     assert listed_result.content[0].text == json.dumps(listed, ensure_ascii=False, separators=(",", ":"))
 
     async with httpx.AsyncClient(base_url=api, headers={"X-API-Key": "key-a"}) as http:
