@@ -17,7 +17,8 @@ from api.erasure_requests import ErasureGate
 from api.generation import ActiveGeneration
 from api.routes import lineage as lineage_routes
 from api.routes import erasure
-from core import privacy
+from core import privacy, telemetry
+from api.tracing import TraceRequests
 from api.log_ends import LogEnds
 from api.served import ServedRecorder
 from api.limits import TenantSlots, tenant_share
@@ -68,9 +69,12 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
         app.state.log_ends = LogEnds(settings)  # an unknown conversation's 404 without waiting (api/log_ends.py)
         if warm_up:
             await warm_up_retrieval(app.state)
+        stop_tracing = telemetry.configure(settings, "api")  # None: off (docs/observability.md)
         try:
             yield
         finally:
+            if stop_tracing is not None:
+                stop_tracing()
             await app.state.client.stop()
             await app.state.served_recorder.close()
             await app.state.log_ends.close()
@@ -109,4 +113,6 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
     app.include_router(erasure.router)  # docs/lineage.md, erasure
     errors.install(app)
     access_log.install(app.routes)  # templates, never ids or query strings (api/access_log.py)
+    if telemetry.wanted(settings):  # off: not even a middleware on the request path
+        app.add_middleware(TraceRequests)
     return app

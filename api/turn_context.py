@@ -6,6 +6,7 @@ import psycopg
 
 from typing import Any
 
+from core import telemetry
 from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
 from retrieval.request import ContextRequest
 from api.sections.retrieval import retrieval_section
@@ -87,8 +88,8 @@ async def build_turn_context(
             gap_omitted_to_seq=omitted[1] if omitted else None,
             gap_omitted_count=omitted_count,
         ),
-        retrieved=await retrieval_section(
+        retrieved=await telemetry.traced("context retrieval", retrieval_section(
             conn, request, app_state, verbatim_from_seq=min((m.seq for m in assembled.gap), default=None),
-            recent=recent),
-        active_topic=await topic_section(conn, request, app_state),
+            recent=recent)),
+        active_topic=await telemetry.traced("context topic", topic_section(conn, request, app_state)),
     )

@@ -456,6 +456,23 @@ class WorkerSettings(BaseModel):
     lag_interval_s: float = Field(default=15.0, gt=0)
 
 
+class TelemetrySettings(BaseModel):
+    """OpenTelemetry traces over OTLP/HTTP (docs/observability.md); the standard OTEL_* variables
+    (endpoint, headers, timeout, resource attributes, sampler) apply where these are unset."""
+
+    # Export traces of the API's requests, the context read, the append and the worker's
+    # processing (needs the `otel` extra). Off: no span is made (one check per hook).
+    enabled: bool = False
+    # OTLP/HTTP traces URL, e.g. http://collector:4318/v1/traces; unset: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    # else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, else http://localhost:4318/v1/traces.
+    endpoint: str | None = None
+    # service.name of the spans; unset: OTEL_SERVICE_NAME, else memory-agent-api / memory-agent-worker.
+    service_name: str | None = None
+    # Share of new traces kept, 0..1 (a trace begun upstream keeps its caller's decision); unset:
+    # OTEL_TRACES_SAMPLER (default: every trace).
+    sample_ratio: float | None = Field(default=None, ge=0, le=1)
+
+
 class PrivacySettings(BaseModel):
     """Crypto-shredding (docs/lineage.md): the free text of events (messages, derived texts,
     served queries, the topic fold's state) sealed with the keys of the users it came from."""
@@ -526,6 +543,7 @@ class Settings(BaseSettings):
     client: ClientSettings = ClientSettings()
     worker: WorkerSettings = WorkerSettings()
     privacy: PrivacySettings = PrivacySettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
 
     @field_validator("generation")
     @classmethod

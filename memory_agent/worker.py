@@ -8,7 +8,7 @@ import json
 import logging
 import signal
 
-from core import privacy
+from core import privacy, telemetry
 from core.settings import Settings
 from memory_agent.worker_metrics import report_lag, serve_metrics
 from projections.catalog import NO_LINGER, consumer_groups, projectors  # noqa: F401 - tests import them here
@@ -114,6 +114,9 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     serve_metrics(settings)  # a taken port (a replay worker beside the live one): a free one, logged
     privacy.install(settings)
     atexit.register(_log_cpu_split)
+    stop_tracing = telemetry.configure(settings, "worker")  # None: off (docs/observability.md)
+    if stop_tracing is not None:
+        atexit.register(stop_tracing)  # the spans still queued go out as the process ends
     if role in ("projectors", "stages"):
         # A generation rebuilt in batch (memory_agent/batch_replay) writes the projections and
         # commits the stages' group itself, from the agents' process: wait for its hand-over.

@@ -22,7 +22,7 @@ from aiokafka import (
 )
 from aiokafka.structs import ConsumerRecord
 
-from core import metrics
+from core import metrics, telemetry
 from core.settings import Settings
 from runtime import dead_letter, isolation
 from runtime.db import connect
@@ -122,12 +122,19 @@ async def apply_batch(
 ) -> None:
     name = projector.name
     async with conn.transaction():
-        letters = await (apply() if apply is not None else projector.apply(conn, records))
+        with telemetry.batch_span(f"project {name}", records):
+            letters = await (apply() if apply is not None else projector.apply(conn, records))
         if letters:
             await publish_letters(producer, settings, name, letters)
         await save_offsets(conn, name, records)
     metrics.PROJECTED.labels(projector=name).inc(len(records))
     metrics.PROJECTOR_TRANSACTIONS.labels(projectors=name).inc()
+
+
+async def _traced_apply(projector: Projector, conn: psycopg.AsyncConnection,
+                        records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
+    with telemetry.batch_span(f"project {projector.name}", records):
+        return await projector.apply(conn, records)
 
 
 async def refuse_record(
@@ -418,7 +425,8 @@ class ProjectorGroup:
         first = self.runners[0]
         conn = first.conn
         async with conn.transaction():
-            letters = [(runner.projector.name, await runner.projector.apply(conn, fresh)) for runner, fresh in work]
+            letters = [(runner.projector.name, await _traced_apply(runner.projector, conn, fresh))
+                       for runner, fresh in work]
             for name, refused in letters:
                 if refused:
                     await publish_letters(first.producer, self.settings, name, refused)

@@ -14,6 +14,7 @@ import psycopg
 
 from domain.speakers import split_prefix
 from retrieval.request import ContextRequest
+from core import telemetry
 from core.embeddings import Embedder, make_embedder
 from core.settings import RetrievalSettings, Settings
 from retrieval.items import EXACT_SCAN_MAX_ITEMS, prepare_items, search_items
@@ -356,8 +357,8 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     current = request.query if request.query and request.query.strip() else None
     k = config.k_for(request.budget_tokens)
     vector = query_vector(embedder, text, current is not None, config.context_weight)  # awaited with the keywords
-    rows = pair_replies(await search_rows(conn, scope, text, embedder, config, current, common, k, vector, side),
-                        config)
+    rows = pair_replies(await telemetry.traced("retrieval search", search_rows(
+        conn, scope, text, embedder, config, current, common, k, vector, side)), config)
     if keep is not None:
         rows = [r for r in rows if keep(r)]
     by_key = {key(r.kind, r.item_id): r for r in rows}
@@ -372,8 +373,9 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
                                                  and e.score.final > config.scoring.threshold)]
     # Lines counted one by one, and only those whose lower bound still fits: once the budget is
     # nearly full most candidates are left out without running the tokenizer.
-    packed = pack(scored.kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
-                  lower_bound=min_tokens, duplicate_overlap=config.duplicate_overlap)
+    with telemetry.span("retrieval pack"):
+        packed = pack(scored.kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
+                      lower_bound=min_tokens, duplicate_overlap=config.duplicate_overlap)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]

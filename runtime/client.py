@@ -10,6 +10,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
+from core import telemetry
 from core.settings import Settings
 from schemas.codec import encode_checked, validate
 from schemas.limits import Limits
@@ -113,7 +114,11 @@ class MemoryClient:
 
             value = await asyncio.to_thread(sealed_value, envelope, self.settings, self.limits)
         await self.start()
-        return await self._producer.send(self.settings.kafka.conversation_topic, value=value, key=envelope.key)
+        topic = self.settings.kafka.conversation_topic
+        # The record carries the append's trace context: the worker's processing of it joins the trace.
+        with telemetry.span("append", {"messaging.system": "kafka", "messaging.destination.name": topic,
+                                       "memory_agent.event_type": envelope.type}, kind="producer"):
+            return await self._producer.send(topic, value=value, key=envelope.key, headers=telemetry.headers())
 
     async def send_raw(self, value: bytes, key: bytes | None = None) -> RecordMetadata:
         """Append bytes as they are (tests and replaying foreign producers' data)."""

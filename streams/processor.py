@@ -11,6 +11,7 @@ from typing import Any
 
 import faust
 
+from core import telemetry
 from runtime.outage import is_transient
 from schemas.codec import Event, encode, peek_type
 from schemas.envelope import parse_conversation_key
@@ -96,7 +97,9 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
                 continue  # nothing folds it: not even parsed
             event = ctx.decode(value, key=key)
             if event is not None and event.type in relevant:
-                await _process(ctx, stream, states, slices, key, event)
+                with telemetry.span(f"{AGENT} {event.type}", kind="consumer",  # the append's trace (docs/observability.md)
+                                    parent=telemetry.context_of(stream.current_event.message.headers)):
+                    await _process(ctx, stream, states, slices, key, event)
 
     for part in slices:
         for ticks in part.ticks:
@@ -120,7 +123,8 @@ async def _process(ctx: StreamContext, stream, states: States, slices: Sequence[
             continue
         async with ctx.applying(stream, f"{AGENT}.{part.name}"):  # refused by this slice only
             state = states.state(entry, key, part)
-            new_state, out = part.fold(state, event, now)
+            with telemetry.span(f"fold {part.name}"):
+                new_state, out = part.fold(state, event, now)
             if new_state != state:
                 encoded[part.name] = part.dump(key, new_state)  # its codec may seal it
                 changed[part.name] = new_state
@@ -128,7 +132,7 @@ async def _process(ctx: StreamContext, stream, states: States, slices: Sequence[
     # Events first, then the state: a crash in between folds the redelivered record again and
     # sends them again (every consumer ignores what it already has), instead of losing them.
     for envelope in outgoing:
-        await ctx.memory_events.send(key=key, value=encode(envelope))
+        await ctx.memory_events.send(key=key, value=encode(envelope), headers=telemetry.headers())
     if encoded:
         states.write(key, entry, encoded, changed)
 

@@ -42,7 +42,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.structs import ConsumerRecord
 
-from core import metrics
+from core import metrics, telemetry
 from core.llm import provenance as llm_provenance
 from runtime import dead_letter
 from runtime.dead_letter import DeadLetter
@@ -349,6 +349,10 @@ class StageRunner:
             task.add_done_callback(self._tasks.pop)
 
     async def _process(self, lane: _Lane, tp: TopicPartition, batch: Batch) -> None:
+        with telemetry.batch_span(f"stage {lane.stage.name}", [record for record, _ in batch]):
+            await self._process_batch(lane, tp, batch)
+
+    async def _process_batch(self, lane: _Lane, tp: TopicPartition, batch: Batch) -> None:
         stage = lane.stage
         lane.in_flight_gauge.inc()
         try:
@@ -423,7 +427,8 @@ class StageRunner:
         values = [(e.key, self._checked(stage, e)) for e in results]  # InvalidEvent before anything is sent
 
         async def send() -> None:
-            sent = [await self.producer.send(self.topic, key=key, value=value) for key, value in values]
+            sent = [await self.producer.send(self.topic, key=key, value=value, headers=telemetry.headers())
+                    for key, value in values]
             await asyncio.gather(*sent)
         if values:
             await retry_transient(send, what=f"stage {stage.name} results for {tp}")

@@ -16,6 +16,7 @@ from api.schemas import ContextOut
 from retrieval.request import ContextRequest
 from api.served import recorder_for
 from api.turn_context import build_turn_context
+from core import telemetry
 from core.metrics import CONTEXT_LATENCY
 from projections import queries
 from schemas.envelope import IDENTIFIER, conversation_key
@@ -66,8 +67,9 @@ async def turn_context(
     with the watermark it reflects."""
     started = time.monotonic()
     tenant = principal.tenant
-    conversation = await _wait_for(conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms),
-                                   settings.api.max_seq_ahead, request.app.state.log_ends)
+    conversation = await telemetry.traced("context wait", _wait_for(
+        conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms), settings.api.max_seq_ahead,
+        request.app.state.log_ends))
     user = None if conversation is None else conversation_user(principal, conversation.user_id,
                                                                     named_in(x_user_id, user_id), "context")
     if conversation is None or user is None:
@@ -84,7 +86,8 @@ async def turn_context(
     if as_of_seq is not None:
         return await context_as_of(conn, wanted, as_of_seq, request.app.state)
     clock = await projection_clock(conn)  # as the read begins: what as_of_seq rebuilds (docs/lineage.md)
-    served = await build_turn_context(conn, wanted, min_seq=min_seq, app_state=request.app.state)
+    served = await telemetry.traced("context", build_turn_context(conn, wanted, min_seq=min_seq,
+                                                                  app_state=request.app.state))
     recorder_for(request.app.state).record(wanted, served, clock)  # off the critical path: never waits, never raises
     CONTEXT_LATENCY.observe(time.monotonic() - started)
     return served

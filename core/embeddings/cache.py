@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from psycopg_pool import AsyncConnectionPool
 
+from core import telemetry
 from core.embeddings.port import DelegatingEmbedder, Embedder
 from core.metrics import (
     EMBEDDING_CACHE, EMBEDDING_CLOCK, EMBEDDING_MODEL_CALLS, EMBEDDING_MODEL_FAILURES, EMBEDDING_MODEL_TEXTS,
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 def _model_call(kind: str) -> Iterator[None]:
     """One call to the model: its CPU time (EMBEDDING_CLOCK), and a failure counted by kind."""
     try:
-        with EMBEDDING_CLOCK:
+        with EMBEDDING_CLOCK, telemetry.span(f"embedding {kind}", {"gen_ai.operation.name": "embeddings"},
+                                             kind="client"):
             yield
     except Exception:
         EMBEDDING_MODEL_FAILURES.labels(kind).inc()

@@ -16,6 +16,7 @@ from core.llm.port import (
     SummaryOutput,
 )
 from core.llm.prompts import format_messages, load_prompt
+from core import telemetry
 from core.metrics import LLM_CLOCK
 from core.llm.retry import RetryPolicy, call_with_retries
 from core.settings import LlmSettings
@@ -142,12 +143,14 @@ class OpenAiLlm:
                     return await self._openai().chat.completions.create(**kwargs)
 
         try:
-            response = await call_with_retries(
-                attempt,
-                self._policy,
-                what=f"chat completion ({kwargs['model']})",
-                wrap=lambda message, retryable: LlmError(message, retryable=retryable),
-            )
+            with telemetry.span("llm chat", {"gen_ai.operation.name": "chat", "gen_ai.request.model": kwargs["model"]},
+                                kind="client"):
+                response = await call_with_retries(
+                    attempt,
+                    self._policy,
+                    what=f"chat completion ({kwargs['model']})",
+                    wrap=lambda message, retryable: LlmError(message, retryable=retryable),
+                )
         except LlmError as error:
             import openai
 
