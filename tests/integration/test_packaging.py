@@ -118,8 +118,10 @@ def test_compose_file_is_valid_for_docker_compose(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     resolved = yaml.safe_load(done.stdout)
-    assert set(resolved["services"]) == {"kafka", "postgres", "migrate", "worker", "api", "prometheus", "grafana"}
+    assert set(resolved["services"]) == {"kafka", "postgres", "migrate", "worker", "api", "prometheus", "grafana",
+                                         "jaeger"}
     assert resolved["services"]["grafana"]["profiles"] == ["production", "observability"]
+    assert resolved["services"]["jaeger"]["profiles"] == ["observability"]  # traces: docs/observability.md
     for name in ("migrate", "worker", "api"):
         assert resolved["services"][name]["build"]["context"] == str(REPO)
         assert resolved["services"][name]["environment"]["MEMORY_KAFKA__BOOTSTRAP_SERVERS"] == "kafka:9092"
