@@ -104,7 +104,8 @@ def undated_bm25(conv, budgets: list[int]) -> dict[int, list[dict]]:
     return out
 
 
-async def measure(db, conversations, port: int, budget: int, diag_budget: int, sequential: bool) -> dict:
+async def measure(db, conversations, port: int, budget: int, diag_budget: int, sequential: bool,
+                  dump_wide: Path | None = None) -> dict:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": cq.API_KEY},
                                  timeout=120) as http:
         await wait_healthy(http)
@@ -128,6 +129,8 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
                 await cq.clear_surfaced(db, conv)
                 for q in conv.questions:
                     in_sequence.append(await cq.ask(http, conv, q, budget))
+    if dump_wide is not None and diag_budget:
+        write_wide(dump_wide, diagnosis)
     budgets = sorted({budget, 2000})
     bm25: dict[int, list[dict]] = {b: [] for b in budgets}
     ceiling: dict[str, list[dict]] = {}
@@ -162,6 +165,17 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
         "per_question": {"first_turn": first_turn, "sequential": in_sequence, "diagnosis": diagnosed},
     }
     return result
+
+
+def write_wide(path: Path, diagnosis) -> None:
+    """One JSON line per question: its large-budget `retrieved` section (items with their
+    score breakdowns and tokens), for re-ranking and re-packing offline (bench/locomo_rerank.py).
+    It holds the set's text: keep it outside the repository."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        for conv, q, _row, wide in diagnosis:
+            out.write(json.dumps({"qid": q.qid, "kind": q.kind, "answer": q.answer,
+                                  "retrieved": (wide or {}).get("retrieved")}, default=str) + "\n")
 
 
 async def behind(db, conversations, slack: int) -> dict[str, dict]:
@@ -216,7 +230,7 @@ async def run(args) -> dict:
             async with cq.Db(settings) as db:
                 result["settle"] = {"reused": True, **{k: await db.value(sql) for k, sql in cq.COUNTS.items()}}
                 result.update(await measure(db, conversations, port, args.budget, args.diag_budget,
-                                            not args.first_turn_only))
+                                            not args.first_turn_only, args.dump_wide))
         else:
             await common.prepare(settings)
             async with common.worker(settings):
@@ -230,7 +244,7 @@ async def run(args) -> dict:
                                                     args.quiet, args.slack)
             async with cq.Db(settings) as db:  # the worker is stopped: nothing moves while we ask
                 result.update(await measure(db, conversations, port, args.budget, args.diag_budget,
-                                            not args.first_turn_only))
+                                            not args.first_turn_only, args.dump_wide))
     finally:
         if api is not None:
             api.terminate()
@@ -254,6 +268,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the schema and topics at the end")
     parser.add_argument("--reuse", help="GENERATION:TOPIC_PREFIX of a kept run: ask again, no ingest")
     parser.add_argument("--first-turn-only", action="store_true", help="skip the sequential pass")
+    parser.add_argument("--dump-wide", type=Path,
+                        help="JSON lines of each question's large-budget items (outside the repo: it holds the set's text)")
     parser.add_argument("--out", type=Path, help="JSON file (default /tmp/memory-agent-bench/locomo-*.json)")
     parser.add_argument("--settle-timeout", type=float, default=2400.0)
     parser.add_argument("--quiet", type=float, default=30.0, help="seconds without change that count as settled")

@@ -86,19 +86,34 @@ would you your yes oh wow yeah really so s t d ll m re ve got get
 """.split())
 
 
-# A resolved date in the text ("yesterday (7 May 2023)"): every line shows its date already.
+# A resolved date in the text ("yesterday (7 May 2023)", "(the week before 9 June 2023)").
 _RESOLVED_DATE = re.compile(r"\([^()]*\b\d{4}\)")
+_DATE_MARK = "@"  # a date is one piece of information: "@7 may 2023", never three loose words
 
 
-def information(text: str) -> frozenset[str]:
-    """The words of an item that carry its information: lowercased, filler words and resolved
-    dates left out."""
-    return frozenset(w for w in _WORD.findall(_RESOLVED_DATE.sub(" ", text).lower()) if w not in _FILLER)
+def information(text: str, dates: Sequence[str] = ()) -> frozenset[str]:
+    """The words of an item that carry its information: lowercased, filler words left out, and
+    each date it names (a resolved date in its text, the `dates` its line shows) as one whole
+    piece: a fact that resolves "yesterday" to a day says more than the message it came from."""
+    resolved = [" ".join(_WORD.findall(found.lower())) for found in _RESOLVED_DATE.findall(text)]
+    plain = (w for w in _WORD.findall(_RESOLVED_DATE.sub(" ", text).lower()) if w not in _FILLER)
+    return frozenset((*plain, *(_DATE_MARK + d for d in resolved),
+                      *(_DATE_MARK + " ".join(_WORD.findall(d.lower())) for d in dates if d)))
 
 
 def covered_by(words: frozenset[str], other: frozenset[str], overlap: float) -> bool:
-    """True when at least `overlap` of `words` are among `other`'s (and `words` has some)."""
-    return bool(words) and len(words & other) >= overlap * len(words) - 1e-9
+    """True when every date of `words` is among `other`'s and at least `overlap` of its other
+    words are too (and it has some): an item that names a date the other does not is news."""
+    dates = {w for w in words if w.startswith(_DATE_MARK)}
+    if not dates <= other:
+        return False
+    plain = len(words) - len(dates)
+    return plain > 0 and len((words - dates) & other) >= overlap * plain - 1e-9
+
+
+def line_dates(candidate) -> tuple[str, ...]:
+    """The days an item's line shows (date_label), as information."""
+    return tuple(day(t) for t in {candidate.occurred_start, candidate.occurred_end} if t is not None)
 
 
 def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,
@@ -132,7 +147,8 @@ def pack(items: Sequence[ScoredItem], budget: int = DEFAULT_BUDGET_TOKENS,
     used = 0
     for group, reason in ((items, "over_budget"), (repeats, "already_surfaced")):
         for item in sorted(group, key=rank_key):
-            info = information(item.candidate.content) if duplicate_overlap > 0 else frozenset()
+            info = (information(item.candidate.content, line_dates(item.candidate)) if duplicate_overlap > 0
+                    else frozenset())
             if info and any(covered_by(info, shown, duplicate_overlap) for shown in words):
                 dropped.append(Exclusion(item.candidate, "duplicate", item.score))
                 continue

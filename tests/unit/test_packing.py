@@ -134,9 +134,10 @@ def test_a_lower_bound_needs_an_additive_count():
 # No budget spent twice on the same information (issue 24).
 
 def test_a_fact_after_its_message_is_a_duplicate_and_its_room_goes_to_the_next_item():
-    message = item("message:c:3", 0.9, "Caroline: I went to the LGBTQ support group yesterday, it was powerful.",
-                   kind="message", role="user")
-    fact = item("fact:1", 0.8, "Caroline went to the LGBTQ support group yesterday (7 May 2023).")
+    message = item("message:c:3", 0.9, "Caroline: I went to the LGBTQ support group, it was powerful.",
+                   kind="message", role="user", occurred_start=MAY_7, occurred_end=MAY_7)
+    fact = item("fact:1", 0.8, "Caroline went to the LGBTQ support group.", occurred_start=MAY_7,
+                occurred_end=MAY_7)
     other = item("fact:2", 0.7, "Melanie paints sunrises by the lake.")
     budget = count_tokens(render_line(message)) + count_tokens(render_line(fact))
     assert count_tokens(render_line(other)) <= count_tokens(render_line(fact))
@@ -144,6 +145,30 @@ def test_a_fact_after_its_message_is_a_duplicate_and_its_room_goes_to_the_next_i
     assert [p.item.candidate.item_id for p in without.included] == ["message:c:3", "fact:1"]
     packed = pack([message, fact, other], budget, additive=True, duplicate_overlap=0.8)
     assert [p.item.candidate.item_id for p in packed.included] == ["message:c:3", "fact:2"]
+    assert [(e.candidate.item_id, e.reason) for e in packed.excluded] == [("fact:1", "duplicate")]
+
+
+def test_a_fact_that_resolves_a_date_is_news_beside_its_message_and_takes_its_place():
+    # The message's "yesterday" is resolved in the fact: that day is information the message's
+    # line does not show, so the fact stays; the message, whose words the fact holds, goes.
+    message = item("message:c:3", 0.9, "Caroline: I went to the LGBTQ support group yesterday!",
+                   kind="message", role="user", occurred_start=MAY_7 + DAY, occurred_end=MAY_7 + DAY)
+    fact = item("fact:1", 0.8, "Caroline went to the LGBTQ support group yesterday (7 May 2023).",
+                occurred_start=MAY_7 + DAY, occurred_end=MAY_7 + DAY)
+    packed = pack([message, fact], 500, additive=True, duplicate_overlap=0.8)
+    assert [p.item.candidate.item_id for p in packed.included] == ["fact:1"]
+    assert "7 May 2023" in packed.text
+    assert [(e.candidate.item_id, e.reason) for e in packed.excluded] == [("message:c:3", "duplicate")]
+
+
+def test_the_same_words_on_another_day_are_not_a_duplicate():
+    first = item("message:c:3", 0.9, "Melanie: We went camping at the lake.", kind="message", role="user",
+                 occurred_start=MAY_7, occurred_end=MAY_7)
+    again = item("message:c:90", 0.8, "Melanie: We went camping at the lake.", kind="message", role="user",
+                 occurred_start=MAY_7 + 40 * DAY, occurred_end=MAY_7 + 40 * DAY)
+    same_day = item("fact:1", 0.7, "Melanie went camping at the lake.", occurred_start=MAY_7, occurred_end=MAY_7)
+    packed = pack([first, again, same_day], 500, additive=True, duplicate_overlap=0.8)
+    assert [p.item.candidate.item_id for p in packed.included] == ["message:c:3", "message:c:90"]
     assert [(e.candidate.item_id, e.reason) for e in packed.excluded] == [("fact:1", "duplicate")]
 
 

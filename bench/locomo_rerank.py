@@ -1,0 +1,116 @@
+"""Re-rank and re-pack the large-budget contexts a `bench/locomo.py --dump-wide` run wrote,
+offline: a quick look at a ranking or packing rule before it is measured through the API.
+
+    python bench/locomo_rerank.py /tmp/wide.jsonl [--budget 500]
+
+Each line of the dump is one question's `retrieved` section asked with a large budget: every
+candidate above the threshold, best first, with its score breakdown and its line's tokens.
+Each variant below orders those items and packs them greedily into the budget (a line that
+does not fit is skipped, smaller ones after it are still tried), then the answer-word score of
+bench/ctx_scoring.py is taken. `seed001` (today's order) is the reference; it differs a little
+from the API's own 500-token answer because the API searches fewer candidates per table at a
+small budget. Only a lead: a rule is kept when the API run on the same memory, and the
+generator's set, both say so (docs/evaluation.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"locomo_rerank_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+S = _load("ctx_scoring")
+KINDS = ("single", "multi", "temporal", "inference")
+
+Item = dict
+Order = Callable[[list[Item]], list[Item]]
+
+
+def by(key: Callable[[Item], float]) -> Order:
+    return lambda items: sorted(items, key=lambda i: -key(i))
+
+
+def seed001(item: Item) -> float:
+    return item["score"]["final"]
+
+
+def pack(items: list[Item], budget: int, duplicate: Callable[[Item, list[Item]], bool] | None = None) -> str:
+    chosen, used = [], 0
+    for item in items:
+        if duplicate is not None and duplicate(item, chosen):
+            continue
+        if used + item["tokens"] <= budget:
+            chosen.append(item)
+            used += item["tokens"]
+    return "\n".join(i["line"] for i in chosen)
+
+
+def evaluate(rows: list[dict], order: Order, budget: int, duplicate=None) -> dict:
+    scored = []
+    for row in rows:
+        items = list(((row.get("retrieved") or {}).get("items")) or [])
+        text = pack(order(items), budget, duplicate)
+        scored.append({"kind": row["kind"], "score": S.score(row["answer"], text)})
+    return S.summarize(scored, KINDS)
+
+
+def line(name: str, summary: dict) -> str:
+    cells = [f"{summary['all']['score']:.3f}", f"{summary['all']['hit']:.3f}"]
+    cells += [f"{summary[k]['hit']:.3f}" if summary[k]["hit"] is not None else "" for k in KINDS]
+    return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def fused(items: list[Item], k: int = 60) -> list[Item]:
+    """Reciprocal rank fusion of the cosine order and the keyword order (weights kept)."""
+    def ranks(key):
+        order = sorted(range(len(items)), key=lambda i: -key(items[i]))
+        return {i: r for r, i in enumerate(order, 1)}
+    cos, kw = ranks(lambda i: i["score"]["cosine"]), ranks(lambda i: i["score"]["keyword_score"])
+    value = {i: (1 / (k + cos[i]) + (1 / (k + kw[i]) if items[i]["score"]["keyword_score"] > 0 else 0))
+             * items[i]["score"]["importance_weight"] * items[i]["score"]["recency_weight"] for i in range(len(items))}
+    return [items[i] for i in sorted(value, key=lambda i: -value[i])]
+
+
+def variants() -> dict[str, Order]:
+    sc = lambda i: i["score"]  # noqa: E731
+    return {
+        "seed001": by(seed001),
+        "no recency": by(lambda i: sc(i)["similarity"] * sc(i)["importance_weight"]),
+        "no importance": by(lambda i: sc(i)["similarity"] * sc(i)["recency_weight"]),
+        "similarity alone": by(lambda i: sc(i)["similarity"]),
+        "importance sqrt": by(lambda i: sc(i)["similarity"] * sc(i)["importance_weight"] ** 0.5 * sc(i)["recency_weight"]),
+        "recency sqrt": by(lambda i: sc(i)["similarity"] * sc(i)["importance_weight"] * sc(i)["recency_weight"] ** 0.5),
+        "both sqrt": by(lambda i: sc(i)["similarity"] * (sc(i)["importance_weight"] * sc(i)["recency_weight"]) ** 0.5),
+        "rrf x weights": fused,
+        "per token": by(lambda i: seed001(i) / max(i["tokens"], 8) ** 0.5),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("dump", type=Path)
+    parser.add_argument("--budget", type=int, default=500)
+    args = parser.parse_args()
+    rows = [json.loads(text) for text in args.dump.read_text().splitlines() if text.strip()]
+    print("| order | answer words | hit | " + " | ".join(f"{k} hit" for k in KINDS) + " |")
+    print("|" + "---|" * (3 + len(KINDS)))
+    for name, order in variants().items():
+        print(line(name, evaluate(rows, order, args.budget)))
+
+
+if __name__ == "__main__":
+    main()
