@@ -85,6 +85,42 @@ def fused(items: list[Item], k: int = 60) -> list[Item]:
     return [items[i] for i in sorted(value, key=lambda i: -value[i])]
 
 
+def diverse(penalty: float) -> Order:
+    """Greedy: each pick's score is multiplied by `penalty` for every item already picked from
+    the same day (sessions are days here), so a multi-session answer gets its other sessions in."""
+    def order(items: list[Item]) -> list[Item]:
+        left, out, per_day = list(items), [], {}
+        while left:
+            best = max(left, key=lambda i: seed001(i) * penalty ** per_day.get(_day(i), 0))
+            left.remove(best)
+            out.append(best)
+            per_day[_day(best)] = per_day.get(_day(best), 0) + 1
+        return out
+    return order
+
+
+def _day(item: Item) -> str:
+    return str(item.get("occurred_start") or "")[:10]
+
+
+def duplicate_rule(overlap: float):
+    """retrieval/packing.py's information words (dates whole), first-come: an item covered by
+    one already chosen is skipped (the API also takes out a chosen item a fuller one covers)."""
+    from datetime import datetime
+
+    from retrieval.packing import covered_by, day, information
+
+    def info(item: Item) -> frozenset[str]:
+        dates = [day(datetime.fromisoformat(str(item[k])).timestamp()) for k in ("occurred_start", "occurred_end")
+                 if item.get(k)]
+        return information(item["content"], dates)
+
+    def duplicate(item: Item, chosen: list[Item]) -> bool:
+        mine = info(item)
+        return any(covered_by(mine, info(other), overlap) for other in chosen)
+    return duplicate
+
+
 def variants() -> dict[str, Order]:
     sc = lambda i: i["score"]  # noqa: E731
     return {
@@ -97,6 +133,8 @@ def variants() -> dict[str, Order]:
         "both sqrt": by(lambda i: sc(i)["similarity"] * (sc(i)["importance_weight"] * sc(i)["recency_weight"]) ** 0.5),
         "rrf x weights": fused,
         "per token": by(lambda i: seed001(i) / max(i["tokens"], 8) ** 0.5),
+        "same-day penalty 0.8": diverse(0.8),
+        "same-day penalty 0.6": diverse(0.6),
     }
 
 
@@ -110,6 +148,9 @@ def main() -> None:
     print("|" + "---|" * (3 + len(KINDS)))
     for name, order in variants().items():
         print(line(name, evaluate(rows, order, args.budget)))
+    for overlap in (0.8, 0.9):
+        print(line(f"seed001 + duplicate rule {overlap}", evaluate(rows, by(seed001), args.budget,
+                                                                  duplicate_rule(overlap))))
 
 
 if __name__ == "__main__":

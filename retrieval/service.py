@@ -58,10 +58,9 @@ class RetrievalConfig:
     # many characters (0: questions alone). The answer is what the caller asks about again.
     reply_chars: int = 240
     # No budget spent twice: an item whose information words are this share of an included
-    # item's is left out as a duplicate (retrieval/packing.py). Off (0): at 0.8 it cost 5 hits
-    # of 466 on the development set (docs/evaluation.md), likely because a fact's resolved date
-    # ("yesterday (7 May 2023)") does not count as information beside its message.
-    duplicate_overlap: float = 0.0
+    # item's is left out as a duplicate (retrieval/packing.py), a date counting as information
+    # (a fact that resolves "yesterday" is never a duplicate of its message). 0: off.
+    duplicate_overlap: float = 0.8
     # A scope of up to this many items is scanned exactly, a larger one through the HNSW index.
     exact_scan_max_items: int = EXACT_SCAN_MAX_ITEMS
 
