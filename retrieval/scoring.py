@@ -16,6 +16,9 @@ class ScoringConfig:
     # Seed 001: inject only when final_score > 0.45 (strictly greater).
     threshold: float = 0.45
     importance_scale: float = 3.0  # importance / 3 maps 1..5 to 0.33..1.67
+    # The weight is (importance / scale) ** importance_power: 1 is seed 001's formula, 0 leaves
+    # importance out (rule-given importance is a prior about the item, not about the question).
+    importance_power: float = 1.0
     default_importance: int = 3  # items without one (chunks) weigh 1.0
     # Recency: 1.0 up to `fresh_days`, then linear down to `stale_weight` at `stale_days`.
     fresh_days: float = 7.0
@@ -23,8 +26,8 @@ class ScoringConfig:
     stale_weight: float = 0.5
 
     def __post_init__(self) -> None:
-        if not 0 <= self.fresh_days < self.stale_days or self.importance_scale <= 0:
-            raise ValueError("need 0 <= fresh_days < stale_days and importance_scale > 0")
+        if not 0 <= self.fresh_days < self.stale_days or self.importance_scale <= 0 or self.importance_power < 0:
+            raise ValueError("need 0 <= fresh_days < stale_days, importance_scale > 0 and importance_power >= 0")
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class ScoringResult:
 
 def importance_weight(importance: int | None, config: ScoringConfig = ScoringConfig()) -> float:
     value = config.default_importance if importance is None else max(1, min(5, importance))
-    return value / config.importance_scale
+    return (value / config.importance_scale) ** config.importance_power
 
 
 def recency_weight(age_s: float, config: ScoringConfig = ScoringConfig()) -> float:

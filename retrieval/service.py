@@ -67,6 +67,7 @@ class RetrievalConfig:
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
         scoring = ScoringConfig(threshold=s.threshold, importance_scale=s.importance_scale,
+                                importance_power=s.importance_power,
                                 fresh_days=s.fresh_days, stale_days=s.stale_days, stale_weight=s.stale_weight)
         return cls(scoring, s.candidate_k, s.last_messages, s.context_message_chars, s.query_chars,
                    s.keyword_max_terms, s.keyword_max_doc_fraction, s.keyword_weight,

@@ -54,6 +54,18 @@ def test_recency_weight_is_linear_between_7_and_90_days(days, weight):
     assert recency_weight(days * DAY_S) == pytest.approx(weight)
 
 
+@pytest.mark.parametrize(("power", "low", "high"), [(1.0, 1 / 3, 5 / 3), (0.5, (1 / 3) ** 0.5, (5 / 3) ** 0.5),
+                                                   (0.0, 1.0, 1.0)])
+def test_the_importance_power_flattens_the_weight_and_zero_leaves_importance_out(power, low, high):
+    config = ScoringConfig(threshold=0.0, importance_power=power)
+    assert (importance_weight(1, config), importance_weight(5, config)) == (pytest.approx(low), pytest.approx(high))
+    # at 0 a passing remark (importance 1) ranks by its similarity, as a life event (5) does
+    ranked = score_candidates([fact("event", 0.5, 5), fact("remark", 0.6, 1)], NOW, config=config).kept
+    assert [i.candidate.item_id for i in ranked] == (["remark", "event"] if power == 0 else ["event", "remark"])
+    with pytest.raises(ValueError):
+        ScoringConfig(importance_power=-1)
+
+
 def test_recency_is_configurable():
     config = ScoringConfig(fresh_days=1, stale_days=11, stale_weight=0.0)
     assert recency_weight(6 * DAY_S, config) == pytest.approx(0.5)
