@@ -123,8 +123,12 @@ async def _process(ctx: StreamContext, stream, states: States, slices: Sequence[
             continue
         async with ctx.applying(stream, f"{AGENT}.{part.name}"):  # refused by this slice only
             state = states.state(entry, key, part)
+            inputs = None if part.prepare is None else await part.prepare(state, event)  # e.g. the vector
             with telemetry.span(f"fold {part.name}"):
-                new_state, out = part.fold(state, event, now)
+                if part.prepare is None:
+                    new_state, out = part.fold(state, event, now)
+                else:
+                    new_state, out = part.fold(state, event, now, inputs)
             if new_state != state:
                 encoded[part.name] = part.dump(key, new_state)  # its codec may seal it
                 changed[part.name] = new_state

@@ -19,10 +19,15 @@ from streams.stages import Stage
 # (key, raw slice state or None for a conversation the slice has not seen) -> state
 Load = Callable[[bytes, bytes | None], Any]
 Dump = Callable[[bytes, Any], bytes]  # (key, state) -> raw; may seal with the conversation's keys
-# (state, event, wall clock) -> (new state, events to publish on the memory topic)
-Fold = Callable[[Any, Event, float], tuple[Any, list[Envelope]]]
+# (state, event, wall clock) -> (new state, events to publish on the memory topic); a slice with
+# `prepare` gets its inputs as a fourth argument: (state, event, wall clock, inputs).
+Fold = Callable[..., tuple[Any, list[Envelope]]]
 # Before the fold: False leaves the event out of this slice (the topic fold's erasure race check).
 Admit = Callable[[Event, Any], Awaitable[bool]]
+# Before the fold, after `admit`: (state, event) -> the inputs its fold needs from outside (an
+# effect the fold must not wait a round trip through the log for: the topic fold's message vector).
+# Awaited in log order; it waits out an outage of what it calls instead of failing.
+Prepare = Callable[[Any, Event], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class Slice:
     stages: Sequence[Stage] = ()  # its concurrent stages (LLM, embedding), run by streams/stages.py
     ticks: Sequence[Ticks] = ()
     admit: Admit | None = None
+    prepare: Prepare | None = None
     # The batch replay (memory_agent/batch_replay) writes the final state of each conversation with
     # the same `dump`, into the same record, under `name`.
     meta: Mapping[str, Any] = field(default_factory=dict)

@@ -4,10 +4,10 @@ The topic fold's own shell (`streams/topics_memory/agent.handle`) runs per conve
 history in memory, with a fixed wall clock, and every request it makes is answered at once, as
 by a stage that answers instantly (the reference semantics of the fold: docs/topics.md):
 
-- `topic.embedding_requested`: the vectors of the partition's user messages are computed first,
-  in big batches through the embedding cache (a warm replay embeds nothing), and each request
-  is answered by the embedding stage's own code (`EmbeddingStage._result` / `_failed`: the same
-  normalisation and rounding, the same failed event for a zero or failed vector);
+- the message vectors: the partition's user messages are embedded first, in big batches through
+  the embedding cache (a warm replay embeds nothing), and each is handed to the fold with its
+  message as the live slice's `prepare` hands it (`stage.embedded_of`: the same normalisation
+  and rounding, the same reason for a zero or failed vector; no embedding events, as live);
 - `topic.compaction_requested`: answered with a `topic.compacted` whose summary is a placeholder
   unique to the compaction. Nothing in the fold but the summary text depends on that text (the
   topic's `summary` and the next request's `previous_summary` carry it), so the history is
@@ -44,7 +44,6 @@ from domain.topics.state import evolve
 from memory_agent.batch_replay.produce import send_all
 from memory_agent.batch_replay.states import StateRecords
 from memory_agent.batch_replay.steps import add_seconds
-from core.embeddings.port import EmbeddingError
 from core.llm import provenance as llm_provenance
 from core.llm.port import ChatMessage, LlmError
 from core.settings import Settings
@@ -60,11 +59,11 @@ from schemas.envelope import Envelope
 from schemas.limits import Limits
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
 from streams.topics_memory import codec
-from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle
+from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, Embedded, handle, wants_embedding
 from streams.topics_memory.codec import AgentState
 from streams.topics_memory.erased import ErasedCheck, ErasureSnapshot, connector, position
 from streams.topics_memory.slice import NAME as TOPICS_SLICE
-from streams.topics_memory.stage import EmbeddingStage
+from streams.topics_memory.stage import EmbeddingStage, embed_for_fold, embedded_of
 from streams.topics_memory.summarize import TopicSummaryCall
 
 log = logging.getLogger(__name__)
@@ -122,7 +121,7 @@ class TopicsBatch:
         self.config = AgentConfig.from_settings(settings, model=summarizer.model,
                                                 prompt_version=summarizer.prompt_version)
         self.wall = time.time()  # fixed: nothing looks stuck while the history is folded
-        self.vectors: dict[str, object] = {}  # text -> vector, or the exception its batch raised
+        self.vectors: dict[str, object] = {}  # text -> vector, or its Embedded when its batch failed
         self.resolved: dict[tuple[str, int, int], Compaction] = {}  # (topic, upto, attempt) -> answered
         self.stats = {"messages": 0, "erased": 0, "embedded": 0, "compactions": 0, "summary_hits": 0,
                       "summary_calls": 0, "failed": 0, "waves": 0, "events": 0, "refolded": 0, "unanswered": 0}
@@ -213,12 +212,18 @@ class TopicsBatch:
             part = texts[i:i + _EMBED_BATCH]
             try:
                 vectors = await self.embedding.embedder.embed_documents(part)
-            except Exception as exc:  # noqa: BLE001 - answered as the stage answers it (failed events)
-                log.warning("batch replay: embedding %d topic messages failed: %s", len(part), exc)
-                self.vectors.update((text, exc) for text in part)
+            except Exception as exc:  # noqa: BLE001 - then each text as the live slice embeds it
+                log.warning("batch replay: embedding %d topic messages failed (%s); one by one", len(part), exc)
+                for text in part:  # an outage is waited out, a bad text placed unmatched
+                    self.vectors[text] = await embed_for_fold(self.embedding.embedder, text, what="a message")
                 continue
             self.vectors.update(zip(part, vectors))
             self.stats["embedded"] += len(part)
+
+    def _embedded_input(self, event: Event) -> Embedded:
+        """The message's embedding as the live slice's `prepare` gives it to the fold."""
+        found = self.vectors[event.payload.content]
+        return found if isinstance(found, Embedded) else embedded_of(found)
 
     async def _fold(self, conversation: _Conversation, known: bool = False) -> list[Compaction]:
         """The shell over the conversation's history, every request answered at once; returns its
@@ -229,7 +234,9 @@ class TopicsBatch:
         for event, _ in conversation.events:
             queue = deque([event])
             while queue:
-                state, outgoing = handle(self.config, state, queue.popleft(), self.wall)
+                event = queue.popleft()
+                embedded = self._embedded_input(event) if wants_embedding(state, event) else None
+                state, outgoing = handle(self.config, state, event, self.wall, embedded)
                 out += outgoing
                 for envelope in outgoing:
                     answers = await self._answer(conversation, envelope, compactions, known)
@@ -257,17 +264,9 @@ class TopicsBatch:
         return []
 
     async def _embedded(self, request: Event) -> Envelope:
-        vector = self.vectors.get(request.payload.content)
-        if vector is None or request.payload.attempt > 1:  # a retry: asked again, as the stage would be
-            try:
-                vector = (await self.embedding.embedder.embed_documents([request.payload.content]))[0]
-            except Exception as exc:  # noqa: BLE001
-                vector = exc
-        if isinstance(vector, EmbeddingError):
-            return self.embedding._failed(request, str(vector), vector.retryable)  # noqa: SLF001 - the stage's own
-        if isinstance(vector, Exception):
-            return self.embedding._failed(request, f"{type(vector).__name__}: {vector}", True)  # noqa: SLF001
-        return self.embedding._result(request, vector)  # noqa: SLF001
+        """A request of the fold's older path (the fold is given every vector up front, so only a
+        state that held a message without one asks): answered by the stage's own code."""
+        return (await self.embedding.handle([request]))[0]
 
     def _compacted(self, conversation: _Conversation, request: Envelope, compactions: list[Compaction],
                    known: bool) -> Envelope | None:

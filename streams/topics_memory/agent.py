@@ -36,6 +36,26 @@ PLACED_ROLES = ("user", "assistant")  # system and tool messages belong to no to
 
 
 @dataclass(frozen=True)
+class Embedded:
+    """A user message's embedding, computed before the fold saw the message (the slice's
+    `prepare`, or the batch replay): its unit vector, or why it has none (`gave_up`: the fold
+    places the message unmatched, as after a failed embedding request)."""
+
+    vector: tuple[float, ...] | None
+    gave_up: str | None = None
+
+
+def wants_embedding(state: AgentState, event: Event) -> bool:
+    """Whether the fold would hold this message and needs its vector: a user message not placed,
+    held or deferred yet (a redelivered or deferred one is not embedded again here)."""
+    if event.type != MESSAGE_APPENDED or event.payload.role != "user":
+        return False
+    seq, inbox = event.envelope.seq, state.inbox
+    return (state.topics.never_placed(seq) and not inbox.knows(seq)
+            and (inbox.backlog is None or seq < inbox.backlog.first_seq))
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     fold: TopicConfig
     inbox: InboxConfig
@@ -71,8 +91,14 @@ def _cause(e: Envelope, seq: int | None = None, user_id: str | None = None, subj
                  subject_id if user_id is not None else e.subject_id, seq if seq is not None else e.seq)
 
 
-def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) -> tuple[AgentState, list[Envelope]]:
-    """Apply one event of the conversation; `wall` times requests, event time drives decay."""
+def handle(config: AgentConfig, state: AgentState, event: Event, wall: float,
+           embedded: Embedded | None = None) -> tuple[AgentState, list[Envelope]]:
+    """Apply one event of the conversation; `wall` times requests, event time drives decay.
+
+    `embedded`: a user message's embedding computed before this call (the live processor and the
+    batch replay always pass it): the message is ready at once and no `topic.embedding_requested`
+    goes out. Without it the fold asks for it through the log, as it did before (the answers,
+    `topic.message_embedded` / `embedding_failed`, of an older log are still applied)."""
     e, p, out = event.envelope, event.payload, []
     emit = dict(prompt_version=config.prompt_version, model=config.model)
     inbox, requests = state.inbox, ()
@@ -88,8 +114,9 @@ def handle(config: AgentConfig, state: AgentState, event: Event, wall: float) ->
             return state, []
         if not state.topics.never_placed(e.seq) or inbox.find(e.seq) is not None:
             return state, _reassert(state, e)
+        ready = embedded if embedded is not None and p.role == "user" else Embedded(None)
         item = Waiting(e.seq, p.role, p.content, e.occurred_at.timestamp(), e.user_id, e.subject_id,
-                       _importance(p.metadata))
+                       _importance(p.metadata), embedding=ready.vector, gave_up=ready.gave_up)
         inbox, requests = box.admit(inbox, item, wall, config.inbox)  # held, or deferred to the backlog
     elif event.type == te.TOPIC_MESSAGE_RECALLED:
         vector = tuple(p.embedding) if p.embedding is not None else None

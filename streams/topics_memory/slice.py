@@ -1,4 +1,4 @@
-"""Topic memory (seed 004) as a slice: the topic fold, its embedding, recall and compaction stages."""
+"""Topic memory (seed 004) as a slice: the topic fold, the message vector it is given, recall and compaction."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ from streams.context import StreamContext
 from streams.slice import Slice, Ticks
 from streams.stages import Lazy, Stage, one_by_one
 from streams.topics_memory import codec
-from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, handle, needs_tick
+from streams.topics_memory.agent import (
+    PLACED_ROLES, RELEVANT, AgentConfig, Embedded, handle, needs_tick, wants_embedding,
+)
 from streams.topics_memory.erased import ErasedCheck, ReplayBarrier, connector
 from streams.topics_memory.recall import BacklogStage
-from streams.topics_memory.stage import CompactionStage, EmbeddingStage
+from streams.topics_memory.stage import CompactionStage, EmbeddingStage, embed_for_fold
 from streams.topics_memory.summarize import make_topic_summarizer
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,18 @@ def make_slice(ctx: StreamContext) -> Slice:
                      event.envelope.conversation_id, event.envelope.seq, erasure)
         return erasure is None
 
-    def fold(state, event, now: float):
-        return handle(config, state, event, now)
+    embedder = Lazy(_async(lambda: make_embedder(settings)))  # one model for everything that embeds
+
+    async def prepare(state, event) -> Embedded | None:
+        """A user message's vector before the fold needs it: no request/answer pair through the log."""
+        if not wants_embedding(state, event):
+            return None
+        e = event.envelope
+        return await embed_for_fold(await embedder.get(), event.payload.content,
+                                    what=f"message {e.conversation_id}/{e.seq}")
+
+    def fold(state, event, now: float, embedded: Embedded | None = None):
+        return handle(config, state, event, now, embedded)
 
     def due(states, wall: float):
         """A request that never came back is re-issued by the fold when it sees a tick."""
@@ -68,13 +80,13 @@ def make_slice(ctx: StreamContext) -> Slice:
                                            conversation_id=conversation_id, user_id="system")))
         return out
 
-    embedder = Lazy(_async(lambda: make_embedder(settings)))  # one model for both stages that embed
     embedding_stage = Lazy(lambda: _embedding_stage(embedder))
     compaction_stage = Lazy(lambda: _compaction_stage(summarizer, ctx))
     backlog_stage = Lazy(lambda: _backlog_stage(embedder, ctx))
 
     async def embed(requests):
-        """Concurrent with the fold: a batch of requests, one embedding call, results back."""
+        """Requests of an older log or of a state saved before the fold embedded up front
+        (`prepare`): a batch of them, one embedding call, results back."""
         return await (await embedding_stage.get()).handle(requests)
 
     async def compact(event):
@@ -94,7 +106,8 @@ def make_slice(ctx: StreamContext) -> Slice:
               concurrency=settings.llm.concurrency),
     ]
     interval = max(1.0, min(settings.topics.embedding_timeout_s, settings.topics.compaction_timeout_s) / 4)
-    return Slice(NAME, RELEVANT, load, dump, fold, stages, ticks=[Ticks(interval, due)], admit=admit)
+    return Slice(NAME, RELEVANT, load, dump, fold, stages, ticks=[Ticks(interval, due)], admit=admit,
+                 prepare=prepare)
 
 
 def _async(build):

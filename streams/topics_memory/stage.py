@@ -1,4 +1,5 @@
-"""The topic agent's concurrent stages: embed user messages, summarize compactions (never in the fold)."""
+"""The topic slice's effects: a message's embedding before the fold (`embed_for_fold`), and the
+concurrent stages: requested embeddings (an older log's or state's requests), compactions."""
 
 from __future__ import annotations
 
@@ -11,12 +12,64 @@ from psycopg_pool import AsyncConnectionPool
 
 from core.embeddings.port import Embedder, EmbeddingError
 from core.llm.port import ChatMessage, LlmError
+from runtime.outage import Backoff, is_transient
 from schemas import topic_events as te
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
+from streams.topics_memory.agent import Embedded
 from streams.topics_memory.summarize import TopicSummarizer
 
 log = logging.getLogger(__name__)
+
+
+ZERO_VECTOR = "the embedding is zero or not finite"
+
+
+def unit(vector: np.ndarray) -> list[float] | None:
+    """The vector the fold matches on: unit length, each component rounded to 7 places (as the
+    `topic.message_embedded` events carried it); None for a zero or non-finite vector (an empty
+    message: nothing to match on)."""
+    norm = float(np.linalg.norm(vector))
+    if not np.isfinite(norm) or norm == 0.0:
+        return None
+    return np.round(np.asarray(vector / norm, dtype=np.float64), 7).tolist()  # = round(x, 7) each
+
+
+def gave_up(error: str) -> str:
+    """Why a message is placed without a vector (the text the inbox records after a failed request)."""
+    return f"embedding failed: {error[:2000]}"[:500]
+
+
+def embedded_of(vector: np.ndarray) -> Embedded:
+    found = unit(vector)
+    return Embedded(tuple(found)) if found is not None else Embedded(None, gave_up(ZERO_VECTOR))
+
+
+def failed_for_good(exc: BaseException) -> str | None:
+    """The error text of a failure no retry fixes (a bad text, a model bug); None for an outage
+    (a remote embedder away, rate-limited, PostgreSQL or the network down): wait and embed again."""
+    if isinstance(exc, EmbeddingError):
+        return None if exc.retryable else str(exc)
+    return None if is_transient(exc) else f"{type(exc).__name__}: {exc}"
+
+
+async def embed_for_fold(embedder: Embedder, text: str, *, what: str) -> Embedded:
+    """One message's embedding for the fold, through the process's embedding queue and cache
+    (the message index's call for the same text is shared: core/embeddings/cache.py). An outage
+    is waited out (the fold waits, in log order, and nothing is placed without its vector because
+    of it); a failure for good is the message's, placed unmatched."""
+    backoff = Backoff(cap_s=30.0)
+    while True:
+        try:
+            return embedded_of((await embedder.embed_documents([text]))[0])
+        except Exception as exc:  # noqa: BLE001 - sorted into the text's fault or an outage
+            error = failed_for_good(exc)
+            if error is not None:
+                log.warning("embedding %s failed for good; placed unmatched: %s", what, error)
+                return Embedded(None, gave_up(error))
+            delay = backoff.next_delay()
+            log.warning("embedding %s: the embedder is away (%s); again in %.1f s", what, exc, delay)
+            await asyncio.sleep(delay)
 
 
 def _same(cause: Envelope) -> dict:
@@ -44,12 +97,11 @@ class EmbeddingStage:
         return [self._result(r, vector) for r, vector in zip(requests, vectors)]
 
     def _result(self, request: Event, vector: np.ndarray) -> Envelope:
-        norm = float(np.linalg.norm(vector))
-        if not np.isfinite(norm) or norm == 0.0:  # e.g. an empty message: nothing to match on
-            return self._failed(request, "the embedding is zero or not finite", False)
+        found = unit(vector)
+        if found is None:  # e.g. an empty message: nothing to match on
+            return self._failed(request, ZERO_VECTOR, False)
         payload = te.TopicMessageEmbedded(
-            seq=request.payload.seq, attempt=request.payload.attempt, model=self.embedder.model,
-            embedding=np.round(np.asarray(vector / norm, dtype=np.float64), 7).tolist(),  # = round(x, 7) each
+            seq=request.payload.seq, attempt=request.payload.attempt, model=self.embedder.model, embedding=found,
         )
         return new_event(te.TOPIC_MESSAGE_EMBEDDED, payload, **_same(request.envelope))
 

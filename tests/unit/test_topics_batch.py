@@ -19,8 +19,8 @@ from schemas.codec import new_event
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import codec
-from streams.topics_memory.agent import handle
-from streams.topics_memory.stage import EmbeddingStage
+from streams.topics_memory.agent import handle, wants_embedding
+from streams.topics_memory.stage import EmbeddingStage, embedded_of
 from streams.topics_memory.summarize import TopicSummary
 from tests.support.fake_openai import hashed_embedding
 
@@ -82,7 +82,8 @@ def history(conversation: str, turns: int, seed: int) -> list:
 
 
 async def reference(batch: TopicsBatch, summarizer: Summarizer, conversation: str, events: list):
-    """The shell, each request answered at once by the stages' code, in order."""
+    """The shell as the live slice runs it (each message's vector before the fold), each request
+    answered at once by the stages' code, in order."""
     stage = EmbeddingStage(Embedder())
     state = codec.loads(None, conversation)
     texts = {e.envelope.seq: (e.payload.role, e.payload.content) for e in events}
@@ -90,7 +91,11 @@ async def reference(batch: TopicsBatch, summarizer: Summarizer, conversation: st
     for event in events:
         queue = [event]
         while queue:
-            state, outgoing = handle(batch.config, state, queue.pop(0), batch.wall)
+            event = queue.pop(0)
+            embedded = None
+            if wants_embedding(state, event):  # as the live slice's prepare: the vector before the fold
+                embedded = embedded_of((await stage.embedder.embed_documents([event.payload.content]))[0])
+            state, outgoing = handle(batch.config, state, event, batch.wall, embedded)
             out += outgoing
             for request in outgoing:
                 p = request.payload
