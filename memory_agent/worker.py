@@ -56,6 +56,14 @@ def _log_cpu_split() -> None:
 ROLES = ("all", "agents", "stages", "projectors")
 
 
+def stream_ports():
+    """The read model behind the stages' ports (streams/ holds no SQL of it)."""
+    from projections.window_reads import PostgresWindowReads
+    from streams.context import StreamPorts
+
+    return StreamPorts(window_reads=PostgresWindowReads)
+
+
 async def run_stages_only(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """The concurrent stages of the enabled systems (summaries, chunk extraction, topic
     embedding, backlog recall, compaction) without faust's agents: their consumer group is the
@@ -66,7 +74,7 @@ async def run_stages_only(settings: Settings, stop: asyncio.Event | None = None)
 
     await ensure_topics(settings)
     privacy.install(settings)
-    app = make_app(settings, stages=False)  # registers the systems; only their stage runners run
+    app = make_app(settings, stages=False, ports=stream_ports())  # the systems; only their stage runners run
     if not app.stage_runners:
         raise SystemExit(f"memory-agent worker --role stages: the systems {list(settings.systems)} have no stage")
     if stop is None:
@@ -142,7 +150,7 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     from memory_agent.upgrade import carry_over
 
     loop.run_until_complete(carry_over(settings))  # from the per-system agents' tables, once (upgrade.py)
-    app = make_app(settings, stages=role == "all")
+    app = make_app(settings, stages=role == "all", ports=stream_ports())
     loop.run_until_complete(ensure_topics(settings, topic_specs(settings) + changelog_specs(app)))
 
     if role == "all":

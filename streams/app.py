@@ -6,7 +6,7 @@ import faust
 
 from core.settings import Settings
 from streams import kafka_transport
-from streams.context import StreamContext
+from streams.context import StreamContext, StreamPorts
 from streams import processor, rederive
 from streams.facts import slice as facts
 from streams.stages import StageRunner, run_stages
@@ -18,10 +18,11 @@ from streams.window import slice as window
 SLICES = {"window": window.make_slice, "facts": facts.make_slice, "topics": topics.make_slice}
 
 
-def make_app(settings: Settings, *, stages: bool = True) -> faust.App:
+def make_app(settings: Settings, *, stages: bool = True, ports: StreamPorts | None = None) -> faust.App:
     """Build the app; agents, tables and topics are named from the settings (prefix, generation).
     `stages=False`: the stage runners are built (`app.stage_runners`) but not run by the app
-    (`memory-agent worker --role agents`, with the stages in `--role stages` processes)."""
+    (`memory-agent worker --role agents`, with the stages in `--role stages` processes).
+    `ports`: the read model's implementations the stages read through (the roof wires them)."""
     kafka = settings.kafka
     (settings.state_dir / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -63,6 +64,7 @@ def make_app(settings: Settings, *, stages: bool = True) -> faust.App:
             kafka.conversation_topic, memory_topic, key_serializer="raw", value_serializer="raw"
         ),
         dead_letters=app.topic(kafka.dead_letter_topic, key_serializer="raw", value_serializer="raw"),
+        ports=ports or StreamPorts(),
     )
     slices = [SLICES[system](ctx) for system in SLICES if system in settings.systems]
     if slices:

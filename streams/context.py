@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from core import metrics
 from core.settings import Settings
+from domain.window.reads import WindowReadsFactory
 from runtime.db import make_pool
 from runtime.dead_letter import DeadLetter, dead_letter_value, letter_key
 from runtime.isolation import describe, is_record_error
@@ -23,6 +24,14 @@ from streams.stages import Stage
 log = logging.getLogger(__name__)
 
 DECODED_RECORDS = 1024  # the folds run at most a few hundred records apart (faust's buffers)
+
+
+@dataclass(frozen=True)
+class StreamPorts:
+    """What the slices' stages read from the read model, as ports (their SQL lives in projections/),
+    wired by the roof (memory_agent/worker.py): each a factory of the generation's pool."""
+
+    window_reads: WindowReadsFactory | None = None  # the window summary stage's (domain/window/reads.py)
 
 
 @dataclass
@@ -39,6 +48,7 @@ class StreamContext:
     stages: list[Stage] = field(default_factory=list)
     # Where an agent's refusals go (`applying`).
     dead_letters: faust.TopicT | None = None
+    ports: StreamPorts = field(default_factory=StreamPorts)
     _pool: AsyncConnectionPool | None = field(default=None, repr=False)
     _limits: Limits | None = field(default=None, repr=False)
     # Recently decoded records by the identity of their value: faust hands every agent of a

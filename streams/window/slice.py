@@ -60,5 +60,7 @@ def make_slice(ctx: StreamContext) -> Slice:
 
 
 async def _summary_stage(summarizer, ctx: StreamContext) -> SummaryStage:
-    return SummaryStage(summarizer, await ctx.pool())
+    if ctx.ports.window_reads is None:
+        raise RuntimeError("no window reads wired: make_app(ports=StreamPorts(window_reads=...)) (memory_agent/worker.py)")
+    return SummaryStage(summarizer, ctx.ports.window_reads(await ctx.pool()))
 

@@ -7,13 +7,11 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Literal
-
-from psycopg_pool import AsyncConnectionPool
 
 from core import metrics
 from core.llm.port import ChatMessage, LlmError, Summarizer, SummaryOutput
+from domain.window.reads import SettledRow, WindowReads, WindowReadSession
 from schemas.codec import Event, new_event
 from schemas.envelope import Envelope
 from schemas.events import SummaryCompleted, SummaryFailed, SummaryRequested
@@ -27,11 +25,12 @@ class InputsNotReady(Exception):
 
 
 class SummaryStage:
-    """Computes one requested summary; never blocks the ordered window fold."""
+    """Computes one requested summary; never blocks the ordered window fold. Its inputs come
+    through `reads` (the read model behind a port: domain/window/reads.py)."""
 
-    def __init__(self, summarizer: Summarizer, pool: AsyncConnectionPool, *, inputs_wait_s: float = 30.0) -> None:
+    def __init__(self, summarizer: Summarizer, reads: WindowReads, *, inputs_wait_s: float = 30.0) -> None:
         self.summarizer = summarizer
-        self.pool = pool
+        self.reads = reads
         self.inputs_wait_s = inputs_wait_s
         # Summaries this stage just made: a chained request (replay) finds its base here
         # instead of waiting for the memory projector to write it.
@@ -47,15 +46,15 @@ class SummaryStage:
         metrics.SUMMARIES_IN_FLIGHT.inc()
         started = time.monotonic()
         try:
-            async with self.pool.connection() as conn:  # one checkout for the usual case: inputs ready
-                row = await self._settled_row(conn, cause, request)
+            async with self.reads.session() as reads:  # one checkout for the usual case: inputs ready
+                row = await reads.settled(cause.tenant_id, cause.conversation_id, request.memory_id)
                 answer = settled_answer(row and row.status, row and row.attempt, request.attempt)
                 if answer != "compute":
                     log.info("memory %s of %s already settled (%s, attempt %s): %s", request.memory_id,
                              cause.conversation_id, row.status, row.attempt,
                              "skipped" if answer == "skip" else "result sent again")
                     return None if answer == "skip" else self._again(cause, request, row)
-                ready, previous, messages, _ = await self._read_inputs(conn, cause, request)
+                ready, previous, messages, _ = await self._read_inputs(reads, cause, request)
             if not ready:
                 previous, messages = await self._inputs(cause, request)
             if not messages and previous is None:  # nothing to summarize: no LLM call on nothing
@@ -94,15 +93,6 @@ class SummaryStage:
     def _failed(self, cause: Envelope, request: SummaryRequested, error: str) -> Envelope:
         return failed_event(cause, request, error, self.summarizer.model)
 
-    async def _settled_row(self, conn, cause: Envelope, request: SummaryRequested) -> SettledRow | None:
-        cur = await conn.execute(
-            "SELECT status, attempt, memory_text, generation_time_ms, prompt_version, model, source_event_ids, error"
-            " FROM memory WHERE tenant_id = %s AND conversation_id = %s AND memory_id = %s",
-            (cause.tenant_id, cause.conversation_id, request.memory_id),
-        )
-        row = await cur.fetchone()
-        return None if row is None else SettledRow(*row)
-
     def _again(self, cause: Envelope, request: SummaryRequested, row: SettledRow) -> Envelope:
         """The stored result of a settled request, as its result event once more."""
         if row.status == "completed":
@@ -116,8 +106,8 @@ class SummaryStage:
         """Previous summary text and the new messages (base end + 1 .. end), once projected."""
         deadline = time.monotonic() + self.inputs_wait_s
         while True:
-            async with self.pool.connection() as conn:
-                ready, previous, messages, missing = await self._read_inputs(conn, cause, request)
+            async with self.reads.session() as reads:
+                ready, previous, messages, missing = await self._read_inputs(reads, cause, request)
             if ready:
                 return previous, messages
             if time.monotonic() >= deadline:
@@ -126,56 +116,28 @@ class SummaryStage:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._finished.wait(), 0.05)
 
-    async def _read_inputs(self, conn, cause: Envelope, request: SummaryRequested):
+    async def _read_inputs(self, reads: WindowReadSession, cause: Envelope, request: SummaryRequested):
         """(ready, previous text, messages, what is missing): ready when the projection has them all."""
         first = first_new_seq(request)
         expected = request.end_seq - first + 1
+        tenant, conversation = cause.tenant_id, cause.conversation_id
         previous = None
         if request.base_memory_id is not None:
-            previous = self._recent.get((cause.tenant_id, cause.conversation_id, request.base_memory_id))
+            previous = self._recent.get((tenant, conversation, request.base_memory_id))
         if request.base_memory_id is not None and previous is None:
-            cur = await conn.execute(
-                "SELECT status, memory_text FROM memory WHERE tenant_id = %s AND conversation_id = %s"
-                " AND memory_id = %s",
-                (cause.tenant_id, cause.conversation_id, request.base_memory_id),
-            )
-            row = await cur.fetchone()
+            row = await reads.base(tenant, conversation, request.base_memory_id)
             if row is not None and row[0] == "failed":
                 raise InputsNotReady(base_failed(request.base_memory_id))
             previous = row[1] if row and row[0] == "completed" else None
-        cur = await conn.execute(
-            "SELECT seq, event_id, role, content, occurred_at FROM messages WHERE tenant_id = %s"
-            " AND conversation_id = %s AND seq BETWEEN %s AND %s ORDER BY seq",
-            (cause.tenant_id, cause.conversation_id, first, request.end_seq),
-        )
-        messages = await cur.fetchall()
-        base_ready = request.base_memory_id is None or previous is not None
+        messages = await reads.messages(tenant, conversation, first, request.end_seq)
         if len(messages) < expected:  # an erased user's messages are gaps, not waits (docs/lineage.md)
-            cur = await conn.execute(  # and those not projected at all (written before their erasure)
-                "SELECT count(*) FROM (SELECT s FROM erasure_rederive, unnest(erased_seqs) s WHERE tenant_id = %(t)s"
-                " AND conversation_id = %(c)s AND s BETWEEN %(a)s AND %(b)s UNION SELECT seq FROM erased_messages"
-                " WHERE tenant_id = %(t)s AND conversation_id = %(c)s AND seq BETWEEN %(a)s AND %(b)s) gaps",
-                {"t": cause.tenant_id, "c": cause.conversation_id, "a": first, "b": request.end_seq})
-            expected -= (await cur.fetchone())[0]
+            expected -= await reads.erased_seqs(tenant, conversation, first, request.end_seq)
+        base_ready = request.base_memory_id is None or previous is not None
         if base_ready and len(messages) == expected:
             return True, previous, messages, None
         return False, previous, messages, (
             f"{len(messages)}/{expected} messages {first}..{request.end_seq}"
             + ("" if base_ready else f", base summary {request.base_memory_id} not completed"))
-
-
-@dataclass(frozen=True)
-class SettledRow:
-    """What the memory projection holds of a request (the columns `_settled_row` reads)."""
-
-    status: str
-    attempt: int
-    text: str | None
-    generation_time_ms: int | None
-    prompt_version: str
-    model: str
-    source_event_ids: list[str] | None
-    error: str | None
 
 
 Answer = Literal["compute", "skip", "completed", "failed"]

@@ -19,6 +19,7 @@ from schemas.codec import decode, encode, new_event
 from schemas.events import SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
 from streams.facts.stage import ChunkStage
+from projections.window_reads import PostgresWindowReads
 from streams.window.summarize import SummaryStage
 
 WAIT_S = 600.0  # how long a stage would wait for a missing message: far beyond the test's bound
@@ -73,7 +74,7 @@ async def test_summary_and_chunk_stages_count_dropped_seqs_as_gaps(settings):
     await setup(settings)
     llm = Llm()
     async with make_pool(settings, schema=settings.pg_schema) as pool:
-        summaries = SummaryStage(llm, pool, inputs_wait_s=WAIT_S)
+        summaries = SummaryStage(llm, PostgresWindowReads(pool), inputs_wait_s=WAIT_S)
         mixed = await answer(summaries, summary_request("mixed"))
         assert mixed.type == SUMMARY_COMPLETED and mixed.payload.source_event_ids == ["e0", "e2"]
         assert llm.seen == [[0, 2]]  # the window was summarized from what remains

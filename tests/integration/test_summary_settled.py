@@ -10,6 +10,7 @@ from runtime.db import make_pool
 from schemas.codec import decode, encode, new_event
 from schemas.events import SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
+from projections.window_reads import PostgresWindowReads
 from streams.window.summarize import SummaryStage
 
 COMMON = dict(tenant_id="tenant-a", user_id="u1", seq=5)
@@ -54,7 +55,7 @@ async def test_a_reissued_request_for_a_settled_window_gets_the_stored_result(se
     ])
     llm = NoLlm()
     async with make_pool(settings, schema=settings.pg_schema) as pool:
-        stage = SummaryStage(llm, pool)
+        stage = SummaryStage(llm, PostgresWindowReads(pool))
 
         async def ask(conversation: dict, attempt: int):
             request = new_event(SUMMARY_REQUESTED, SummaryRequested(**WINDOW, attempt=attempt), **conversation)

@@ -1,0 +1,105 @@
+"""The window summary stage reads through a port (domain/window/reads.py), not SQL in streams/
+(issue 22): an in-memory read model drives it; streams/window holds no SQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from core.llm.port import SummaryOutput
+from domain.window.reads import SettledRow
+from schemas.codec import decode, encode, new_event
+from schemas.events import SummaryRequested
+from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
+from streams.window.summarize import SummaryStage
+
+ROOT = Path(__file__).resolve().parents[2]
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Memory:
+    """A read model in memory: rows by memory id, messages by seq, erased seqs."""
+
+    def __init__(self, messages: dict[int, str], erased=(), rows=None) -> None:
+        self.texts, self.erased, self.rows = messages, set(erased), rows or {}
+        self.sessions = 0
+
+    @contextlib.asynccontextmanager
+    async def session(self):
+        self.sessions += 1
+        yield self
+
+    async def settled(self, tenant_id, conversation_id, memory_id):
+        return self.rows.get(memory_id)
+
+    async def base(self, tenant_id, conversation_id, memory_id):
+        row = self.rows.get(memory_id)
+        return None if row is None else (row.status, row.text)
+
+    async def messages(self, tenant_id, conversation_id, first_seq, last_seq):
+        return [(s, f"e{s}", "user", self.texts[s], AT) for s in range(first_seq, last_seq + 1) if s in self.texts]
+
+    async def erased_seqs(self, tenant_id, conversation_id, first_seq, last_seq):
+        return sum(first_seq <= s <= last_seq for s in self.erased)
+
+
+class Summarizer:
+    model = "m"
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    async def summarize_window(self, *, previous_summary, new_messages, window_start_seq, window_end_seq):
+        self.calls.append((previous_summary, [m.content for m in new_messages]))
+        return SummaryOutput(text=f"{previous_summary or ''}+{len(new_messages)}", prompt_version="p", model="m")
+
+
+def request(memory_id=2, start=0, end=3, base=None, base_end=None):
+    payload = SummaryRequested(memory_id=memory_id, start_seq=start, end_seq=end, base_memory_id=base,
+                               base_end_seq=base_end, prompt_version="p", model="m", attempt=1)
+    return decode(encode(new_event(SUMMARY_REQUESTED, payload, tenant_id="t", conversation_id="c", user_id="u",
+                                   seq=end)))
+
+
+def run(stage, event):
+    return asyncio.run(stage.handle(event))
+
+
+def row(status, text=None, attempt=1):
+    return SettledRow(status, attempt, text, 5, "p", "m", ["e0"], None if status != "failed" else "boom")
+
+
+def test_the_stage_summarizes_what_the_port_gives_in_one_session():
+    memory, llm = Memory({0: "a", 1: "b", 2: "c", 3: "d"}), Summarizer()
+    out = run(SummaryStage(llm, memory), request())
+    assert out.type == SUMMARY_COMPLETED and out.payload["text"] == "+4"
+    assert llm.calls == [(None, ["a", "b", "c", "d"])] and memory.sessions == 1
+    assert out.payload["source_event_ids"] == ["e0", "e1", "e2", "e3"]
+
+
+def test_a_base_summary_and_erased_seqs_come_through_the_port():
+    memory, llm = Memory({4: "e", 6: "g"}, erased={5}, rows={1: row("completed", "base")}), Summarizer()
+    out = run(SummaryStage(llm, memory), request(start=0, end=6, base=1, base_end=3))
+    assert out.type == SUMMARY_COMPLETED and llm.calls == [("base", ["e", "g"])]
+
+
+def test_a_settled_request_gets_its_stored_result_without_a_model_call():
+    memory, llm = Memory({0: "a"}, rows={2: row("completed", "stored")}), Summarizer()
+    out = run(SummaryStage(llm, memory), request())
+    assert out.payload["text"] == "stored" and llm.calls == []
+
+
+def test_inputs_the_port_never_has_fail_the_request_after_the_wait():
+    memory, llm = Memory({0: "a"}), Summarizer()
+    out = run(SummaryStage(llm, memory, inputs_wait_s=0.05), request())
+    assert out.type == SUMMARY_FAILED and "1/4 messages" in out.payload["error"] and llm.calls == []
+
+
+def test_streams_window_holds_no_sql_of_the_read_model():
+    sql = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b.*\b(FROM|INTO|SET)\b|\.execute\(")
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "streams" / "window").glob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if sql.search(line)]
+    assert found == []
