@@ -22,8 +22,12 @@ of the generation at lag 0 for three polls in a row. Reported:
   rest is "everything else" (Kafka, faust, decoding, folds, PostgreSQL client). PostgreSQL's and
   Kafka's own CPU are not counted;
 * per message: the PostgreSQL transactions the projectors committed
-  (`memory_projector_transactions_total`) and the records written to each topic of the run
-  (memory events, the folds' changelogs, ...), read from the end offsets before the clean-up.
+  (`memory_projector_transactions_total`), every transaction of the database over the workers'
+  life (`pg_stat_database`; meaningful only on a PostgreSQL the run has to itself, e.g. a private
+  stack), the embedder's model calls (embedding-queue batches) and texts, and the records written
+  to each topic of the run (memory events, the processor's changelog, ...), read from the end
+  offsets before the clean-up. These counts do not depend on the machine's load (batch sizes
+  a little: a lagging consumer fetches more per batch).
 
 `--models offline`: the local ONNX embedder and the offline (extractive) summarizer, as a default
 install. `--models stub`: `MEMORY_EMBEDDING__PROVIDER=stub` (deterministic vectors, no model) and
@@ -129,6 +133,17 @@ async def records_by_topic(settings) -> dict[str, int]:
     return totals
 
 
+_XACTS = ("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()")
+
+
+async def postgres_transactions(settings) -> int:
+    """Transactions the database has counted so far, every client's (pg_stat_database): the run's
+    own only on a PostgreSQL it has to itself (a private stack). Read after the workers exited, so
+    their backends have flushed their counts."""
+    await asyncio.sleep(1.5)  # a backend flushes its counts at most once a second
+    return int(await scalar(settings, _XACTS))
+
+
 async def clean_up(settings, fake, started_at: float) -> None:
     """After a run: the fake LLM stopped, the run's schema and topics dropped, and the stub
     embeddings of its salted texts removed from the shared embedding cache."""
@@ -206,6 +221,8 @@ async def run(args, models: str, workers: int) -> dict:
             else:  # long dated conversations of realistic message length (bench/burst_workload.py)
                 await produce_burst(client, burst(args.workload, args.messages, salt))
         indexed_total = args.messages  # user and assistant messages alike are indexed
+        xacts_start = await postgres_transactions(settings)
+        polls = 0  # this script's own transactions meanwhile (one per scalar read)
         load_start = os.getloadavg()[0]
         processes = await start_workers(settings, workers, env)
         profilers = await start_profilers(processes, Path(args.profile) / f"{models}-{workers}") if args.profile else []
@@ -221,6 +238,7 @@ async def run(args, models: str, workers: int) -> dict:
                 try:
                     rows = await scalar(settings, "SELECT count(*) FROM messages")
                     indexed = await scalar(settings, "SELECT count(*) FROM message_embeddings")
+                    polls += 2
                     behind, groups = await lag.total()
                 except (psycopg.OperationalError, KafkaError) as exc:  # a server full or loading: skip this poll
                     print(f"poll skipped: {exc}", file=sys.stderr)
@@ -252,6 +270,7 @@ async def run(args, models: str, workers: int) -> dict:
         splits = await stop_workers(processes)
         for profiler in profilers:  # py-spy writes its file when its target exits
             await asyncio.wait_for(profiler.wait(), 60)
+        xacts = await postgres_transactions(settings) - xacts_start - polls - 1
         summaries = await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'")
         written = await records_by_topic(settings)
         seconds = settled_at - first
@@ -294,6 +313,14 @@ async def run(args, models: str, workers: int) -> dict:
             "worker_rss_mb": {"mid_burst": round(rss_mid or 0), "highest_polled": round(rss_max),
                               "peak_vmhwm": round(rss_peak)},
             "projector_transactions_per_message": round(whole.get("projector_transactions", 0) / args.messages, 2),
+            # Every PostgreSQL transaction of the workers (projectors, stages' reads, embedding cache,
+            # erasure checks, ...) over their whole life: valid on a PostgreSQL of the run's own only.
+            "postgres_transactions_per_message": round(xacts / args.messages, 2),
+            # Calls of the model (batches the embedding queue ran) and texts it embedded, per message.
+            "embedder_calls_per_message": round(whole.get("embedding_queue_batches", 0) / args.messages, 3),
+            "embedded_texts_per_message": round(whole.get("embedded_texts", 0) / args.messages, 3),
+            "embedding_cache_lookups_per_message": round(
+                sum(whole.get(f"embedding_cache_{k}", 0) for k in ("hit", "miss", "error")) / args.messages, 2),
             "records_per_message": {name: round(count / args.messages, 2) for name, count in written.items() if count},
             "lag_samples": " ".join(f"{t}s:{r}/{i}/{b}" for t, r, i, b in samples[:: max(1, len(samples) // 12)]),
         }
