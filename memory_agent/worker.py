@@ -58,10 +58,11 @@ ROLES = ("all", "agents", "stages", "projectors")
 
 def stream_ports():
     """The read model behind the stages' ports (streams/ holds no SQL of it)."""
+    from projections.topic_reads import PostgresTopicReads
     from projections.window_reads import PostgresWindowReads
     from streams.context import StreamPorts
 
-    return StreamPorts(window_reads=PostgresWindowReads)
+    return StreamPorts(window_reads=PostgresWindowReads, topic_reads=PostgresTopicReads)
 
 
 async def run_stages_only(settings: Settings, stop: asyncio.Event | None = None) -> None:

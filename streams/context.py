@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from core import metrics
 from core.settings import Settings
+from domain.topics.reads import TopicReadsFactory
 from domain.window.reads import WindowReadsFactory
 from runtime.db import make_pool
 from runtime.dead_letter import DeadLetter, dead_letter_value, letter_key
@@ -32,6 +33,7 @@ class StreamPorts:
     wired by the roof (memory_agent/worker.py): each a factory of the generation's pool."""
 
     window_reads: WindowReadsFactory | None = None  # the window summary stage's (domain/window/reads.py)
+    topic_reads: TopicReadsFactory | None = None  # the topic compaction stage's (domain/topics/reads.py)
 
 
 @dataclass

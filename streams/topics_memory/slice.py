@@ -131,4 +131,6 @@ async def _erased_check(ctx: StreamContext) -> ErasedCheck:
 
 
 async def _compaction_stage(summarizer, ctx: StreamContext) -> CompactionStage:
-    return CompactionStage(summarizer, await ctx.pool())
+    if ctx.ports.topic_reads is None:
+        raise RuntimeError("no topic reads wired: make_app(ports=StreamPorts(topic_reads=...)) (memory_agent/worker.py)")
+    return CompactionStage(summarizer, ctx.ports.topic_reads(await ctx.pool()))

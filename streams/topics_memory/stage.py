@@ -8,10 +8,10 @@ import logging
 import time
 
 import numpy as np
-from psycopg_pool import AsyncConnectionPool
 
 from core.embeddings.port import Embedder, EmbeddingError
 from core.llm.port import ChatMessage, LlmError
+from domain.topics.reads import TopicReads
 from runtime.outage import Backoff, is_transient
 from schemas import topic_events as te
 from schemas.codec import Event, new_event
@@ -118,9 +118,9 @@ class InputsNotReady(Exception):
 class CompactionStage:
     """topic.compaction_requested -> incremental summary -> topic.compacted / compaction_failed."""
 
-    def __init__(self, summarizer: TopicSummarizer, pool: AsyncConnectionPool, *, inputs_wait_s: float = 30.0):
+    def __init__(self, summarizer: TopicSummarizer, reads: TopicReads, *, inputs_wait_s: float = 30.0):
         self.summarizer = summarizer
-        self.pool = pool
+        self.reads = reads  # the read model behind a port (domain/topics/reads.py)
         self.inputs_wait_s = inputs_wait_s
 
     async def handle(self, event: Event) -> Envelope | None:
@@ -166,26 +166,14 @@ class CompactionStage:
                                  ) -> tuple[int, str | None, str | None, str | None] | None:
         """The read model's compaction (upto_seq, summary, model, prompt version) when it covers
         this request: redelivered requests (restart, rebalance) must not pay for a second LLM call."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT summary_upto_seq, summary, summary_model, summary_prompt_version FROM topics"
-                " WHERE tenant_id = %s AND conversation_id = %s AND topic_id = %s",
-                (cause.tenant_id, cause.conversation_id, request.topic_id),
-            )
-            row = await cur.fetchone()
-        return tuple(row) if row is not None and row[0] >= request.upto_seq else None
+        row = await self.reads.compaction(cause.tenant_id, cause.conversation_id, request.topic_id)
+        return row if row is not None and row[0] >= request.upto_seq else None
 
     async def _inputs(self, cause: Envelope, request: te.TopicCompactionRequested) -> list[ChatMessage]:
         """The messages to archive, from the projected log (they are in it, or soon will be)."""
         deadline = time.monotonic() + self.inputs_wait_s
         while True:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT seq, role, content FROM messages WHERE tenant_id = %s AND conversation_id = %s"
-                    " AND seq = ANY(%s) ORDER BY seq",
-                    (cause.tenant_id, cause.conversation_id, request.seqs),
-                )
-                rows = await cur.fetchall()
+            rows = await self.reads.messages(cause.tenant_id, cause.conversation_id, request.seqs)
             if len(rows) == len(set(request.seqs)):
                 return [ChatMessage(seq, role, content) for seq, role, content in rows]
             if time.monotonic() >= deadline:

@@ -11,6 +11,7 @@ import pytest
 from core.llm import provenance
 from core.llm.port import ChatMessage
 from projections import generations as gens
+from projections.topic_reads import PostgresTopicReads
 from runtime.db import make_pool
 from schemas import topic_events as te
 from schemas.codec import decode, encode, new_event
@@ -71,7 +72,7 @@ async def test_a_second_generation_compacts_the_same_messages_from_the_cache_wit
         first, second = make_topic_summarizer(first_gen), make_topic_summarizer(second_gen)
         assert isinstance(first, CachedTopicSummarizer) and isinstance(second, CachedTopicSummarizer)
         async with make_pool(settings, schema=settings.pg_schema) as pool:
-            stage = CompactionStage(first, pool, inputs_wait_s=5)
+            stage = CompactionStage(first, PostgresTopicReads(pool), inputs_wait_s=5)
             # A non-retryable failure and an empty answer: failed events as before, nothing stored.
             fake.fail_next(1, status=400)
             failed = await handle(stage, compaction_request(title))
@@ -92,7 +93,8 @@ async def test_a_second_generation_compacts_the_same_messages_from_the_cache_wit
             assert len(topic_requests(fake)) == 3
 
             # The second generation: the same compaction comes from the cache, no LLM call.
-            again = await handle(CompactionStage(second, pool, inputs_wait_s=5), compaction_request(title))
+            again = await handle(CompactionStage(second, PostgresTopicReads(pool), inputs_wait_s=5),
+                                 compaction_request(title))
             assert again.type == te.TOPIC_COMPACTED
             assert (again.payload.summary, again.payload.model, again.payload.prompt_version) == (
                 done.payload.summary, "fake-llm", "topic-summary-v1")
@@ -143,7 +145,7 @@ async def test_a_request_the_read_model_already_has_is_answered_from_it_without_
     with FakeOpenAI() as fake:
         async with make_pool(settings, schema=settings.pg_schema) as pool:
             stage = CompactionStage(make_topic_summarizer(settings.model_copy(update={"llm": fake.llm_settings()})),
-                                    pool)
+                                    PostgresTopicReads(pool))
             answer = await handle(stage, compaction_request("The car", attempt=2))
             assert answer.type == te.TOPIC_COMPACTED and answer.payload.summary == "S from attempt 1"
             assert answer.payload.upto_seq == 8 and answer.payload.archived_seqs == SEQS

@@ -1,5 +1,5 @@
-"""The window summary stage reads through a port (domain/window/reads.py), not SQL in streams/
-(issue 22): an in-memory read model drives it; streams/window holds no SQL."""
+"""The window summary and topic compaction stages read through ports (domain/window/reads.py,
+domain/topics/reads.py), not SQL in streams/ (issue 22): an in-memory read model drives them."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ from pathlib import Path
 
 from core.llm.port import SummaryOutput
 from domain.window.reads import SettledRow
+from schemas import topic_events as te
 from schemas.codec import decode, encode, new_event
 from schemas.events import SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
+from streams.topics_memory.stage import CompactionStage
+from streams.topics_memory.summarize import TopicSummary
 from streams.window.summarize import SummaryStage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,8 +101,52 @@ def test_inputs_the_port_never_has_fail_the_request_after_the_wait():
     assert out.type == SUMMARY_FAILED and "1/4 messages" in out.payload["error"] and llm.calls == []
 
 
-def test_streams_window_holds_no_sql_of_the_read_model():
+def test_the_summary_and_compaction_stages_hold_no_sql_of_the_read_model():
     sql = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b.*\b(FROM|INTO|SET)\b|\.execute\(")
-    found = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "streams" / "window").glob("*.py"))
+    paths = [*sorted((ROOT / "streams" / "window").glob("*.py")), ROOT / "streams" / "topics_memory" / "stage.py"]
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in paths
              for n, line in enumerate(path.read_text().splitlines(), 1) if sql.search(line)]
     assert found == []
+
+
+class Topics:
+    """The topic compaction stage's read model in memory."""
+
+    def __init__(self, texts: dict[int, str], compaction=None) -> None:
+        self.texts, self.row = texts, compaction
+
+    async def compaction(self, tenant_id, conversation_id, topic_id):
+        return self.row
+
+    async def messages(self, tenant_id, conversation_id, seqs):
+        return [(s, "user", self.texts[s]) for s in sorted(set(seqs)) if s in self.texts]
+
+
+class TopicLlm:
+    model, prompt_version = "m", "p"
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    async def summarize(self, title, previous_summary, messages, upto_seq):
+        self.calls.append([m.content for m in messages])
+        return TopicSummary("+".join(m.content for m in messages), "m", "p")
+
+
+def compaction_request(seqs=(1, 2)):
+    payload = te.TopicCompactionRequested(topic_id="c:topic-1", upto_seq=max(seqs), seqs=list(seqs), title="T",
+                                          prompt_version="p", model="m")
+    return decode(encode(new_event(te.TOPIC_COMPACTION_REQUESTED, payload, tenant_id="t", conversation_id="c",
+                                   user_id="u", seq=max(seqs))))
+
+
+def test_the_compaction_stage_reads_its_messages_through_the_port():
+    llm = TopicLlm()
+    out = run(CompactionStage(llm, Topics({1: "a", 2: "b"})), compaction_request())
+    assert out.type == te.TOPIC_COMPACTED and out.payload["summary"] == "a+b" and llm.calls == [["a", "b"]]
+
+
+def test_a_compaction_the_port_already_holds_is_said_again_without_a_model_call():
+    llm = TopicLlm()
+    out = run(CompactionStage(llm, Topics({1: "a", 2: "b"}, compaction=(2, "stored", "m", "p"))), compaction_request())
+    assert out.payload["summary"] == "stored" and llm.calls == []
