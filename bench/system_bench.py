@@ -144,6 +144,35 @@ async def postgres_transactions(settings) -> int:
     return int(await scalar(settings, _XACTS))
 
 
+async def memory_events_by_type(settings) -> dict[str, int]:
+    """The generation's memory topic read to its end, counted by event type."""
+    from schemas.codec import peek_type
+
+    topic = settings.kafka.memory_topic(settings.generation)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers, enable_auto_commit=False)
+    await consumer.start()
+    counts: dict[str, int] = {}
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        if not tps:
+            await consumer.force_metadata_update()
+            tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        left = {tp: end for tp, end in ends.items() if end > 0}
+        while left:
+            for tp, records in (await consumer.getmany(timeout_ms=1000, max_records=5000)).items():
+                for record in records:
+                    kind = peek_type(record.value) or "?"
+                    counts[kind] = counts.get(kind, 0) + 1
+                if records and records[-1].offset + 1 >= left.get(tp, 0):
+                    left.pop(tp, None)
+    finally:
+        await consumer.stop()
+    return counts
+
+
 async def clean_up(settings, fake, started_at: float) -> None:
     """After a run: the fake LLM stopped, the run's schema and topics dropped, and the stub
     embeddings of its salted texts removed from the shared embedding cache."""
@@ -273,6 +302,7 @@ async def run(args, models: str, workers: int) -> dict:
         xacts = await postgres_transactions(settings) - xacts_start - polls - 1
         summaries = await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'")
         written = await records_by_topic(settings)
+        by_type = await memory_events_by_type(settings)
         seconds = settled_at - first
         whole = {k: round(sum(s.get(k, 0) for s in splits), 3) for k in splits[0]} if splits[0] else {}
         model_s = whole.get("embedding_cpu_s", 0) + whole.get("llm_cpu_s", 0)
@@ -322,6 +352,7 @@ async def run(args, models: str, workers: int) -> dict:
             "embedding_cache_lookups_per_message": round(
                 sum(whole.get(f"embedding_cache_{k}", 0) for k in ("hit", "miss", "error")) / args.messages, 2),
             "records_per_message": {name: round(count / args.messages, 2) for name, count in written.items() if count},
+            "memory_events_per_message": {kind: round(count / args.messages, 3) for kind, count in sorted(by_type.items())},
             "lag_samples": " ".join(f"{t}s:{r}/{i}/{b}" for t, r, i, b in samples[:: max(1, len(samples) // 12)]),
         }
     finally:
