@@ -62,5 +62,8 @@ def make_slice(ctx: StreamContext) -> Slice:
 async def _summary_stage(summarizer, ctx: StreamContext) -> SummaryStage:
     if ctx.ports.window_reads is None:
         raise RuntimeError("no window reads wired: make_app(ports=StreamPorts(window_reads=...)) (memory_agent/worker.py)")
-    return SummaryStage(summarizer, ctx.ports.window_reads(await ctx.pool()))
+    # A request waits for a base still being computed up to the fold's own request timeout
+    # (after it, the fold issues the request again).
+    return SummaryStage(summarizer, ctx.ports.window_reads(await ctx.pool()),
+                        max_wait_s=ctx.settings.window.request_timeout_s)
 

@@ -28,10 +28,15 @@ class SummaryStage:
     """Computes one requested summary; never blocks the ordered window fold. Its inputs come
     through `reads` (the read model behind a port: domain/window/reads.py)."""
 
-    def __init__(self, summarizer: Summarizer, reads: WindowReads, *, inputs_wait_s: float = 30.0) -> None:
+    def __init__(self, summarizer: Summarizer, reads: WindowReads, *, inputs_wait_s: float = 30.0,
+                 max_wait_s: float | None = None) -> None:
+        """`inputs_wait_s`: how long a request waits for inputs that do not move (no message of
+        its window projected meanwhile, no base summary being computed); `max_wait_s` (default:
+        4 x inputs_wait_s): how long it waits in all, progress or not."""
         self.summarizer = summarizer
         self.reads = reads
         self.inputs_wait_s = inputs_wait_s
+        self.max_wait_s = 4 * inputs_wait_s if max_wait_s is None else max(max_wait_s, inputs_wait_s)
         # Summaries this stage just made: a chained request (replay) finds its base here
         # instead of waiting for the memory projector to write it.
         self._recent: OrderedDict[tuple[str, str, int], str] = OrderedDict()
@@ -54,7 +59,7 @@ class SummaryStage:
                              cause.conversation_id, row.status, row.attempt,
                              "skipped" if answer == "skip" else "result sent again")
                     return None if answer == "skip" else self._again(cause, request, row)
-                ready, previous, messages, _ = await self._read_inputs(reads, cause, request)
+                ready, previous, messages, _, _ = await self._read_inputs(reads, cause, request)
             if not ready:
                 previous, messages = await self._inputs(cause, request)
             if not messages and previous is None:  # nothing to summarize: no LLM call on nothing
@@ -103,41 +108,52 @@ class SummaryStage:
                             row.model)
 
     async def _inputs(self, cause: Envelope, request: SummaryRequested):
-        """Previous summary text and the new messages (base end + 1 .. end), once projected."""
-        deadline = time.monotonic() + self.inputs_wait_s
+        """Previous summary text and the new messages (base end + 1 .. end), once projected.
+
+        The wait gives up after `inputs_wait_s` without progress, or `max_wait_s` in all. A base
+        summary still being computed (a chained request behind a slow one, the usual case of a
+        burst on a busy machine) and a window whose messages are arriving are progress: failing
+        them would fail the chain behind them too (a request whose base failed fails)."""
+        started = last_progress = time.monotonic()
+        seen = None
         while True:
             async with self.reads.session() as reads:
-                ready, previous, messages, missing = await self._read_inputs(reads, cause, request)
+                ready, previous, messages, missing, base_status = await self._read_inputs(reads, cause, request)
             if ready:
                 return previous, messages
-            if time.monotonic() >= deadline:
-                raise InputsNotReady(f"after {self.inputs_wait_s}s: {missing}")
+            now = time.monotonic()
+            if (len(messages), base_status) != seen or base_status == "processing":
+                seen, last_progress = (len(messages), base_status), now
+            if now - last_progress >= self.inputs_wait_s or now - started >= self.max_wait_s:
+                raise InputsNotReady(f"after {now - started:.0f}s: {missing}")
             async with self._finished:  # a base finished here, or 50 ms for the projection
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._finished.wait(), 0.05)
 
     async def _read_inputs(self, reads: WindowReadSession, cause: Envelope, request: SummaryRequested):
-        """(ready, previous text, messages, what is missing): ready when the projection has them all."""
+        """(ready, previous text, messages, what is missing, the base's status when read): ready when
+        the projection has them all."""
         first = first_new_seq(request)
         expected = request.end_seq - first + 1
         tenant, conversation = cause.tenant_id, cause.conversation_id
-        previous = None
+        previous = base_status = None
         if request.base_memory_id is not None:
             previous = self._recent.get((tenant, conversation, request.base_memory_id))
         if request.base_memory_id is not None and previous is None:
             row = await reads.base(tenant, conversation, request.base_memory_id)
-            if row is not None and row[0] == "failed":
+            base_status = row and row[0]
+            if base_status == "failed":
                 raise InputsNotReady(base_failed(request.base_memory_id))
-            previous = row[1] if row and row[0] == "completed" else None
+            previous = row[1] if base_status == "completed" else None
         messages = await reads.messages(tenant, conversation, first, request.end_seq)
         if len(messages) < expected:  # an erased user's messages are gaps, not waits (docs/lineage.md)
             expected -= await reads.erased_seqs(tenant, conversation, first, request.end_seq)
         base_ready = request.base_memory_id is None or previous is not None
         if base_ready and len(messages) == expected:
-            return True, previous, messages, None
-        return False, previous, messages, (
-            f"{len(messages)}/{expected} messages {first}..{request.end_seq}"
-            + ("" if base_ready else f", base summary {request.base_memory_id} not completed"))
+            return True, previous, messages, None, base_status
+        missing = (f"{len(messages)}/{expected} messages {first}..{request.end_seq}"
+                   + ("" if base_ready else f", base summary {request.base_memory_id} not completed"))
+        return False, previous, messages, missing, base_status
 
 
 Answer = Literal["compute", "skip", "completed", "failed"]

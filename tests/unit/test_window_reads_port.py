@@ -101,6 +101,33 @@ def test_inputs_the_port_never_has_fail_the_request_after_the_wait():
     assert out.type == SUMMARY_FAILED and "1/4 messages" in out.payload["error"] and llm.calls == []
 
 
+def test_a_base_still_being_computed_is_waited_for_beyond_the_wait_without_progress():
+    """A chained request behind a slow base (a burst on a busy machine) waits for it instead of
+    failing after `inputs_wait_s`, which would fail every request chained behind it."""
+    memory, llm = Memory({4: "e", 5: "f", 6: "g"}, rows={1: row("processing")}), Summarizer()
+
+    async def scenario():
+        async def base_completes_later():
+            await asyncio.sleep(0.4)  # eight times the wait without progress
+            memory.rows[1] = row("completed", "base")
+        later = asyncio.create_task(base_completes_later())
+        out = await SummaryStage(llm, memory, inputs_wait_s=0.05, max_wait_s=5).handle(
+            request(start=0, end=6, base=1, base_end=3))
+        await later
+        return out
+
+    out = asyncio.run(scenario())
+    assert out.type == SUMMARY_COMPLETED and llm.calls == [("base", ["e", "f", "g"])]
+
+
+def test_a_base_processing_forever_fails_the_request_at_the_overall_bound():
+    memory, llm = Memory({4: "e"}, rows={1: row("processing")}), Summarizer()
+    out = run(SummaryStage(llm, memory, inputs_wait_s=0.05, max_wait_s=0.3), request(start=0, end=4, base=1,
+                                                                                      base_end=3))
+    assert out.type == SUMMARY_FAILED and "base summary 1 not completed" in out.payload["error"]
+    assert llm.calls == []
+
+
 def test_the_summary_and_compaction_stages_hold_no_sql_of_the_read_model():
     sql = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b.*\b(FROM|INTO|SET)\b|\.execute\(")
     paths = [*sorted((ROOT / "streams" / "window").glob("*.py")), ROOT / "streams" / "topics_memory" / "stage.py"]
