@@ -441,9 +441,10 @@ class ProjectorGroup:
         if hold is None:
             goal = await retry_transient(lambda: time_order.targets(self.consumer, erasure),
                                          what=f"projectors {self.name} erasure targets")
-            hold = time_order.Hold(TopicPartition(erasure.topic, erasure.partition), erasure.offset, goal,
-                                   asyncio.get_running_loop().time())
-        if await time_order.caught_up(self.runners[0].conn, erasure.topic, hold.targets):
+            hold = time_order.Hold(TopicPartition(erasure.topic, erasure.partition), erasure.offset,
+                                   erasure.timestamp, goal, asyncio.get_running_loop().time())
+        read = await time_order.positions(self.runners[0].conn, erasure.topic)
+        if time_order.ready(read, hold, [h for k, h in self.holds.items() if k != key]):
             self.holds.pop(key, None)
             return True
         if key not in self.holds:
@@ -456,9 +457,10 @@ class ProjectorGroup:
         """Holds whose targets the messages projector reached (or past the bound) are released:
         the partitions resume, the held erasure is read again and applied."""
         now, released = asyncio.get_running_loop().time(), False
+        read = await time_order.positions(self.runners[0].conn, next(iter(self.holds.values())).erasure.topic)
         for key, hold in list(self.holds.items()):
             late = now - hold.since > time_order.MAX_HOLD_S
-            if late or await time_order.caught_up(self.runners[0].conn, hold.erasure.topic, hold.targets):
+            if late or time_order.ready(read, hold, [h for k, h in self.holds.items() if k != key]):
                 if late:
                     log.warning("projectors %s: user erasure at %s:%d applied after %.0fs without the messages"
                                 " projector having passed its time on every partition", self.name,

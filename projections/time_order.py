@@ -50,6 +50,7 @@ class Hold:
 
     erasure: TopicPartition
     offset: int
+    timestamp: int  # the erasure record's Kafka timestamp (ms)
     targets: dict[int, int]
     since: float
 
@@ -90,10 +91,20 @@ async def targets(consumer: AIOKafkaConsumer, erasure: ConsumerRecord) -> dict[i
     return reached | {erasure.partition: erasure.offset}
 
 
-async def caught_up(conn: psycopg.AsyncConnection, topic: str, goal: dict[int, int]) -> bool:
-    """Whether the messages projector's stored positions reach `goal` on every partition."""
+async def positions(conn: psycopg.AsyncConnection, topic: str) -> dict[int, int]:
+    """The messages projector's stored positions: {partition: next offset}."""
     async with conn.transaction():
-        read = dict(await (await conn.execute(
+        return dict(await (await conn.execute(
             "SELECT partition, next_offset FROM projector_offsets WHERE projector = %s AND topic = %s",
             (MESSAGES, topic))).fetchall())
-    return all(read.get(p, 0) >= offset for p, offset in goal.items() if offset > 0)
+
+
+def ready(read: dict[int, int], hold: Hold, holds: Sequence[Hold]) -> bool:
+    """Whether the messages projector has reached `hold`'s targets, a partition stopped at a
+    later held erasure counting as reached: that one waits for this one (a cycle otherwise,
+    whatever the records' timestamps say; the earlier erasure, by timestamp then partition,
+    goes first)."""
+    mine = (hold.timestamp, hold.erasure.partition)
+    later = {(h.erasure.partition, h.offset) for h in holds if (h.timestamp, h.erasure.partition) > mine}
+    return all(read.get(p, 0) >= offset or (p, read.get(p, 0)) in later
+               for p, offset in hold.targets.items() if offset > 0)
