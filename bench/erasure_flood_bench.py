@@ -1,12 +1,16 @@
-"""A flood of erasure requests for one user against the real API + PostgreSQL + Kafka, with the
-projectors applying them: what another tenant's reads cost meanwhile.
+"""A flood of erasure requests from one tenant against the real API + PostgreSQL + Kafka, with
+the projectors applying them: what another tenant's reads and memory cost meanwhile.
 
-    python -m bench.erasure_flood_bench [--requests 200] [--seconds 3]
+    python -m bench.erasure_flood_bench [--requests 200] [--seconds 3] [--users 1]
 
-Tenant A's user `alice` has a conversation; tenant B's client reads its context in a loop,
-first alone (`--seconds`), then while `--requests` DELETE /v1/users/alice (alice's own key) are
-sent over `--seconds`. Reports tenant B's latencies both times, the answers to the flood, how
-many distinct erasure events it appended, and how many the erasure projector applied.
+Tenant A has `--users` users (each with a conversation of 200 messages); tenant B's client
+reads its context in a loop and appends a message to its conversation in another loop, timing
+how long each takes to be projected (its memory), first alone (`--seconds`), then while
+`--requests` DELETE /v1/users/<a user of A> (each user's own key, the users in turn) are sent
+over `--seconds`, and for as long again after. `--users 1`: one user erased over and over (the
+API collapses repeats); more: distinct users, each a real erasure. Reports tenant B's latencies
+both times and their ratios, the answers to the flood, how many erasure events it appended, and
+how many the erasure projector applied.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import psycopg
 from bench.common import bench_settings, child_env, drop, percentile, prepare, report, scalar, worker
 from core.settings import ApiSettings
 
-KEYS = {"alice-key": {"tenant": "tenant-a", "user": "alice"}, "key-b": {"tenant": "tenant-b", "act_as": "any_user"}}
+def keys(users: int) -> dict:
+    return {f"a{i}-key": {"tenant": "tenant-a", "user": f"a{i}"} for i in range(users)} | {
+        "key-b": {"tenant": "tenant-b", "act_as": "any_user"}}
 
 
 async def seed(settings, tenant: str, cid: str, user: str, messages: int) -> None:
@@ -40,7 +46,8 @@ async def seed(settings, tenant: str, cid: str, user: str, messages: int) -> Non
             await cur.executemany(
                 "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content, occurred_at,"
                 " source_partition, source_offset) VALUES (%s, %s, %s, %s, %s, 'user', %s, %s, 0, %s)",
-                [(tenant, cid, s, f"{tenant}-{cid}-{s}", user, f"message {s}", now, s) for s in range(messages)])
+                [(tenant, cid, s, f"{tenant}-{cid}-{s}", user, f"message {s} of {user}, some words to fill a page",
+                  now, s) for s in range(messages)])
 
 
 async def reads_of_b(http: httpx.AsyncClient, stop: float) -> list[float]:
@@ -53,13 +60,41 @@ async def reads_of_b(http: httpx.AsyncClient, stop: float) -> list[float]:
     return took
 
 
-async def flood(http: httpx.AsyncClient, requests: int, seconds: float) -> tuple[Counter, set[str]]:
+class Writer:
+    """Tenant B appends to its conversation, one message at a time, and times each until the
+    messages projector has written it (B's memory as fresh as the log)."""
+
+    def __init__(self, settings, first_seq: int) -> None:
+        self.settings, self.seq = settings, first_seq
+
+    async def writes_of_b(self, http: httpx.AsyncClient, stop: float) -> list[float]:
+        took = []
+        async with await psycopg.AsyncConnection.connect(
+            self.settings.postgres.dsn, options=f"-c search_path={self.settings.pg_schema},public",
+            autocommit=True,
+        ) as conn:
+            while time.monotonic() < stop:
+                started = time.perf_counter()
+                answer = await http.post("/v1/conversations/b/messages", headers={"X-API-Key": "key-b"}, json={
+                    "user_id": "bob", "seq": self.seq, "role": "user", "content": f"bob says {self.seq}"})
+                answer.raise_for_status()
+                while not await (await conn.execute(
+                        "SELECT 1 FROM messages WHERE tenant_id = 'tenant-b' AND conversation_id = 'b' AND seq = %s",
+                        (self.seq,))).fetchone():
+                    await asyncio.sleep(0.01)
+                took.append((time.perf_counter() - started) * 1000)
+                self.seq += 1
+        return took
+
+
+async def flood(http: httpx.AsyncClient, requests: int, seconds: float, users: int) -> tuple[Counter, set[str]]:
     codes, events = Counter(), set()
 
-    async def one(delay: float) -> None:
-        await asyncio.sleep(delay)
+    async def one(i: int) -> None:
+        await asyncio.sleep(seconds * i / requests)
+        user = f"a{i % users}"
         try:
-            answer = await http.delete("/v1/users/alice", headers={"X-API-Key": "alice-key"})
+            answer = await http.delete(f"/v1/users/{user}", headers={"X-API-Key": f"{user}-key"})
         except httpx.TransportError as exc:
             codes[type(exc).__name__] += 1
             return
@@ -67,20 +102,31 @@ async def flood(http: httpx.AsyncClient, requests: int, seconds: float) -> tuple
         if answer.status_code == 202:
             events.add(answer.json()["event_id"])
 
-    await asyncio.gather(*(one(seconds * i / requests) for i in range(requests)))
+    await asyncio.gather(*(one(i) for i in range(requests)))
     return Counter({str(k): v for k, v in codes.items()}), events
 
 
 def summary(took: list[float]) -> str:
-    return (f"{len(took)} reads, p50 {percentile(took, 50):.0f} / p99 {percentile(took, 99):.0f}"
+    return (f"{len(took)} samples, p50 {percentile(took, 50):.0f} / p99 {percentile(took, 99):.0f}"
             f" / max {max(took):.0f} ms")
 
 
-async def main(requests: int, seconds: float) -> None:
-    settings = bench_settings("erasureflood", api=ApiSettings(api_keys=KEYS))
+def ratio(during: list[float], alone: list[float]) -> str:
+    return (f"p50 x{percentile(during, 50) / percentile(alone, 50):.2f}, p99 x{percentile(during, 99) / percentile(alone, 99):.2f},"
+            f" max x{max(during) / max(alone):.2f}")
+
+
+async def b_meanwhile(http, writer: Writer, seconds: float) -> tuple[list[float], list[float]]:
+    stop = time.monotonic() + seconds
+    return await asyncio.gather(reads_of_b(http, stop), writer.writes_of_b(http, stop))
+
+
+async def main(requests: int, seconds: float, users: int) -> None:
+    settings = bench_settings("erasureflood", api=ApiSettings(api_keys=keys(users)))
     await prepare(settings)
     try:
-        await seed(settings, "tenant-a", "a", "alice", 200)
+        for i in range(users):
+            await seed(settings, "tenant-a", f"a{i}", f"a{i}", 200)
         await seed(settings, "tenant-b", "b", "bob", 20)
         projectors = worker(settings, "--projectors-only")  # separate processes, as deployed
         await projectors.__aenter__()
@@ -89,8 +135,9 @@ async def main(requests: int, seconds: float) -> None:
             port = probe.getsockname()[1]
         api = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "memory_agent.cli", "api", "--port", str(port),
-            env=child_env(settings, {"MEMORY_API__API_KEYS": json.dumps(KEYS)}))
+            env=child_env(settings, {"MEMORY_API__API_KEYS": json.dumps(keys(users))}))
         base = f"http://127.0.0.1:{port}"
+        writer = Writer(settings, 20)
         try:
             async with httpx.AsyncClient(base_url=base, timeout=5) as probe_http:
                 for _ in range(600):
@@ -101,30 +148,37 @@ async def main(requests: int, seconds: float) -> None:
                         pass
                     await asyncio.sleep(0.2)
             async with httpx.AsyncClient(base_url=base, timeout=120,
-                                         limits=httpx.Limits(max_connections=requests + 5)) as http:
-                await reads_of_b(http, time.monotonic() + 1)  # warm up
-                alone = await reads_of_b(http, time.monotonic() + seconds)
-                # B reads during the flood and for as long again after it (the projector's work).
-                during, (codes, events) = await asyncio.gather(
-                    reads_of_b(http, time.monotonic() + 2 * seconds), flood(http, requests, seconds))
-            deadline = time.monotonic() + 120
+                                         limits=httpx.Limits(max_connections=requests + 10)) as http:
+                await b_meanwhile(http, writer, 2)  # warm up
+                reads_alone, writes_alone = await b_meanwhile(http, writer, 2 * seconds)
+                # B reads and writes during the flood and for as long again after it (the projector's work).
+                (reads_during, writes_during), (codes, events) = await asyncio.gather(
+                    b_meanwhile(http, writer, 2 * seconds), flood(http, requests, seconds, users))
+            deadline = time.monotonic() + 300
             applied = 0
             while time.monotonic() < deadline:
                 applied = await scalar(settings, "SELECT count(*) FROM erasures")
                 if applied >= len(events):
                     break
                 await asyncio.sleep(0.5)
+            scrubbed = await scalar(settings, "SELECT count(*) FROM erasure_scrubs WHERE scrubbed_at IS NOT NULL")
         finally:
             api.terminate()
             await api.wait()
             await projectors.__aexit__(None, None, None)
-        report(f"erasure flood: {requests} DELETE /v1/users/alice over {seconds:g} s, tenant B reading", {
-            "tenant B alone": summary(alone),
-            "tenant B during the flood (and as long after)": summary(during),
-            "answers to the flood": dict(sorted(codes.items())),
-            "distinct erasure events appended": len(events),
-            "erasures applied by the projector": applied,
-        })
+        report(f"erasure flood: {requests} DELETE /v1/users/<a user of A> ({users} distinct) over {seconds:g} s,"
+               " tenant B reading and writing", {
+                   "B's context reads alone": summary(reads_alone),
+                   "B's context reads during the flood (and as long after)": summary(reads_during),
+                   "B's reads, flood / alone": ratio(reads_during, reads_alone),
+                   "B's appends until projected alone": summary(writes_alone),
+                   "B's appends until projected during the flood (and as long after)": summary(writes_during),
+                   "B's appends, flood / alone": ratio(writes_during, writes_alone),
+                   "answers to the flood": dict(sorted(codes.items())),
+                   "distinct erasure events appended": len(events),
+                   "erasures applied by the projector": applied,
+                   "tables rewritten by the scrub": scrubbed,
+               })
     finally:
         await drop(settings)
 
@@ -133,5 +187,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--users", type=int, default=1, help="distinct users of tenant A erased in turn")
     args = parser.parse_args()
-    asyncio.run(main(args.requests, args.seconds))
+    asyncio.run(main(args.requests, args.seconds, args.users))

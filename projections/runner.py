@@ -24,6 +24,7 @@ from aiokafka.structs import ConsumerRecord
 
 from core import metrics, telemetry
 from core.settings import Settings
+from projections import time_order
 from runtime import dead_letter, isolation
 from runtime.db import connect
 from runtime.dead_letter import DeadLetter
@@ -279,6 +280,7 @@ class _SeekShared(ConsumerRebalanceListener):
                     lowest[tp] = None if offset is None or (tp in lowest and lowest[tp] is None) \
                         else min(offset, lowest.get(tp, offset))
             self.group.resume = lowest
+            self.group.drop_holds()  # the seeks below read any held erasure again
             await self.group.seek_to_resume()
             # A batch fetched around these seeks is dropped and read again (`ProjectorGroup.run`).
             self.group.epoch += 1
@@ -344,6 +346,11 @@ class ProjectorGroup:
         self.lock = asyncio.Lock()  # a batch being applied, or a rebalance: one at a time
         self.epoch = 0  # assignments seen: a batch fetched under an older one is not applied
         self.resume: dict[TopicPartition, int | None] = {}  # the last assignment's positions
+        # User erasures held back until the messages projector passed their time (time_order.py).
+        names = {r.projector.name for r in self.runners}
+        self.time_ordered = {time_order.MESSAGES, "erasure"} <= names
+        self.holds: dict[tuple[str, int, int], time_order.Hold] = {}
+        self.cleared: set[tuple[str, int, int]] = set()  # released or past the bound: applied when read again
 
     async def run(self) -> None:
         """Consume until cancelled; one projector refusing to go on (a bug) stops the group."""
@@ -373,8 +380,13 @@ class ProjectorGroup:
                     await self._commit_kafka()
                     self._next_commit = loop.time() + KAFKA_COMMIT_INTERVAL_S
                 if not records:
+                    if self.holds:
+                        async with self.lock:
+                            await self._release()
                     continue
                 async with self.lock:
+                    if self.holds:
+                        await self._release()
                     if epoch != self.epoch:
                         # Fetched while a rebalance sought the partitions to the projectors'
                         # stored offsets: from before the seek (maybe past what a projector new
@@ -398,9 +410,71 @@ class ProjectorGroup:
         """The batch for every projector. A record some projector must apply in a transaction of
         its own (an erasure) is a barrier: every projector applies what comes before it, then
         it, then the rest, so each sees the log in its order around it (an erasure applied
-        after a message written after it would delete that message: domain/erasure.py)."""
-        for segment in barrier_segments(records, [runner.projector for runner in self.runners]):
+        after a message written after it would delete that message: domain/erasure.py). A user
+        erasure waits, besides, for what other partitions hold from before it (time_order.py)."""
+        if self.holds:
+            records = self._hold_back(records)
+        segments = barrier_segments(records, [runner.projector for runner in self.runners])
+        for i, segment in enumerate(segments):
+            if self.time_ordered and time_order.gates(segment[0]) and not await self._may_apply(segment[0]):
+                await self.apply([r for later in segments[i:] for r in later])  # held back from it on
+                return
             await self._apply_segment(segment)
+
+    def _hold_back(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """The records before every hold's limit; a partition cut is read again from its first
+        record left out, paused until the holds are released."""
+        kept, left_out = time_order.cut(records, time_order.limits(list(self.holds.values())))
+        for tp, offset in left_out.items():
+            self.consumer.seek(tp, offset)
+            self.consumer.pause(tp)
+        return kept
+
+    async def _may_apply(self, erasure: ConsumerRecord) -> bool:
+        """Whether the messages projector has passed this user erasure's time on every
+        partition; if not, it is held (`holds`) until it has, at most MAX_HOLD_S."""
+        key = (erasure.topic, erasure.partition, erasure.offset)
+        if key in self.cleared:
+            self.cleared.discard(key)
+            return True
+        hold = self.holds.get(key)
+        if hold is None:
+            goal = await retry_transient(lambda: time_order.targets(self.consumer, erasure),
+                                         what=f"projectors {self.name} erasure targets")
+            hold = time_order.Hold(TopicPartition(erasure.topic, erasure.partition), erasure.offset,
+                                   erasure.timestamp, goal, asyncio.get_running_loop().time())
+        read = await time_order.positions(self.runners[0].conn, erasure.topic)
+        if time_order.ready(read, hold, [h for k, h in self.holds.items() if k != key]):
+            self.holds.pop(key, None)
+            return True
+        if key not in self.holds:
+            log.info("projectors %s: user erasure at %s:%d waits for the messages of other partitions written"
+                     " before it", self.name, erasure.partition, erasure.offset)
+        self.holds[key] = hold
+        return False
+
+    async def _release(self) -> None:
+        """Holds whose targets the messages projector reached (or past the bound) are released:
+        the partitions resume, the held erasure is read again and applied."""
+        now, released = asyncio.get_running_loop().time(), False
+        read = await time_order.positions(self.runners[0].conn, next(iter(self.holds.values())).erasure.topic)
+        for key, hold in list(self.holds.items()):
+            late = now - hold.since > time_order.MAX_HOLD_S
+            if late or time_order.ready(read, hold, [h for k, h in self.holds.items() if k != key]):
+                if late:
+                    log.warning("projectors %s: user erasure at %s:%d applied after %.0fs without the messages"
+                                " projector having passed its time on every partition", self.name,
+                                hold.erasure.partition, hold.offset, now - hold.since)
+                del self.holds[key]
+                self.cleared.add(key)
+                released = True
+        if released and self.consumer.paused():  # the holds left pause again what passes their limits
+            self.consumer.resume(*self.consumer.paused())
+
+    def drop_holds(self) -> None:
+        """A new assignment: every position sought again, nothing paused."""
+        self.holds.clear()
+        self.cleared.clear()
 
     async def _apply_segment(self, records: list[ConsumerRecord]) -> None:
         """In one transaction, or one each when that fails; those that share go first."""

@@ -5,7 +5,8 @@ summaries and chunks that mixed the user's words with others' and writes a row i
 `erasure_rederive` in the same transaction. This timer turns each committed row into requests
 on the normal paths, keyed by the conversation (so they reach the partition of its folds):
 
-- one `conversation.rederive.requested` for the window fold (ordered, concurrency 1), which
+- one `conversation.rederive.requested` for the window fold (and the topic fold, which derives
+  the conversation's topics again: docs/lineage.md), ordered, concurrency 1; the window fold
   asks the summary stage for a summary from the newest summary kept up to where the newest one
   had reached, and retries it like any other request;
 - a `chunk.requested` for each deleted chunk range that still has messages, to the chunk
@@ -46,7 +47,7 @@ SELECT erasure_event_id, tenant_id, conversation_id, erased_seqs, base_memory_id
 
 @dataclass(frozen=True)
 class Plan:
-    summary: bool  # send the window fold its re-derive request
+    summary: bool  # send the window and topic folds their re-derive request
     chunks: tuple[tuple[int, int], ...]  # chunk ranges to request (again)
     done: str | None  # the row's outcome when nothing is left to do
     sent: bool  # the row's attempts and sent_at move on
@@ -69,7 +70,10 @@ def plan(*, attempts: int, sent_at: datetime | None, now: datetime, ranges: list
 
 def register(app: faust.App, ctx: StreamContext) -> None:
     settings = ctx.settings
-    window, facts = "window" in settings.systems, "facts" in settings.systems
+    # The request goes to every fold that derives a mixed conversation again from the log: the
+    # window's summaries and the topics (a deployment with topics only needs it too).
+    window = bool({"window", "topics"} & set(settings.systems))
+    facts = "facts" in settings.systems
     prompt_version, model = prompt_and_model(settings)
 
     @app.timer(interval=INTERVAL_S)
