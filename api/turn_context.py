@@ -91,5 +91,8 @@ async def build_turn_context(
         retrieved=await telemetry.traced("context retrieval", retrieval_section(
             conn, request, app_state, verbatim_from_seq=min((m.seq for m in assembled.gap), default=None),
             recent=recent)),
-        active_topic=await telemetry.traced("context topic", topic_section(conn, request, app_state)),
+        # Without the topics system no fold places the message: waiting for it (the section's
+        # `context_wait_ms`) would cost every context half a second for nothing.
+        active_topic=await telemetry.traced("context topic", topic_section(conn, request, app_state))
+        if "topics" in app_state.settings.systems else None,
     )

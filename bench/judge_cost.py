@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -96,6 +97,7 @@ async def run(args) -> dict:
     settings = common.bench_settings("judgecost")
     await common.prepare(settings)
     env = {"MEMORY_SYSTEMS": json.dumps(args.systems.split(","))}
+    os.environ.update(env)  # the API too: an API expecting topics would wait for them on every context
     result = {"machine": common.machine(), "command": " ".join(sys.argv), "messages": total, "systems": args.systems}
     port = CQ._free_port()  # noqa: SLF001 - the bench's own helper
     api = None

@@ -114,6 +114,7 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
     live = settings.generation
     weak, strong = f"{live}_w", f"{live}_s"
     served_by = settings.model_copy(update={
+        "systems": ("window",),  # the worker's (WINDOW_ONLY): no topic section to wait for
         "window": settings.window.model_copy(update={"context_max_gap_messages": 2}),
         "retrieval": settings.retrieval.model_copy(update={"threshold": 5.0})})
     async with worker_process(settings, extra_env=WINDOW_ONLY), running_api(served_by) as base:

@@ -161,6 +161,13 @@ async def test_three_subjects_three_topics_compaction_archive_and_restore(settin
             hidden = f"/v1/conversations/{CONVERSATION_ID}/topics/{CONVERSATION_ID}:topic-2/history"
             assert (await http.get(hidden, headers=other)).status_code == 404
 
+            # An API whose MEMORY_SYSTEMS leaves topics out serves no topic (and waits for no fold).
+            without = settings.model_copy(update={"systems": ("window", "facts")})
+            async with running_api(without) as plain, httpx.AsyncClient(
+                    base_url=plain, headers={"X-API-Key": "key-a"}, timeout=10) as other_api:
+                answer = await other_api.get(f"/v1/conversations/{CONVERSATION_ID}/context")
+                assert answer.status_code == 200 and answer.json()["active_topic"] is None, answer.text
+
     first, second = topic_summaries(fake)[:2]
     assert "[4] user:" in first.user_content and "(none: this is the first summary)" in first.user_content
     assert first_summary in second.user_content and "[16] user:" in second.user_content
