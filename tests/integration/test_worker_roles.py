@@ -1,7 +1,9 @@
 """`memory-agent worker --role agents|stages|projectors`: the three parts of a worker as separate
 processes (docs/scaling.md, "Roles"). With only the agents and the projectors running, the folds
-ask for summaries and embeddings and nothing answers them; a `--role stages` process started
-later answers them all, and the agents' process never called a model.
+ask for summaries and nothing answers them, while the topic fold places every message (it is given
+each message's vector before it, by the agents' own embedder: docs/backbone.md, "Inputs before the
+fold"); a `--role stages` process started later answers the summaries, and the agents' process
+never called the LLM.
 """
 
 from __future__ import annotations
@@ -56,9 +58,13 @@ async def test_agents_stages_and_projectors_run_as_separate_processes(settings):
                         >= CONVERSATIONS)
 
             await wait_until(asked, 180, f"summary requests projected (logs {agents.log_path}, {projectors.log_path})")
-            # Nobody runs the stages yet: no summary, no embedding, nothing placed in a topic.
+
+            async def placed() -> bool:  # the topic fold embeds before it folds: no stage needed
+                return await scalar(settings, PLACED) == TOTAL
+
+            await wait_until(placed, 180, f"every message placed by the agents alone (log {agents.log_path})")
+            # Nobody runs the stages yet: no summary, no LLM call.
             assert await scalar(settings, "SELECT count(*) FROM memory WHERE status = 'completed'") == 0
-            assert await scalar(settings, PLACED) == 0
             assert fake.chat_requests == []
 
             async with worker_process(settings, "--role", "stages", log_name="role-stages",
