@@ -135,6 +135,15 @@ def report(title: str, results: dict) -> None:
     print(json.dumps(results, indent=2))
 
 
+def save_json(result: dict, out: Path | None, default_name: str) -> Path:
+    """`result` as indented JSON in `out`, else /tmp/memory-agent-bench/<default_name>; prints where."""
+    out = out or Path("/tmp/memory-agent-bench") / default_name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"JSON: {out}")
+    return out
+
+
 class Clock:
     def __init__(self) -> None:
         self.start = time.perf_counter()

@@ -316,16 +316,22 @@ async def run(args) -> dict:
     return result
 
 
+async def wait_healthy(http: httpx.AsyncClient, timeout_s: float = 180.0) -> None:
+    """Until the API under `http`'s base URL answers /healthz (polled every 0.2 s)."""
+    for _ in range(int(timeout_s / 0.2)):
+        try:
+            if (await http.get("/healthz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError("the API did not become healthy")
+
+
 async def measure(db: Db, conversations, port: int, budget: int) -> dict:
     base = f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient(base_url=base, headers={"X-API-Key": API_KEY}, timeout=60) as http:
-        for _ in range(600):
-            try:
-                if (await http.get("/healthz")).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.2)
+        await wait_healthy(http)
         first = conversations[0]
         await ask(http, first, first.questions[0], budget)  # warm up: model, pool, plans (not counted)
         first_turn, sequential = [], []

@@ -46,19 +46,6 @@ async def serve(settings, conversations, port: int, limit: int) -> int:
     return served
 
 
-async def wait_api(port: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(timeout=2) as http:
-        while time.monotonic() < deadline:
-            try:
-                if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.2)
-    raise TimeoutError("the API did not start")
-
-
 async def recorded(settings, served: int, timeout: float = 300) -> int:
     deadline = time.monotonic() + timeout
     count = 0
@@ -108,7 +95,8 @@ async def run(args) -> dict:
                 result["settle"] = await CQ.settle(db, settings, total, args.settle_timeout, 20.0)
             print(f"settled: {result['settle']}", flush=True)
             api = CQ.start_api(settings, port)
-            await wait_api(port)
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+                await CQ.wait_healthy(http)
             started = time.monotonic()
             served = await serve(settings, conversations, port, args.turns)
             result["served"] = {"contexts": served, "seconds": round(time.monotonic() - started, 1)}
@@ -136,10 +124,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {common.machine()}\ncommand: {' '.join(sys.argv)}", flush=True)
     result = asyncio.run(run(args))
-    out = args.out or Path(f"/tmp/memory-agent-bench/judge-cost-{int(time.time())}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str))
-    print(f"JSON: {out}")
+    common.save_json(result, args.out, f"judge-cost-{int(time.time())}.json")
 
 
 if __name__ == "__main__":

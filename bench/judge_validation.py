@@ -211,10 +211,7 @@ def main() -> None:
               f" | {r['labelled_retrieved']:.3f} | {r['hits_retrieved']:.3f} | {r['labelled_whole']:.3f}"
               f" | {r['ms_per_read']} |")
     print(f"agreement with the labelled score (whole context), pairs of settings: {result['agreement']}")
-    out = args.out or Path(f"/tmp/memory-agent-bench/judge-validation-{args.source}-{int(time.time())}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str))
-    print(f"JSON: {out}")
+    common.save_json(result, args.out, f"judge-validation-{args.source}-{int(time.time())}.json")
 
 
 if __name__ == "__main__":

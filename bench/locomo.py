@@ -63,17 +63,6 @@ def reuse_settings(spec: str):
                     postgres=PostgresSettings(dsn=base.postgres.dsn, pool_max_size=10))
 
 
-async def wait_healthy(http: httpx.AsyncClient) -> None:
-    for _ in range(900):
-        try:
-            if (await http.get("/healthz")).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError("the API did not become healthy")
-
-
 async def ask_body(http: httpx.AsyncClient, conv, question, budget: int) -> dict:
     params = {"before_seq": conv.end_seq, "query": question.question, "budget_tokens": budget}
     for attempt in (1, 2):
@@ -108,7 +97,7 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
                   dump_wide: Path | None = None) -> dict:
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": cq.API_KEY},
                                  timeout=120) as http:
-        await wait_healthy(http)
+        await cq.wait_healthy(http, timeout_s=180.0)
         first = conversations[0]
         await cq.ask(http, first, first.questions[0], budget)  # warm up (not counted)
         first_turn, in_sequence, diagnosis = [], [], []
