@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
@@ -174,7 +175,7 @@ def _with_message(messages: tuple[TopicMessage, ...], entry: TopicMessage) -> tu
     """The active messages stay in seq order (compaction takes the oldest): a late one goes in its place."""
     if not messages or messages[-1].seq < entry.seq:
         return messages + (entry,)
-    at = next(i for i, m in enumerate(messages) if m.seq > entry.seq)
+    at = bisect_right(messages, entry.seq, key=_seq)
     return messages[:at] + (entry,) + messages[at:]
 
 
@@ -218,12 +219,19 @@ def _decide(topic: Topic, config: TopicConfig, at_seq: int, placements: int) -> 
     decides (not when summaries come back): the same history always gives the same cutoffs."""
     if len(topic.messages) <= config.max_messages_per_topic:
         return topic
-    cutoff = topic.cutoff
-    above = [m for m in topic.messages if m.seq > cutoff]
-    count = len(above) - config.recent_message_keep
-    if len(above) <= config.max_messages_per_topic or count <= 0:
+    # The active messages are in seq order (_with_message): the first above the cutoff is found
+    # by bisection, not by a scan per step (a topic holds thousands while a burst outruns its
+    # compactions, and this runs for every topic at every step).
+    first_above = bisect_right(topic.messages, topic.cutoff, key=_seq)
+    above = len(topic.messages) - first_above
+    count = above - config.recent_message_keep
+    if above <= config.max_messages_per_topic or count <= 0:
         return topic
-    return evolve(topic, due=topic.due + ((above[count - 1].seq, at_seq, placements),))
+    return evolve(topic, due=topic.due + ((topic.messages[first_above + count - 1].seq, at_seq, placements),))
+
+
+def _seq(message: TopicMessage) -> int:
+    return message.seq
 
 
 def _compactions(state: TopicsState, now: float, config: TopicConfig, at_seq: int) -> Stepped:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from core.settings import Settings
@@ -26,7 +27,7 @@ from domain.topics.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
-from domain.topics.state import TopicsState, evolve
+from domain.topics.state import TopicMessage, TopicsState, evolve
 
 # Everything else on the two topics is skipped before the state is even loaded.
 RELEVANT = frozenset({MESSAGE_APPENDED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED,
@@ -200,13 +201,19 @@ def _without_text(topics: TopicsState, seq: int) -> TopicsState:
     stays small (20 topics x 12 messages of up to 32k characters would not fit a Kafka record)."""
     for newest_only in (True, False):  # nearly always the newest message of its topic: looked at first
         for topic in topics.topics:
-            found = topic.messages[-1:] if newest_only else topic.messages  # or a late one in its seq place
-            for message in found:
+            # The active messages are in seq order: the newest, or a late one found by bisection
+            # (a topic holds thousands while a burst outruns its compactions).
+            at = len(topic.messages) - 1 if newest_only else bisect_left(topic.messages, seq, key=_seq)
+            if 0 <= at < len(topic.messages):
+                message = topic.messages[at]
                 if message.seq == seq and message.content:
-                    at = topic.messages.index(message)
                     messages = topic.messages[:at] + (evolve(message, content=""),) + topic.messages[at + 1:]
                     return topics.with_topic(evolve(topic, messages=messages))
     return topics
+
+
+def _seq(message: TopicMessage) -> int:
+    return message.seq
 
 
 def _reassert(state: AgentState, e: Envelope) -> list[Envelope]:
