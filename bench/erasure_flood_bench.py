@@ -36,6 +36,8 @@ def keys(users: int) -> dict:
 
 
 async def seed(settings, tenant: str, cid: str, user: str, messages: int) -> None:
+    """Rows as the messages projector writes them, at log positions before any record (negative
+    offsets: an erasure's scope, bounded on the log, covers them as it covers real ones)."""
     now = datetime.now(UTC)
     async with await psycopg.AsyncConnection.connect(
         settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public"
@@ -47,7 +49,7 @@ async def seed(settings, tenant: str, cid: str, user: str, messages: int) -> Non
                 "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content, occurred_at,"
                 " source_partition, source_offset) VALUES (%s, %s, %s, %s, %s, 'user', %s, %s, 0, %s)",
                 [(tenant, cid, s, f"{tenant}-{cid}-{s}", user, f"message {s} of {user}, some words to fill a page",
-                  now, s) for s in range(messages)])
+                  now, -1 - s) for s in range(messages)])
 
 
 async def reads_of_b(http: httpx.AsyncClient, stop: float) -> list[float]:
@@ -154,13 +156,16 @@ async def main(requests: int, seconds: float, users: int) -> None:
                 # B reads and writes during the flood and for as long again after it (the projector's work).
                 (reads_during, writes_during), (codes, events) = await asyncio.gather(
                     b_meanwhile(http, writer, 2 * seconds), flood(http, requests, seconds, users))
-            deadline = time.monotonic() + 300
+            flood_ended = time.monotonic()
+            deadline = flood_ended + 300
             applied = 0
             while time.monotonic() < deadline:
                 applied = await scalar(settings, "SELECT count(*) FROM erasures")
                 if applied >= len(events):
                     break
                 await asyncio.sleep(0.5)
+            waited = time.monotonic() - flood_ended
+            applying = await scalar(settings, "SELECT extract(epoch FROM max(applied_at) - min(applied_at)) FROM erasures")
             scrubbed = await scalar(settings, "SELECT count(*) FROM erasure_scrubs WHERE scrubbed_at IS NOT NULL")
         finally:
             api.terminate()
@@ -177,6 +182,8 @@ async def main(requests: int, seconds: float, users: int) -> None:
                    "answers to the flood": dict(sorted(codes.items())),
                    "distinct erasure events appended": len(events),
                    "erasures applied by the projector": applied,
+                   "seconds from the first erasure applied to the last": round(float(applying or 0), 1),
+                   "seconds waited after B's measurement for the rest": round(waited, 1),
                    "tables rewritten by the scrub": scrubbed,
                })
     finally:

@@ -12,6 +12,9 @@ dates, and a user importing history after their erasure would lose it):
 
 - on the same partition (a `conversation.erased` always shares its conversation's partition),
   by offset: exact;
+- otherwise, when the erasure recorded its bound (per partition, the first offset it does not
+  erase: projections/time_order.py), by offset against that bound: exact, and the same line
+  the erasure itself drew when it deleted;
 - otherwise by the records' Kafka timestamps (the producer's clock when it appended them; the
   broker's with `LogAppendTime`): a message appended at or before the erasure's millisecond
   is before it. Clock skew between producers moves the line by the skew.
@@ -19,7 +22,7 @@ dates, and a user importing history after their erasure would lose it):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -33,9 +36,12 @@ class LogPosition:
     timestamp_ms: int
 
 
-def written_before(message: LogPosition, erasure: LogPosition) -> bool:
+def written_before(message: LogPosition, erasure: LogPosition, bound: Mapping[int, int] | None = None) -> bool:
+    """`bound`: the erasure's recorded {partition: first offset after it}, when it has one."""
     if message.partition == erasure.partition and erasure.partition >= 0:
         return message.offset < erasure.offset
+    if bound and message.partition in bound:
+        return message.offset < bound[message.partition]
     return message.timestamp_ms <= erasure.timestamp_ms
 
 
@@ -49,11 +55,12 @@ class AppliedErasure:
     user_id: str | None
     conversations: frozenset[str]
     position: LogPosition
+    bound: Mapping[int, int] | None = None  # {partition: first offset not erased}; None before 0070
 
     def covers(self, tenant_id: str, conversation_id: str, user_id: str, position: LogPosition) -> bool:
         return (tenant_id == self.tenant_id
                 and (user_id == self.user_id or conversation_id in self.conversations)
-                and written_before(position, self.position))
+                and written_before(position, self.position, self.bound))
 
 
 def erased_by(erasures: Iterable[AppliedErasure], tenant_id: str, conversation_id: str, user_id: str,

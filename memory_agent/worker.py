@@ -29,7 +29,8 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, 
         for sig in (signal.SIGINT, signal.SIGTERM):
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     runners = [ProjectorGroup(settings, group, fetch_min_bytes=1 if any(p.name in NO_LINGER for p in group)
-                              else settings.kafka.projector_fetch_min_bytes)
+                              else settings.kafka.projector_fetch_min_bytes,
+                              time_ordered=any(p.name == "erasure" for p in group))  # on a consumer of its own
                for group in consumer_groups(settings, projectors(settings))]
     tasks = [asyncio.create_task(r.run(), name=f"projectors-{r.name}") for r in runners]
     tasks.append(asyncio.create_task(run_scrubs(settings), name="erasure-scrub"))  # erasure on disk

@@ -24,7 +24,10 @@ def projectors(settings: Settings) -> list:
 
 # Projectors that call a model keep a consumer of their own: a shared fetch waits for its
 # slowest projector, and the messages projector (what reads see first) must not wait for embeddings.
-OWN_CONSUMER = frozenset({"message_index"})
+# The erasure projector too: the messages projector must not wait for erasures (docs/security.md,
+# "A flood of erasures and the other tenants"); its group holds each erasure until the messages
+# projector has passed it (projections/time_order.py).
+OWN_CONSUMER = frozenset({"message_index", "erasure"})
 # What reads see first, projected as soon as it is fetched; the other projectors (derived events)
 # linger while records flow (`projector_fetch_min_bytes`: batches, not a transaction per record).
 NO_LINGER = frozenset({"messages", "erasure", "message_index"})

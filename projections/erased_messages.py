@@ -16,7 +16,7 @@ from domain.erasure import AppliedErasure, LogPosition, erased_by
 
 _APPLIED = (
     "SELECT event_id, tenant_id, erased_user_id, conversation_ids, rederive, log_partition, log_offset,"
-    " (extract(epoch FROM COALESCE(logged_at, requested_at)) * 1000)::bigint FROM erasures"
+    " (extract(epoch FROM COALESCE(logged_at, requested_at)) * 1000)::bigint, log_bound FROM erasures"
     " WHERE tenant_id = ANY(%s::text[]) AND (erased_user_id = ANY(%s::text[]) OR conversation_ids && %s::text[])"
 )
 
@@ -39,8 +39,9 @@ async def applied_erasures(conn: psycopg.AsyncConnection, messages: Iterable[Mes
         return []
     cur = await conn.execute(_APPLIED, (sorted(tenants), sorted(users), sorted(conversations)))
     return [AppliedErasure(event_id, tenant, user, frozenset(conversation_ids) - frozenset(rederive or {}),
-                           LogPosition(-1 if partition is None else partition, offset or 0, timestamp_ms))
-            for event_id, tenant, user, conversation_ids, rederive, partition, offset, timestamp_ms
+                           LogPosition(-1 if partition is None else partition, offset or 0, timestamp_ms),
+                           {int(p): o for p, o in bound.items()} if bound else None)
+            for event_id, tenant, user, conversation_ids, rederive, partition, offset, timestamp_ms, bound
             in await cur.fetchall()]
 
 

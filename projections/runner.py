@@ -289,7 +289,12 @@ class _SeekShared(ConsumerRebalanceListener):
 
 def barrier_segments(records: list[ConsumerRecord], projectors: Sequence[Projector]) -> list[list[ConsumerRecord]]:
     """`records` cut around each record some projector will not apply in a shared transaction
-    (the record alone in its segment), in order."""
+    (the record alone in its segment), in order. A projector alone on its consumer cuts them
+    itself when it says how (optional `segments(records)`: its transactions, e.g. the erasure
+    projector's batches of one tenant); else they are one segment."""
+    if len(projectors) == 1:
+        own = getattr(projectors[0], "segments", None)
+        return own(records) if own is not None else ([list(records)] if records else [])
     segments: list[list[ConsumerRecord]] = []
     start = 0
     for i, record in enumerate(records):
@@ -327,9 +332,13 @@ class ProjectorGroup:
     (memory_agent/worker.py)."""
 
     def __init__(self, settings: Settings, projectors: Sequence[Projector], *, max_batch: int = 2000,
-                 runners: Sequence[ProjectorRunner] | None = None, fetch_min_bytes: int = 1) -> None:
+                 runners: Sequence[ProjectorRunner] | None = None, fetch_min_bytes: int = 1,
+                 time_ordered: bool | None = None) -> None:
         """`fetch_min_bytes` > 1: a linger while records flow (`FetchPace`), for projectors whose
-        rows may come up to `fetch_max_wait_ms` later."""
+        rows may come up to `fetch_max_wait_ms` later. `time_ordered`: hold each erasure until the
+        messages projector (wherever it runs: its positions are read from PostgreSQL) has passed
+        it (time_order.py); by default when the group has both the messages and the erasure
+        projector."""
         topics = {tuple(sorted(p.topics(settings))) for p in projectors}
         if len(topics) != 1:
             raise ValueError(f"projectors sharing a consumer must read the same topics: {sorted(topics)}")
@@ -348,9 +357,10 @@ class ProjectorGroup:
         self.resume: dict[TopicPartition, int | None] = {}  # the last assignment's positions
         # User erasures held back until the messages projector passed their time (time_order.py).
         names = {r.projector.name for r in self.runners}
-        self.time_ordered = {time_order.MESSAGES, "erasure"} <= names
+        self.time_ordered = {time_order.MESSAGES, "erasure"} <= names if time_ordered is None else time_ordered
         self.holds: dict[tuple[str, int, int], time_order.Hold] = {}
-        self.cleared: set[tuple[str, int, int]] = set()  # released or past the bound: applied when read again
+        # Released or past the bound: applied when read again, with the targets the hold found.
+        self.cleared: dict[tuple[str, int, int], dict[int, int]] = {}
 
     async def run(self) -> None:
         """Consume until cancelled; one projector refusing to go on (a bug) stops the group."""
@@ -416,9 +426,12 @@ class ProjectorGroup:
             records = self._hold_back(records)
         segments = barrier_segments(records, [runner.projector for runner in self.runners])
         for i, segment in enumerate(segments):
-            if self.time_ordered and time_order.gates(segment[0]) and not await self._may_apply(segment[0]):
-                await self.apply([r for later in segments[i:] for r in later])  # held back from it on
-                return
+            for j, record in enumerate(segment if self.time_ordered else ()):
+                if time_order.gates(record) and not await self._may_apply(record):
+                    if j:
+                        await self._apply_segment(segment[:j])
+                    await self.apply([*segment[j:], *(r for later in segments[i + 1:] for r in later)])  # held back
+                    return
             await self._apply_segment(segment)
 
     def _hold_back(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
@@ -435,7 +448,7 @@ class ProjectorGroup:
         partition; if not, it is held (`holds`) until it has, at most MAX_HOLD_S."""
         key = (erasure.topic, erasure.partition, erasure.offset)
         if key in self.cleared:
-            self.cleared.discard(key)
+            self._bound(erasure, self.cleared.pop(key))
             return True
         hold = self.holds.get(key)
         if hold is None:
@@ -446,6 +459,7 @@ class ProjectorGroup:
         read = await time_order.positions(self.runners[0].conn, erasure.topic)
         if time_order.ready(read, hold, [h for k, h in self.holds.items() if k != key]):
             self.holds.pop(key, None)
+            self._bound(erasure, hold.targets)
             return True
         if key not in self.holds:
             log.info("projectors %s: user erasure at %s:%d waits for the messages of other partitions written"
@@ -466,10 +480,18 @@ class ProjectorGroup:
                                 " projector having passed its time on every partition", self.name,
                                 hold.erasure.partition, hold.offset, now - hold.since)
                 del self.holds[key]
-                self.cleared.add(key)
+                self.cleared[key] = hold.targets
                 released = True
         if released and self.consumer.paused():  # the holds left pause again what passes their limits
             self.consumer.resume(*self.consumer.paused())
+
+    def _bound(self, erasure: ConsumerRecord, targets: dict[int, int]) -> None:
+        """Where the erasure's scope ends on the log (the hold's targets), for projectors that
+        take it (projections/erasure.py: what was written at or past it is not erased)."""
+        for runner in self.runners:
+            take = getattr(runner.projector, "bound", None)
+            if take is not None:
+                take(erasure, targets)
 
     def drop_holds(self) -> None:
         """A new assignment: every position sought again, nothing paused."""

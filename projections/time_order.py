@@ -39,9 +39,10 @@ MESSAGES = "messages"  # projections/messages.py's name in projector_offsets
 
 
 def gates(record: ConsumerRecord) -> bool:
-    """Whether the record is an erasure to apply in time order (a conversation erasure is on
-    its conversation's own partition: log order is time order for it)."""
-    return peek_type(record.value) == ee.USER_ERASED
+    """Whether the record is an erasure to apply in time order: a user erasure after every
+    partition's messages written before it, a conversation erasure (on its conversation's own
+    partition: log order is time order for it) after that partition's."""
+    return peek_type(record.value) in ee.ERASURE_TYPES
 
 
 @dataclass
@@ -81,7 +82,10 @@ def cut(records: Sequence[ConsumerRecord], limit: dict[TopicPartition, int]
 
 
 async def targets(consumer: AIOKafkaConsumer, erasure: ConsumerRecord) -> dict[int, int]:
-    """{partition: the offset the messages projector must have reached} for this erasure."""
+    """{partition: the offset the messages projector must have reached} for this erasure: also
+    where its scope ends (projections/erasure.py's bound: the first offset it does not erase)."""
+    if peek_type(erasure.value) != ee.USER_ERASED:
+        return {erasure.partition: erasure.offset}
     topic = erasure.topic
     partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
     others = [tp for tp in partitions if tp.partition != erasure.partition]

@@ -581,3 +581,47 @@ async def test_messages_reached_after_their_erasure_are_not_projected_and_later_
                                     " FROM conversations ORDER BY 1") == [
             ("conv-b", BOB, 4, 4, 0), ("conv-c", BOB, 3, 1, 0), ("conv-new", ALICE, 0, 1, 0)]
         assert await rows(settings, "SELECT count(*) FROM projection_anomalies") == [(0,)]
+
+
+@pytest.mark.asyncio
+async def test_another_tenant_s_messages_are_projected_while_an_erasure_waits_and_it_erases_only_before_itself(
+        settings):
+    """docs/security.md, "A flood of erasures and the other tenants": the erasure projector has a
+    consumer of its own. While alice's erasure cannot be applied (a transaction of this test holds
+    a table it locks), tenant B's message appended after it and alice's own message in a new
+    conversation are projected; once applied, it erases her messages written before it only."""
+    import psycopg
+
+    from schemas import erasure_events as ee
+
+    settings = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"provider": "stub"})})
+    after = f"zqxafter{uuid.uuid4().hex[:8]}"
+    async with running_projectors(settings), MemoryClient(settings) as client:
+        for seq in range(3):
+            await client.append_message(tenant_id=TENANT, conversation_id="conv-a", user_id=ALICE, seq=seq,
+                                        role="user", content=f"Before {MARK} {seq}.")
+        await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-a' AND seq = 2", (), "projected")
+        async with await psycopg.AsyncConnection.connect(
+                settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public") as holder:
+            await holder.execute("LOCK TABLE topic_compactions IN ROW EXCLUSIVE MODE")  # the erasure waits for it
+            erasure = new_event(ee.USER_ERASED, ee.UserErased(erased_user_id=ALICE), tenant_id=TENANT,
+                                conversation_id=ee.erasure_stream(ALICE), user_id=ALICE)
+            await client.append(erasure)
+            await client.append_message(tenant_id="tenant-b", conversation_id="conv-other", user_id="carol", seq=0,
+                                        role="user", content="Tenant B goes on.")
+            await client.append_message(tenant_id=TENANT, conversation_id="conv-new", user_id=ALICE, seq=0,
+                                        role="user", content=f"Back again {after}.")
+            await until(settings, "SELECT 1 FROM messages WHERE tenant_id = 'tenant-b' AND conversation_id ="
+                                  " 'conv-other'", (), "tenant B's message projected while the erasure waits")
+            await until(settings, "SELECT 1 FROM messages WHERE conversation_id = 'conv-new'", (),
+                        "alice's message written after her erasure projected while it waits")
+            assert await rows(settings, "SELECT count(*) FROM erasures") == [(0,)]  # still waiting: the lock
+            await holder.rollback()
+        await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (erasure.event_id,), "the erasure applied")
+    assert await residue(settings, MARK) == {}
+    assert await rows(settings, "SELECT tenant_id, conversation_id, user_id FROM messages ORDER BY 1, 2") == [
+        (TENANT, "conv-new", ALICE), ("tenant-b", "conv-other", "carol")]
+    assert await rows(settings, "SELECT user_id, last_seq FROM conversations WHERE conversation_id = 'conv-new'") \
+        == [(ALICE, 0)]
+    [(bound,)] = await rows(settings, "SELECT log_bound FROM erasures WHERE event_id = %s", (erasure.event_id,))
+    assert bound and len(bound) == settings.kafka.partitions
