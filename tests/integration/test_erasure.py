@@ -619,8 +619,8 @@ async def test_another_tenant_s_messages_are_projected_while_an_erasure_waits_an
             await holder.rollback()
         await until(settings, "SELECT 1 FROM erasures WHERE event_id = %s", (erasure.event_id,), "the erasure applied")
     assert await residue(settings, MARK) == {}
-    assert await rows(settings, "SELECT tenant_id, conversation_id, user_id FROM messages ORDER BY 1, 2") == [
-        (TENANT, "conv-new", ALICE), ("tenant-b", "conv-other", "carol")]
+    assert sorted(await rows(settings, "SELECT tenant_id, conversation_id, user_id FROM messages")) == sorted([
+        (TENANT, "conv-new", ALICE), ("tenant-b", "conv-other", "carol")])
     assert await rows(settings, "SELECT user_id, last_seq FROM conversations WHERE conversation_id = 'conv-new'") \
         == [(ALICE, 0)]
     [(bound,)] = await rows(settings, "SELECT log_bound FROM erasures WHERE event_id = %s", (erasure.event_id,))
