@@ -5,12 +5,13 @@ the projectors applying them: what another tenant's reads and memory cost meanwh
 
 Tenant A has `--users` users (each with a conversation of 200 messages); tenant B's client
 reads its context in a loop and appends a message to its conversation in another loop, timing
-how long each takes to be projected (its memory), first alone (`--seconds`), then while
+how long each takes to be projected (its memory), first alone (2 × `--seconds`), then while
 `--requests` DELETE /v1/users/<a user of A> (each user's own key, the users in turn) are sent
-over `--seconds`, and for as long again after. `--users 1`: one user erased over and over (the
-API collapses repeats); more: distinct users, each a real erasure. Reports tenant B's latencies
-both times and their ratios, the answers to the flood, how many erasure events it appended, and
-how many the erasure projector applied.
+over `--seconds` and until every erasure appended is applied (at least as long again after).
+`--users 1`: one user erased over and over (the API collapses repeats); more: distinct users,
+each a real erasure. Reports tenant B's latencies both times and their ratios, the answers to
+the flood, how many erasure events it appended, how many the erasure projector applied, and
+how long that took.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import socket
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import httpx
@@ -44,17 +46,17 @@ async def seed(settings, tenant: str, cid: str, user: str, messages: int) -> Non
     ) as conn:
         await conn.execute("INSERT INTO conversations (tenant_id, conversation_id, user_id, last_seq, message_count)"
                            " VALUES (%s, %s, %s, %s, %s)", (tenant, cid, user, messages - 1, messages))
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content, occurred_at,"
-                " source_partition, source_offset) VALUES (%s, %s, %s, %s, %s, 'user', %s, %s, 0, %s)",
-                [(tenant, cid, s, f"{tenant}-{cid}-{s}", user, f"message {s} of {user}, some words to fill a page",
-                  now, -1 - s) for s in range(messages)])
+        async with conn.cursor() as cur, cur.copy(
+                "COPY messages (tenant_id, conversation_id, seq, event_id, user_id, role, content, occurred_at,"
+                " source_partition, source_offset) FROM STDIN") as copy:
+            for s in range(messages):
+                await copy.write_row((tenant, cid, s, f"{tenant}-{cid}-{s}", user, "user",
+                                      f"message {s} of {user}, some words to fill a page", now, 0, -1 - s))
 
 
-async def reads_of_b(http: httpx.AsyncClient, stop: float) -> list[float]:
+async def reads_of_b(http: httpx.AsyncClient, going: Callable[[], bool]) -> list[float]:
     took = []
-    while time.monotonic() < stop:
+    while going():
         started = time.perf_counter()
         answer = await http.get("/v1/conversations/b/context", headers={"X-API-Key": "key-b"})
         answer.raise_for_status()
@@ -69,13 +71,13 @@ class Writer:
     def __init__(self, settings, first_seq: int) -> None:
         self.settings, self.seq = settings, first_seq
 
-    async def writes_of_b(self, http: httpx.AsyncClient, stop: float) -> list[float]:
+    async def writes_of_b(self, http: httpx.AsyncClient, going: Callable[[], bool]) -> list[float]:
         took = []
         async with await psycopg.AsyncConnection.connect(
             self.settings.postgres.dsn, options=f"-c search_path={self.settings.pg_schema},public",
             autocommit=True,
         ) as conn:
-            while time.monotonic() < stop:
+            while going():
                 started = time.perf_counter()
                 answer = await http.post("/v1/conversations/b/messages", headers={"X-API-Key": "key-b"}, json={
                     "user_id": "bob", "seq": self.seq, "role": "user", "content": f"bob says {self.seq}"})
@@ -120,7 +122,39 @@ def ratio(during: list[float], alone: list[float]) -> str:
 
 async def b_meanwhile(http, writer: Writer, seconds: float) -> tuple[list[float], list[float]]:
     stop = time.monotonic() + seconds
-    return await asyncio.gather(reads_of_b(http, stop), writer.writes_of_b(http, stop))
+
+    def going() -> bool:
+        return time.monotonic() < stop
+    return await asyncio.gather(reads_of_b(http, going), writer.writes_of_b(http, going))
+
+
+class Until:
+    """A deadline that moves: at least `seconds`, then until every erasure the flood appended
+    is applied (at most `limit_s`)."""
+
+    def __init__(self, settings, seconds: float, limit_s: float = 300) -> None:
+        self.settings, self.start = settings, time.monotonic()
+        self.min_end, self.limit = self.start + seconds, self.start + limit_s
+        self.events: set[str] | None = None  # the flood's, once it is over
+        self.applied = 0
+
+    async def watch(self) -> None:
+        while time.monotonic() < self.limit:
+            if self.events is not None:
+                self.applied = await scalar(self.settings, "SELECT count(*) FROM erasures")
+                if self.applied >= len(self.events) and time.monotonic() >= self.min_end:
+                    return
+            await asyncio.sleep(0.2)
+
+
+async def b_until_applied(http, writer: Writer, until: Until) -> tuple[list[float], list[float]]:
+    watching = asyncio.create_task(until.watch())
+
+    def going() -> bool:
+        return not watching.done()
+    reads, writes = await asyncio.gather(reads_of_b(http, going), writer.writes_of_b(http, going))
+    await watching
+    return reads, writes
 
 
 async def main(requests: int, seconds: float, users: int) -> None:
@@ -153,18 +187,19 @@ async def main(requests: int, seconds: float, users: int) -> None:
                                          limits=httpx.Limits(max_connections=requests + 10)) as http:
                 await b_meanwhile(http, writer, 2)  # warm up
                 reads_alone, writes_alone = await b_meanwhile(http, writer, 2 * seconds)
-                # B reads and writes during the flood and for as long again after it (the projector's work).
+                # B reads and writes during the flood and until every erasure it appended is
+                # applied (at least as long again after it): the projectors' work.
+                until = Until(settings, 2 * seconds)
+
+                async def flooding() -> tuple[Counter, set[str]]:
+                    codes, events = await flood(http, requests, seconds, users)
+                    until.events = events
+                    return codes, events
+
                 (reads_during, writes_during), (codes, events) = await asyncio.gather(
-                    b_meanwhile(http, writer, 2 * seconds), flood(http, requests, seconds, users))
-            flood_ended = time.monotonic()
-            deadline = flood_ended + 300
-            applied = 0
-            while time.monotonic() < deadline:
-                applied = await scalar(settings, "SELECT count(*) FROM erasures")
-                if applied >= len(events):
-                    break
-                await asyncio.sleep(0.5)
-            waited = time.monotonic() - flood_ended
+                    b_until_applied(http, writer, until), flooding())
+            applied = until.applied
+            waited = time.monotonic() - until.start
             applying = await scalar(settings, "SELECT extract(epoch FROM max(applied_at) - min(applied_at)) FROM erasures")
             scrubbed = await scalar(settings, "SELECT count(*) FROM erasure_scrubs WHERE scrubbed_at IS NOT NULL")
         finally:
@@ -174,16 +209,16 @@ async def main(requests: int, seconds: float, users: int) -> None:
         report(f"erasure flood: {requests} DELETE /v1/users/<a user of A> ({users} distinct) over {seconds:g} s,"
                " tenant B reading and writing", {
                    "B's context reads alone": summary(reads_alone),
-                   "B's context reads during the flood (and as long after)": summary(reads_during),
+                   "B's context reads during the flood (until every erasure is applied)": summary(reads_during),
                    "B's reads, flood / alone": ratio(reads_during, reads_alone),
                    "B's appends until projected alone": summary(writes_alone),
-                   "B's appends until projected during the flood (and as long after)": summary(writes_during),
+                   "B's appends until projected during the flood (until every erasure is applied)": summary(writes_during),
                    "B's appends, flood / alone": ratio(writes_during, writes_alone),
                    "answers to the flood": dict(sorted(codes.items())),
                    "distinct erasure events appended": len(events),
                    "erasures applied by the projector": applied,
                    "seconds from the first erasure applied to the last": round(float(applying or 0), 1),
-                   "seconds waited after B's measurement for the rest": round(waited, 1),
+                   "seconds from the flood's start until every erasure was applied": round(waited, 1),
                    "tables rewritten by the scrub": scrubbed,
                })
     finally:
