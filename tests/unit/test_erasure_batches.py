@@ -34,20 +34,25 @@ def offsets(parts) -> list[list[int]]:
     return [[r.offset for r in part] for part in parts]
 
 
-def test_a_flood_of_one_tenant_s_erasures_is_cut_into_runs_of_at_most_max_batch():
+def test_a_flood_of_one_tenant_s_erasures_is_cut_into_runs_of_at_most_max_batch(monkeypatch):
+    monkeypatch.setattr(erasure, "MAX_BATCH", 8)
     flood = [user_erased("a", f"u{i}", i) for i in range(erasure.MAX_BATCH * 2 + 1)]
     parts = batches(flood)
     assert [len(p) for p in parts] == [erasure.MAX_BATCH, erasure.MAX_BATCH, 1]
     assert [r for p in parts for r in p] == flood  # log order kept, nothing lost
 
 
-def test_a_run_ends_where_the_tenant_changes_and_messages_go_with_the_run_they_follow():
+def test_a_run_ends_where_the_tenant_changes_and_messages_go_with_the_run_they_follow(monkeypatch):
+    monkeypatch.setattr(erasure, "MAX_BATCH", 8)
     records = [message("b", 0), user_erased("a", "u1", 1), message("b", 2), user_erased("a", "u2", 3),
                user_erased("c", "u3", 4), message("b", 5)]
     assert offsets(batches(records)) == [[0, 1, 2, 3], [4, 5]]
+    monkeypatch.setattr(erasure, "MAX_BATCH", 1)  # the default: one erasure per transaction
+    assert offsets(batches(records)) == [[0, 1, 2], [3], [4, 5]]
 
 
-def test_alone_on_its_consumer_the_erasure_projector_cuts_the_batch_itself():
+def test_alone_on_its_consumer_the_erasure_projector_cuts_the_batch_itself(monkeypatch):
+    monkeypatch.setattr(erasure, "MAX_BATCH", 8)
     records = [user_erased("a", f"u{i}", i) for i in range(3)] + [user_erased("b", "u9", 3)]
     projector = ErasureProjector(Settings())
     assert offsets(barrier_segments(records, [projector])) == [[0, 1, 2], [3]]
