@@ -13,6 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from api import access_log, docs_offline, errors, ui
 from api.auth import KeyRing
+from api.deps import check_connection
 from api.erasure_requests import ErasureGate
 from api.generation import ActiveGeneration
 from api.routes import lineage as lineage_routes
@@ -36,13 +37,14 @@ metrics_bearer = APIKeyHeader(name="Authorization", scheme_name="MetricsKey", au
 
 def make_api_pool(settings: Settings) -> AsyncConnectionPool:
     """The API's pool: every statement bounded by the statement timeout, and every connection
-    checked before it is handed out (the first request after a PostgreSQL restart succeeds)."""
+    checked before it is handed out (the first request after a PostgreSQL restart succeeds;
+    api.deps.check_connection: a statement only when the socket shows the server ended it)."""
     kwargs = connect_kwargs(settings)
     kwargs["options"] += f" -c statement_timeout={settings.api.statement_timeout_ms}"
     kwargs["application_name"] = f"memory-agent-api/{settings.generation}"  # pg_stat_activity
     return AsyncConnectionPool(
         settings.postgres.dsn, min_size=settings.postgres.pool_min_size, max_size=settings.postgres.pool_max_size,
-        kwargs=kwargs, check=AsyncConnectionPool.check_connection, timeout=settings.api.pool_timeout_s, open=False,
+        kwargs=kwargs, check=check_connection, timeout=settings.api.pool_timeout_s, open=False,
     )
 
 

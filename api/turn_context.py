@@ -2,40 +2,147 @@
 
 from __future__ import annotations
 
-import psycopg
-
+import asyncio
+from dataclasses import dataclass
 from typing import Any
+
+import psycopg
+from psycopg.rows import class_row
 
 from core import telemetry
 from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
+from retrieval.items import PREPARE_SQL, Prepared, prepare_params, prepared_from
 from retrieval.request import ContextRequest
+from retrieval.service import RetrievalConfig, embedder_for, prepare_plan, query_text
 from api.sections.retrieval import retrieval_section
-from api.sections.topic import topic_section
+from api.sections.topic import PLACED_SQL, placed_params, topic_section
 from projections import queries
+from projections.as_of_queries import CLOCK_SQL, clock, clock_from
 from streams.window.context import MemoryRow, Message, assemble_context
+
+MEMORY_ROWS = 20  # the conversation's newest memory rows the summary is chosen from
+
+# The gap's messages: the newest `limit` after the newest completed summary among the
+# conversation's MEMORY_ROWS newest memory rows (as build_turn_context picks it from them) and
+# before the turn, with the `after` it used, so a summary completed between this statement and
+# the memory listing's is noticed (the listing is then read again with the listing's `after`).
+_GAP_SQL = (
+    "SELECT a.after, m.seq, m.event_id, m.role, m.content, m.metadata, m.occurred_at FROM (SELECT COALESCE(("
+    "SELECT max(r.end_sequence) FROM (SELECT end_sequence, status FROM memory WHERE tenant_id = %(tenant)s"
+    " AND conversation_id = %(conversation)s ORDER BY memory_id DESC LIMIT %(memory_rows)s) r"
+    " WHERE r.status = 'completed' AND (%(before)s::int IS NULL OR r.end_sequence < %(before)s::int)), -1) AS after) a"
+    " LEFT JOIN LATERAL (SELECT seq, event_id, role, content, metadata, occurred_at FROM messages"
+    " WHERE tenant_id = %(tenant)s AND conversation_id = %(conversation)s AND seq > a.after"
+    " AND (%(before)s::int IS NULL OR seq < %(before)s::int) ORDER BY seq DESC LIMIT %(limit)s) m ON true"
+    " ORDER BY m.seq NULLS FIRST"
+)
+
+
+@dataclass(frozen=True)
+class TurnReads:
+    """What a context reads before its sections search: the projection clock (when asked for),
+    the conversation's newest memory rows, the gap's messages (seq order: the newest `limit`
+    after `after`), and what the sections would read first if it was sent with them: the
+    retrieval's prepare statement and the topic section's progress row (None: not sent)."""
+
+    clock: tuple[str, int | None] | None
+    memory: list[queries.MemoryRow]
+    after: int
+    messages: list[queries.MessageRow]
+    prepared: Prepared | None = None
+    placed: tuple | None = None
+
+
+def after_of(memory: list[queries.MemoryRow], before_seq: int | None) -> int:
+    """Only messages after the newest completed summary can be in the gap."""
+    ends = [m.end_sequence for m in memory
+            if m.status == "completed" and (before_seq is None or m.end_sequence < before_seq)]
+    return max(ends, default=-1)
+
+
+async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any, *,
+                    with_clock: bool = False) -> TurnReads:
+    """The context's reads that need nothing but the conversation, in one round trip (psycopg's
+    pipeline mode): the clock, the memory rows, the gap's messages, and the sections' first
+    statements (the retrieval's prepare when the request has a current message, the topic
+    section's progress). If any of them fails, the transaction is rolled back and they are read
+    one by one, without the sections' (which then fail, or not, as they would alone)."""
+    settings = app_state.settings
+    config = RetrievalConfig.from_settings(settings.retrieval)
+    plan = prepare_plan(request, config)
+    topics = "topics" in settings.systems
+    try:
+        return await _pipelined(conn, request, settings.window.context_max_gap_messages + 1, with_clock, plan,
+                                config, topics)
+    except psycopg.Error:
+        await conn.rollback()
+        memory = await queries.list_memory(conn, request.tenant_id, request.conversation.conversation_id,
+                                           limit=MEMORY_ROWS)
+        return await _with_messages(conn, request, settings.window.context_max_gap_messages + 1,
+                                    await clock(conn) if with_clock else None, memory)
+
+
+async def _pipelined(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int, with_clock: bool,
+                     plan, config: RetrievalConfig, topics: bool) -> TurnReads:
+    tenant, conversation = request.tenant_id, request.conversation.conversation_id
+    async with conn.pipeline():
+        clock_cur = await conn.execute(CLOCK_SQL) if with_clock else None
+        memory_cur = conn.cursor(row_factory=class_row(queries.MemoryRow))
+        await memory_cur.execute(queries.LIST_MEMORY_SQL, (tenant, conversation, MEMORY_ROWS))
+        gap_cur = await conn.execute(_GAP_SQL, {
+            "tenant": tenant, "conversation": conversation, "before": request.before_seq, "limit": limit,
+            "memory_rows": MEMORY_ROWS})
+        prepare_cur = (None if plan is None
+                       else await conn.execute(PREPARE_SQL, prepare_params(*plan), prepare=False))
+        placed_cur = await conn.execute(PLACED_SQL, placed_params(request)) if topics else None
+        memory = await memory_cur.fetchall()  # the first fetch: every result arrives with it
+        gap = await gap_cur.fetchall()
+        prepared = (None if prepare_cur is None else
+                    prepared_from(await prepare_cur.fetchone(), config.keyword_max_terms,
+                                  config.keyword_max_doc_fraction))
+        placed = None if placed_cur is None else tuple(await placed_cur.fetchone())
+        read_clock = None if clock_cur is None else clock_from(await clock_cur.fetchone())
+    after = after_of(memory, request.before_seq)
+    if gap[0][0] != after:  # a summary completed between the two statements: read as the listing says
+        return await _with_messages(conn, request, limit, read_clock, memory, prepared, placed)
+    messages = [queries.MessageRow(*row[1:]) for row in gap if row[1] is not None]
+    return TurnReads(read_clock, memory, after, messages, prepared, placed)
+
+
+async def _with_messages(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int,
+                         read_clock: tuple[str, int | None] | None, memory: list[queries.MemoryRow],
+                         prepared: Prepared | None = None, placed: tuple | None = None) -> TurnReads:
+    after = after_of(memory, request.before_seq)
+    messages = await queries.list_messages(conn, request.tenant_id, request.conversation.conversation_id,
+                                           after_seq=after, before_seq=request.before_seq, limit=limit, newest=True)
+    return TurnReads(read_clock, memory, after, messages, prepared, placed)
 
 
 async def build_turn_context(
     conn: psycopg.AsyncConnection, request: ContextRequest, *, min_seq: int | None, app_state: Any
 ) -> ContextOut:
+    return (await build_turn_context_clocked(conn, request, min_seq=min_seq, app_state=app_state))[0]
+
+
+async def build_turn_context_clocked(
+    conn: psycopg.AsyncConnection, request: ContextRequest, *, min_seq: int | None, app_state: Any,
+    with_clock: bool = False, end_reads: bool = False,
+) -> tuple[ContextOut, tuple[str, int | None] | None]:
+    """The context, and the projection clock read as the read began (`with_clock`; else None).
+    `end_reads`: the transaction holds nothing but this context's reads, so the retrieval's
+    search ends it (its COMMIT sent with the statement)."""
     conversation, before_seq = request.conversation, request.before_seq
     tenant, conversation_id = conversation.tenant_id, conversation.conversation_id
-    memory = await queries.list_memory(conn, tenant, conversation_id, limit=20)
+    if request.query and request.query.strip():
+        warm_query_embedding(app_state, request.query)  # on its thread while the reads travel
+    reads = await read_turn(conn, request, app_state, with_clock=with_clock)
+    memory, after, messages = reads.memory, reads.after, reads.messages
     rows = [
         MemoryRow(m.memory_id, m.start_sequence, m.end_sequence, m.base_memory_id, m.status, m.memory_text)
         for m in memory
     ]
-    # Only messages after the newest completed summary can be in the gap.
-    completed_ends = [
-        r.end_seq for r in rows if r.status == "completed" and (before_seq is None or r.end_seq < before_seq)
-    ]
-    after = max(completed_ends, default=-1)
     limits = app_state.settings.window
-    # One more than the limit: assemble_context then sees that older messages were left out.
-    messages = await queries.list_messages(
-        conn, tenant, conversation_id, after_seq=after, before_seq=before_seq,
-        limit=limits.context_max_gap_messages + 1, newest=True,
-    )
+    # One more than the limit (read_turn): assemble_context then sees that older messages were left out.
     assembled = assemble_context(
         rows, [Message(m.seq, m.role, m.content) for m in messages], before_seq,
         max_messages=limits.context_max_gap_messages, max_bytes=limits.context_max_gap_bytes,
@@ -69,7 +176,7 @@ async def build_turn_context(
             text=row.memory_text or "", prompt_version=row.prompt_version, model=row.model,
         )
     occurred = {m.seq: m.occurred_at for m in messages}
-    return ContextOut(
+    out = ContextOut(
         conversation_id=conversation_id,
         mode=assembled.mode,
         summary=summary,
@@ -90,9 +197,26 @@ async def build_turn_context(
         ),
         retrieved=await telemetry.traced("context retrieval", retrieval_section(
             conn, request, app_state, verbatim_from_seq=min((m.seq for m in assembled.gap), default=None),
-            recent=recent)),
+            recent=recent, prepared=reads.prepared, then_commit=end_reads)),
         # Without the topics system no fold places the message: waiting for it (the section's
         # `context_wait_ms`) would cost every context half a second for nothing.
-        active_topic=await telemetry.traced("context topic", topic_section(conn, request, app_state))
+        active_topic=await telemetry.traced("context topic", topic_section(conn, request, app_state,
+                                                                           placed=reads.placed))
         if "topics" in app_state.settings.systems else None,
     )
+    return out, reads.clock
+
+
+def warm_query_embedding(app_state: Any, query: str) -> None:
+    """Start embedding the current message now, on the embedder's thread, when the retrieval
+    will embed it as it is (retrieval.service.query_vector: unless the earlier turns' weight is
+    1 or more): its cache (retrieval/query_cache.py) hands the vector to the retrieval, or the
+    embedding still running. Never raises: a failure is the retrieval's to report."""
+    config = RetrievalConfig.from_settings(app_state.settings.retrieval)
+    if config.context_weight >= 1:
+        return
+    current = query_text(query, (), config)
+    if current is None:
+        return
+    task = asyncio.ensure_future(embedder_for(app_state).embed_query(current))
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: never "never retrieved"

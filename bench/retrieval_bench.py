@@ -2,9 +2,11 @@
 
     python -m bench.retrieval_bench [--n 100000] [--requests 2000] [--clients 32] [--keep | --reuse]
                                     [--api-embedding-threads 1] [--api-workers N] [--skip-api | --skip-recall]
-                                    [--baseline DIR [--baseline-rounds 3]]
+                                    [--baseline DIR [--baseline-rounds 3]] [--server-cpu]
 (from the repo root, with PostgreSQL up: `make infra-up`; Kafka is not needed.) Numbers: docs/retrieval.md.
 Embeddings of the synthetic corpus are cached in .state/bench/ (23 minutes to make here, seconds to reload).
+The context pass counts the API's round trips to PostgreSQL per context through a proxy (any load);
+with --baseline it compares both trees' contexts byte for byte and their CPU per context.
 """
 
 from __future__ import annotations
@@ -407,10 +409,99 @@ def start_api(settings: Settings, port: int, threads: int | None, workers: int |
     return subprocess.Popen([sys.executable, "-c", code], env=env, cwd=source or Path(__file__).resolve().parents[1])
 
 
+def _stat(pid: int | str) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # fields from the state on
+
+
 def process_cpu_ms(pid: int) -> float:
     """A process's CPU so far (user + system, every thread: the query embedding's too), in ms."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_ms(postmaster: int) -> float:
+    """The PostgreSQL server's CPU so far, in ms: the postmaster's, its ended children's (added
+    to it when reaped) and its live children's (the backends, autovacuum, the writers). Only
+    meaningful on a server that runs nothing else (a private stack)."""
+    fields = _stat(postmaster)
+    ticks = sum(int(f) for f in fields[11:15])
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                child = _stat(entry.name)
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if child[1] == str(postmaster):
+                ticks += int(child[11]) + int(child[12])
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+async def postmaster_pid(settings: Settings) -> int | None:
+    """The server's postmaster, if it runs on this machine (its CPU is then measurable)."""
+    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+        backend = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
+    try:
+        return int(_stat(backend)[1])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+
+
+class RoundTripProxy:
+    """A TCP proxy in front of PostgreSQL that counts round trips: a connection's client
+    sending again after the server answered (or for the first time) is one. A pipeline of
+    statements sent before any answer is read is one; so is a statement. Independent of load."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port, self.trips = host, port, 0
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _connection(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        server_r, server_w = await asyncio.open_connection(self.host, self.port)
+        last = ["server"]
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, side: str) -> None:
+            try:
+                while data := await src.read(1 << 16):
+                    if side == "client" and last[0] == "server":
+                        self.trips += 1
+                    last[0] = side
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(client_r, server_w, "client"), pipe(server_r, client_w, "server"))
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+async def count_round_trips(settings: Settings, args: argparse.Namespace, source: Path | None,
+                            requests: int = 50) -> float:
+    """Round trips between the API (this tree, or `source`) and PostgreSQL per context, one
+    client, after the warm-up: the API's DSN points at a RoundTripProxy."""
+    info = psycopg.conninfo.conninfo_to_dict(settings.postgres.dsn)
+    proxy = RoundTripProxy(info.get("host") or "127.0.0.1", int(info.get("port") or 5432))
+    port = await proxy.start()
+    proxied = settings.model_copy(update={"postgres": settings.postgres.model_copy(update={
+        "dsn": psycopg.conninfo.make_conninfo(settings.postgres.dsn, host="127.0.0.1", port=port)})})
+    process, base_url = await started_api(proxied, args, source)
+    try:
+        await forget_surfaced(settings)
+        before = proxy.trips
+        await hammer(base_url, requests, 1, args.conversations, seed=2)
+        return round((proxy.trips - before) / requests, 2)
+    finally:
+        process.terminate()
+        process.wait(30)
+        await proxy.stop()
 
 
 async def hammer(base_url: str, requests: int, clients: int, conversations: int, seed: int = 5) -> dict:
@@ -442,6 +533,34 @@ async def hammer(base_url: str, requests: int, clients: int, conversations: int,
             "p99_ms": round(percentile(latencies, 99), 1), "max_ms": round(max(latencies), 1),
             "throughput_rps": round(requests / elapsed, 1),
             "mean_items_returned": round(sum(items) / len(items), 2) if items else 0}
+
+
+async def answers(settings: Settings, base_url: str, requests: int, conversations: int, seed: int) -> list:
+    """The responses of `requests` one-client contexts (hammer's questions), nothing surfaced at
+    the start."""
+    await forget_surfaced(settings)
+    rng, out = random.Random(seed), []
+    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}, timeout=30) as http:
+        for _ in range(requests):
+            query = rng.choice(QUESTIONS).format(name=rng.choice(NAMES), **{k: rng.choice(v) for k, v in SLOTS.items()})
+            if rng.random() < 0.3:
+                query = rng.choice(L.QUERIES).text
+            response = await http.get(f"/v1/conversations/bench-{rng.randrange(conversations)}/context",
+                                      params={"query": query})
+            out.append((response.status_code, response.content))
+    return out
+
+
+async def same_answers(settings: Settings, baseline_url: str, base_url: str, requests: int,
+                       conversations: int) -> dict:
+    """Both trees asked the same sequence of contexts (each from nothing surfaced, so the
+    surfaced state evolves alike): how many responses are byte for byte the same."""
+    theirs = await answers(settings, baseline_url, requests, conversations, seed=9)
+    ours = await answers(settings, base_url, requests, conversations, seed=9)
+    differ = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b]
+    return {"requests": requests, "identical": requests - len(differ), "first_differing": differ[:5],
+            "items_per_context": round(sum(len(json.loads(b)["retrieved"]["items"]) for c, b in ours if c == 200
+                                           and json.loads(b).get("retrieved")) / max(requests, 1), 2)}
 
 
 async def hammer_healthz(base_url: str, requests: int, clients: int) -> dict:
@@ -491,13 +610,17 @@ async def started_api(settings: Settings, args: argparse.Namespace, source: Path
 
 
 async def measured(settings: Settings, process: subprocess.Popen, base_url: str, requests: int, clients: int,
-                   conversations: int, seed: int) -> dict:
+                   conversations: int, seed: int, postmaster: int | None = None) -> dict:
     """One pass of the closed loop, with the API process's CPU per context (one process only:
-    with --api-workers the children's CPU is not in it)."""
+    with --api-workers the children's CPU is not in it) and, given the postmaster of a server
+    that runs nothing else, PostgreSQL's."""
     await forget_surfaced(settings)
     cpu = process_cpu_ms(process.pid)
+    pg = server_cpu_ms(postmaster) if postmaster else None
     result = await hammer(base_url, requests, clients, conversations, seed=seed)
     result["api_cpu_ms_per_context"] = round((process_cpu_ms(process.pid) - cpu) / requests, 2)
+    if pg is not None:
+        result["postgres_cpu_ms_per_context"] = round((server_cpu_ms(postmaster) - pg) / requests, 2)
     return result
 
 
@@ -507,26 +630,33 @@ async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
     from domain.lineage import served_topic
     from runtime.kafka_topics import TopicSpec, ensure_topics
     await ensure_topics(settings, [TopicSpec(served_topic(settings), settings.kafka.partitions, {})])
+    results: dict = {"round_trips_per_context": {"this": await count_round_trips(settings, args, None)}}
+    if args.baseline is not None:
+        results["round_trips_per_context"]["baseline"] = await count_round_trips(settings, args, args.baseline)
+    postmaster = await postmaster_pid(settings) if args.server_cpu else None
     process, base_url = await started_api(settings, args)
     baseline = None if args.baseline is None else await started_api(settings, args, args.baseline)
-    results: dict = {}
     try:
         if baseline is not None:  # both trees, one after the other, round by round: same load, same data
             rounds: dict = {"this": [], "baseline": []}
             for r in range(args.baseline_rounds):
                 for name, (proc, url) in (("baseline", baseline), ("this", (process, base_url))):
                     rounds[name].append(await measured(settings, proc, url, args.sequential, 1, args.conversations,
-                                                       seed=2 + r))
+                                                       seed=2 + r, postmaster=postmaster))
             results["baseline_source"] = str(args.baseline)
             results["one_client_rounds"] = rounds
-            cpu = {name: sum(p["api_cpu_ms_per_context"] for p in passes) / len(passes)
-                   for name, passes in rounds.items()}
             p50 = {name: sum(p["p50_ms"] for p in passes) / len(passes) for name, passes in rounds.items()}
-            results["api_cpu_ms_per_context"] = {name: round(v, 2) for name, v in cpu.items()}
-            results["api_cpu_ratio_this_to_baseline"] = round(cpu["this"] / cpu["baseline"], 3)
+            for measure in ("api_cpu_ms_per_context", "postgres_cpu_ms_per_context"):
+                if all(measure in p for passes in rounds.values() for p in passes):
+                    cpu = {name: sum(p[measure] for p in passes) / len(passes) for name, passes in rounds.items()}
+                    results[measure] = {name: round(v, 2) for name, v in cpu.items()}
+                    results[measure.replace("_ms_per_context", "_ratio_this_to_baseline")] = round(
+                        cpu["this"] / cpu["baseline"], 3)
             results["one_client_p50_ms"] = {name: round(v, 1) for name, v in p50.items()}
+            results["same_contexts"] = await same_answers(settings, baseline[1], base_url, args.sequential,
+                                                          args.conversations)
         results["sequential"] = await measured(settings, process, base_url, args.sequential, 1, args.conversations,
-                                               seed=2)
+                                               seed=2, postmaster=postmaster)
         results["concurrent"] = await measured(settings, process, base_url, args.requests, args.clients,
                                                args.conversations, seed=3)
         results["healthz"] = await hammer_healthz(base_url, max(args.requests, 2000), args.clients)
@@ -564,6 +694,8 @@ async def main() -> None:
                         help="another source tree (e.g. `git archive main | tar -x -C DIR`) served against the same"
                              " schema: one-client passes of both, alternated, with the API CPU per context of each")
     parser.add_argument("--baseline-rounds", type=int, default=3, help="alternated one-client passes per tree")
+    parser.add_argument("--server-cpu", action="store_true",
+                        help="also PostgreSQL's CPU per context (its postmaster's tree: a private server only)")
     parser.add_argument("--skip-recall", action="store_true", help="only the context endpoint (with --reuse)")
     parser.add_argument("--skip-api", action="store_true", help="only recall and the 1k search")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded schema of a previous --keep run")

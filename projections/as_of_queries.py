@@ -27,14 +27,22 @@ class Moment:
         return {"at": self.at, "pos": self.position, **more}
 
 
+CLOCK_SQL = ("SELECT current_schema(), to_regclass('projection_clock') IS NOT NULL,"
+             " COALESCE(pg_sequence_last_value(to_regclass('projection_clock')), 0)")
+
+
+def clock_from(row) -> tuple[str, int | None]:
+    """`clock`'s answer from CLOCK_SQL's row (for a caller sending it with other statements)."""
+    schema, exists, position = row
+    return schema.removeprefix("gen_"), position if exists else None
+
+
 async def clock(conn: psycopg.AsyncConnection) -> tuple[str, int | None]:
     """(generation, position) of the projection clock now: what a served context records. The
     position is None in a generation not migrated to the clock yet (never an error)."""
     async with conn.cursor() as cur:
-        await cur.execute("SELECT current_schema(), to_regclass('projection_clock') IS NOT NULL,"
-                          " COALESCE(pg_sequence_last_value(to_regclass('projection_clock')), 0)")
-        schema, exists, position = await cur.fetchone()
-    return schema.removeprefix("gen_"), position if exists else None
+        await cur.execute(CLOCK_SQL)
+        return clock_from(await cur.fetchone())
 
 
 async def message_moment(conn: psycopg.AsyncConnection, tenant: str, conversation: str, seq: int, *,

@@ -135,15 +135,17 @@ class MemoryRow:
     completed_at: datetime | None
 
 
+LIST_MEMORY_SQL = (
+    "SELECT memory_id, start_sequence, end_sequence, base_memory_id, status, memory_text, prompt_version,"
+    " model, attempt, generation_time_ms, created_at, completed_at FROM memory"
+    " WHERE tenant_id = %s AND conversation_id = %s ORDER BY memory_id DESC LIMIT %s"
+)
+
+
 async def list_memory(
     conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str, *, limit: int = 50
 ) -> list[MemoryRow]:
     """The newest memory rows of a conversation (the version chain), newest first."""
     async with conn.cursor(row_factory=class_row(MemoryRow)) as cur:
-        await cur.execute(
-            "SELECT memory_id, start_sequence, end_sequence, base_memory_id, status, memory_text, prompt_version,"
-            " model, attempt, generation_time_ms, created_at, completed_at FROM memory"
-            " WHERE tenant_id = %s AND conversation_id = %s ORDER BY memory_id DESC LIMIT %s",
-            (tenant_id, conversation_id, limit),
-        )
+        await cur.execute(LIST_MEMORY_SQL, (tenant_id, conversation_id, limit))
         return await cur.fetchall()

@@ -29,7 +29,7 @@ class Prepared:
     scope_items: int
 
 
-_PREPARE = (
+PREPARE_SQL = (
     "SELECT set_config('hnsw.ef_search', %(ef_search)s, true),"
     " set_config('hnsw.iterative_scan', 'relaxed_order', true), lx.a AS lexemes,"
     " (SELECT COALESCE(json_object_agg(l.lexeme, l.df), '{}') FROM memory_lexicon l"
@@ -55,17 +55,26 @@ def keywords_from(lexemes: Sequence[str], frequencies: Mapping[str, int], max_te
     return Keywords(tsquery, tsquery, tsquery, tuple(searched), weights)
 
 
+def prepare_params(scope: Scope, ef_search: int, keyword_text: str | None) -> dict:
+    """The prepare statement's (`PREPARE_SQL`) parameters, for a caller that sends it with
+    others in one round trip (api/turn_context.py); `prepared_from` reads its row."""
+    return {"ef_search": str(ef_search), "tenant": scope.tenant_id, "user": scope.user_id,
+            "subject": scope.subject_id, "text": keyword_text or ""}
+
+
+def prepared_from(row: Sequence, max_terms: int = 32, max_doc_fraction: float = 0.05) -> Prepared:
+    _, _, lexemes, frequencies, scope_items = row
+    if isinstance(frequencies, str):
+        frequencies = json.loads(frequencies)
+    return Prepared(keywords_from(lexemes, frequencies, max_terms, max_doc_fraction), int(scope_items))
+
+
 async def prepare_items(conn: psycopg.AsyncConnection, scope: Scope, ef_search: int, keyword_text: str | None,
                         max_terms: int = 32, max_doc_fraction: float = 0.05) -> Prepared:
     """One statement: the transaction's HNSW settings, the keyword text's lexemes, their
     document frequencies and the scope's size. Nothing is counted: both are kept on write."""
-    cur = await conn.execute(_PREPARE, {"ef_search": str(ef_search), "tenant": scope.tenant_id,
-                                        "user": scope.user_id, "subject": scope.subject_id,
-                                        "text": keyword_text or ""}, prepare=False)
-    _, _, lexemes, frequencies, scope_items = await cur.fetchone()
-    if isinstance(frequencies, str):
-        frequencies = json.loads(frequencies)
-    return Prepared(keywords_from(lexemes, frequencies, max_terms, max_doc_fraction), int(scope_items))
+    cur = await conn.execute(PREPARE_SQL, prepare_params(scope, ef_search, keyword_text), prepare=False)
+    return prepared_from(await cur.fetchone(), max_terms, max_doc_fraction)
 
 
 # Who may see what (every branch is one index of memory_items): the asker's own items of this
@@ -172,13 +181,16 @@ def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
 async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.ndarray | str, prepared: Prepared,
                        k: int, *, kinds: Sequence[Kind] = KINDS, use_vector: bool = True,
                        use_keyword: bool = True, exact_max_items: int = EXACT_SCAN_MAX_ITEMS,
-                       side: SideConnection | None = None, ef_search: int | None = None) -> list[SearchRow]:
+                       side: SideConnection | None = None, ef_search: int | None = None,
+                       then_commit: bool = False) -> list[SearchRow]:
     """The candidates of every kind in one statement: per kind the top k by cosine and the top
     k by ts_rank, each row with both scores (keyword_score: its IDF-weighted coverage of the
     searched lexemes), kind by kind in the order of `kinds`. A scope of at most
     `exact_max_items` items is scanned exactly; a larger one goes through the indexes, and
     there `side` (idle pooled connections, see search.search_all) searches the kinds at the
-    same time, each side statement with the same HNSW settings (`ef_search`)."""
+    same time, each side statement with the same HNSW settings (`ef_search`). `then_commit`:
+    the transaction of `conn` ends with the statement, the COMMIT sent with it (one round trip;
+    for a read whose transaction holds nothing else to do)."""
     keywords = prepared.keywords
     keyword = use_keyword and keywords.fact is not None
     exact = prepared.scope_items <= exact_max_items
@@ -193,7 +205,12 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
 
     async def fetch(on: psycopg.AsyncConnection, of: Sequence[Kind]) -> list[SearchRow]:
         async with on.cursor(row_factory=rows_with_coverage(weights)) as cur:
-            await cur.execute(sql, {**params, "kinds": list(of)}, prepare=False)  # planned with the actual values
+            if then_commit and on is conn:
+                async with on.pipeline():
+                    await cur.execute(sql, {**params, "kinds": list(of)}, prepare=False)
+                    await on.commit()  # sent with the statement: the rows and the commit in one round trip
+            else:
+                await cur.execute(sql, {**params, "kinds": list(of)}, prepare=False)  # planned with the actual values
             return await cur.fetchall()
 
     if exact or side is None or len(kinds) < 2:
@@ -201,5 +218,5 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     return await across_connections(conn, kinds, fetch, side, ef_search)
 
 
-__all__ = ["EXACT_SCAN_MAX_ITEMS", "Prepared", "exact_sql", "indexed_sql", "keywords_from", "prepare_items",
-           "scope_sql", "search_items"]
+__all__ = ["EXACT_SCAN_MAX_ITEMS", "PREPARE_SQL", "Prepared", "exact_sql", "indexed_sql", "keywords_from",
+           "prepare_items", "prepare_params", "prepared_from", "scope_sql", "search_items"]

@@ -17,7 +17,7 @@ from retrieval.request import ContextRequest
 from core import telemetry
 from core.embeddings import Embedder, make_embedder
 from core.settings import RetrievalSettings, Settings
-from retrieval.items import EXACT_SCAN_MAX_ITEMS, prepare_items, search_items
+from retrieval.items import EXACT_SCAN_MAX_ITEMS, Prepared, prepare_items, search_items
 from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack
 from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
@@ -302,7 +302,8 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
                       config: RetrievalConfig, keyword_text: str | None = None,
                       common: CommonLexemes | None = None, k: int | None = None,
                       vector: np.ndarray | Awaitable[np.ndarray] | None = None,
-                      side: SideConnection | None = None) -> list[SearchRow]:
+                      side: SideConnection | None = None, prepared: Prepared | None = None,
+                      then_commit: bool = False) -> list[SearchRow]:
     """One query embedding of `text`, then one statement over memory_items holding, per kind,
     both searches (retrieval/items.py); the keyword search uses `keyword_text` (default: `text`)
     minus the tenant's common lexemes. Rows' keyword_score is their IDF-weighted coverage of
@@ -311,18 +312,25 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
     document frequencies and the scope's size, all kept on write).
     `common` is accepted for callers of the per-table search (retrieval/search.py) and not
     needed here: the statistics come from memory_lexicon. `side`: other connections, to
-    search the kinds of a large scope at the same time (items.search_items)."""
+    search the kinds of a large scope at the same time (items.search_items). `prepared`: the
+    prepare statement's result if the caller sent it already, in this transaction, with
+    `prepare_plan`'s arguments (api/turn_context.py sends it with the context's other reads).
+    `then_commit`: the search ends the transaction (items.search_items)."""
     ef_search = max(config.ef_search, k or 0)
-    prepare = prepare_items(conn, scope, ef_search, keyword_text if keyword_text is not None else text,
-                            config.keyword_max_terms, config.keyword_max_doc_fraction)
     embedding = embedder.embed_query(text) if vector is None else vector
-    if isinstance(embedding, np.ndarray):
-        prepared = await prepare
-    else:
-        embedding, prepared = await both(embedding, prepare)
+    if prepared is None:
+        prepare = prepare_items(conn, scope, ef_search, keyword_text if keyword_text is not None else text,
+                                config.keyword_max_terms, config.keyword_max_doc_fraction)
+        if isinstance(embedding, np.ndarray):
+            prepared = await prepare
+        else:
+            embedding, prepared = await both(embedding, prepare)
+    elif not isinstance(embedding, np.ndarray):
+        embedding = await embedding
     return await search_items(conn, scope, embedding, prepared, k or config.candidate_k,
                               use_vector=config.method != "keyword", use_keyword=config.method != "vector",
-                              exact_max_items=config.exact_scan_max_items, side=side, ef_search=ef_search)
+                              exact_max_items=config.exact_scan_max_items, side=side, ef_search=ef_search,
+                              then_commit=then_commit)
 
 
 async def both(first: Awaitable[Any], second: Awaitable[Any]) -> tuple[Any, Any]:
@@ -340,14 +348,19 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
                    record: bool = True, verbatim_from_seq: int | None = None,
                    recent: Sequence[tuple[str, datetime]] | None = None,
                    side: SideConnection | None = None,
-                   keep: Callable[[SearchRow], bool] | None = None) -> Retrieval | None:
+                   keep: Callable[[SearchRow], bool] | None = None,
+                   prepared: Prepared | None = None, then_commit: bool = False) -> Retrieval | None:
     """None when there is nothing to search with (no query, no earlier messages). Included
     items are recorded as surfaced at this turn and the facts' access counts bumped, then
     committed (`record=False` leaves the database untouched). Messages of this conversation
     from `verbatim_from_seq` on (the response's verbatim gap) are not searched. `recent`: the
     newest messages before the turn if the caller read them already (see turn_from). `side`:
     other connections, to search the tables at the same time (search_all). `keep`: only the
-    candidates it accepts are ranked (the judge's "as of the turn", runtime/judge.py)."""
+    candidates it accepts are ranked (the judge's "as of the turn", runtime/judge.py).
+    `prepared`: the prepare statement's result, sent by the caller with `prepare_plan`'s
+    arguments (only for a request with a current message: the keywords are its lexemes).
+    `then_commit`: the transaction ends with the search (a read with nothing else to do in it;
+    the surfaced record, if any, is then a transaction of its own)."""
     turn = (turn_from(request, recent, config.last_messages) if recent is not None
             else await turn_of(conn, request, config.last_messages))
     text = query_text(request.query, turn.earlier, config)
@@ -360,7 +373,8 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     k = config.k_for(request.budget_tokens)
     vector = query_vector(embedder, text, current is not None, config.context_weight)  # awaited with the keywords
     rows = pair_replies(await telemetry.traced("retrieval search", search_rows(
-        conn, scope, text, embedder, config, current, common, k, vector, side)), config)
+        conn, scope, text, embedder, config, current, common, k, vector, side,
+        prepared if current is not None else None, then_commit)), config)
     if keep is not None:
         rows = [r for r in rows if keep(r)]
     by_key = {key(r.kind, r.item_id): r for r in rows}
@@ -384,6 +398,16 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
         await record_surfaced(conn, scope, chosen, request.now, turn.seq)
         await conn.commit()
     return Retrieval(text, embedder.model, packed, by_key, len(by_key), turn.seq, turn.time)
+
+
+def prepare_plan(request: ContextRequest, config: RetrievalConfig) -> tuple[Scope, int, str] | None:
+    """(scope, ef_search, keyword text) of the prepare statement `retrieve` would send for this
+    request, known before the conversation's messages are read when it has a current message
+    (its keywords are that message's words), else None. A caller may send it early
+    (items.prepare_params) and pass the result to `retrieve` as `prepared`."""
+    if not (request.query and request.query.strip()):
+        return None
+    return scope_of(request), max(config.ef_search, config.k_for(request.budget_tokens)), request.query
 
 
 def embedder_for(app_state: Any) -> Embedder:

@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
 
-from api.as_of import context_as_of, projection_clock
+from api.as_of import context_as_of
 from api.auth import conversation_user
 from api.deps import ConnDep, PrincipalDep, SettingsDep
 from api.log_ends import LogEnds, projected_through
 from api.schemas import ContextOut
 from retrieval.request import ContextRequest
 from api.served import recorder_for
-from api.turn_context import build_turn_context
+from api.turn_context import build_turn_context_clocked
 from core import telemetry
 from core.metrics import CONTEXT_LATENCY
 from projections import queries
@@ -85,9 +85,10 @@ async def turn_context(
     )
     if as_of_seq is not None:
         return await context_as_of(conn, wanted, as_of_seq, request.app.state)
-    clock = await projection_clock(conn)  # as the read begins: what as_of_seq rebuilds (docs/lineage.md)
-    served = await telemetry.traced("context", build_turn_context(conn, wanted, min_seq=min_seq,
-                                                                  app_state=request.app.state))
+    # The projection clock is read as the read begins, with its first statements (what as_of_seq
+    # rebuilds: docs/lineage.md); the transaction holds only the context's reads.
+    served, clock = await telemetry.traced("context", build_turn_context_clocked(
+        conn, wanted, min_seq=min_seq, app_state=request.app.state, with_clock=True, end_reads=True))
     recorder_for(request.app.state).record(wanted, served, clock)  # off the critical path: never waits, never raises
     CONTEXT_LATENCY.observe(time.monotonic() - started)
     return served
@@ -114,9 +115,9 @@ async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None
                 if conversation is None:
                     await conn.rollback()
                     return None
-        await conn.rollback()  # a fresh snapshot on every poll
-        if min_seq is None:
+        if min_seq is None:  # no poll: the read goes on in this transaction (each statement sees the latest commits)
             return conversation
+        await conn.rollback()  # a fresh snapshot on every poll
         last = -1 if conversation is None else conversation.last_seq
         if last >= min_seq or min_seq - last > max_ahead or time.monotonic() >= deadline:
             return conversation

@@ -13,6 +13,7 @@ from api.deps import side_connections
 from retrieval.request import ContextRequest
 from core.embeddings import EmbeddingError
 from retrieval.scoring import ScoreBreakdown
+from retrieval.items import Prepared
 from retrieval.search import SearchRow
 from retrieval.packing import exclusion_tokens
 from retrieval.service import Retrieval, RetrievalConfig, common_lexemes_for, embedder_for, line_tokens, retrieve
@@ -109,17 +110,20 @@ def to_out(result: Retrieval, threshold: float) -> RetrievedOut:
 
 async def retrieval_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any, *,
                             verbatim_from_seq: int | None = None,
-                            recent: Sequence[tuple[str, datetime]] | None = None) -> Any | None:
+                            recent: Sequence[tuple[str, datetime]] | None = None,
+                            prepared: Prepared | None = None, then_commit: bool = False) -> Any | None:
     """RetrievedOut, or None when there is nothing to search with (no query, no messages).
     Messages of this conversation from `verbatim_from_seq` on (the response's verbatim gap)
     are never retrieved; `recent`: the newest messages before the turn, if read already
-    (retrieval.service.turn_from). If anything fails (the embedder, a query), the context
+    (retrieval.service.turn_from); `prepared`, `then_commit`: see retrieval.service.retrieve.
+    If anything fails (the embedder, a query), the context
     still answers: no items, and `error` says why."""
     config = RetrievalConfig.from_settings(app_state.settings.retrieval)
     embedder = embedder_for(app_state)
     try:
         result = await retrieve(conn, request, embedder, config, common=common_lexemes_for(app_state),
-                                verbatim_from_seq=verbatim_from_seq, recent=recent, side=side_connections(app_state))
+                                verbatim_from_seq=verbatim_from_seq, recent=recent, side=side_connections(app_state),
+                                prepared=prepared, then_commit=then_commit)
     except Exception as error:  # noqa: BLE001 - a section degrades, the context answers
         if isinstance(error, EmbeddingError):
             log.warning("retrieval skipped, embedder failed: %s", error)

@@ -90,13 +90,21 @@ def message_out(row: tq.TopicMessageRow) -> TopicMessageOut:
                            archived=row.archived)
 
 
-async def _placed_up_to(conn: psycopg.AsyncConnection, request: ContextRequest, wait_ms: int):
-    """The fold's progress, after waiting (briefly) for it to place the current message."""
-    tenant, conversation = request.tenant_id, request.conversation.conversation_id
+def placed_params(request: ContextRequest) -> dict:
+    """PLACED_SQL's parameters (a caller may send it with its other reads: api/turn_context.py)."""
     target = request.conversation.last_seq if request.before_seq is None else request.before_seq
+    return {"tenant": request.tenant_id, "conversation": request.conversation.conversation_id, "target": target}
+
+
+async def _placed_up_to(conn: psycopg.AsyncConnection, request: ContextRequest, wait_ms: int,
+                        placed: tuple | None = None):
+    """The fold's progress, after waiting (briefly) for it to place the current message.
+    `placed`: PLACED_SQL's row, if the caller read it already."""
+    tenant, conversation = request.tenant_id, request.conversation.conversation_id
     # One statement: the seq to wait for and the fold's progress (re-read alone while waiting).
-    cur = await conn.execute(_PLACED, {"tenant": tenant, "conversation": conversation, "target": target})
-    wanted, found, *progress = await cur.fetchone()
+    if placed is None:
+        placed = await (await conn.execute(PLACED_SQL, placed_params(request))).fetchone()
+    wanted, found, *progress = placed
     state = tq.TopicConversationRow(*progress) if found else None
     deadline = time.monotonic() + wait_ms / 1000
     while True:
@@ -107,7 +115,7 @@ async def _placed_up_to(conn: psycopg.AsyncConnection, request: ContextRequest, 
 
 
 # System and tool messages are never placed: the wait is for the newest user/assistant message.
-_PLACED = (
+PLACED_SQL = (
     "SELECT (SELECT max(seq) FROM messages WHERE tenant_id = %(tenant)s AND conversation_id = %(conversation)s"
     " AND seq <= %(target)s AND role IN ('user', 'assistant')), tc.tenant_id IS NOT NULL,"
     " tc.active_topic_id, tc.activated_seq, tc.last_seq FROM (SELECT 1) one"
@@ -121,20 +129,23 @@ class TopicErrorOut(BaseModel):
     error: str
 
 
-async def topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any) -> Any | None:
+async def topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any, *,
+                        placed: tuple | None = None) -> Any | None:
     """ActiveTopicOut for ContextOut.active_topic, None before the first topic, TopicErrorOut
-    (with the reason) when it could not be read: a failing section never fails the context."""
+    (with the reason) when it could not be read: a failing section never fails the context.
+    `placed`: PLACED_SQL's row (placed_params), if the caller sent it with its other reads."""
     try:
-        return await _topic_section(conn, request, app_state)
+        return await _topic_section(conn, request, app_state, placed)
     except Exception as error:  # noqa: BLE001
         log.exception("topic section failed")
         await conn.rollback()
         return TopicErrorOut(error=f"{type(error).__name__}: {error}")
 
 
-async def _topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any) -> Any | None:
+async def _topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any,
+                         placed: tuple | None = None) -> Any | None:
     settings = app_state.settings.topics
-    state = await _placed_up_to(conn, request, settings.context_wait_ms)
+    state = await _placed_up_to(conn, request, settings.context_wait_ms, placed)
     if state is None or state.active_topic_id is None:
         return None
     tenant, conversation = request.tenant_id, request.conversation.conversation_id

@@ -46,6 +46,59 @@ def test_a_query_is_embedded_once_and_the_least_recent_leaves_first() -> None:
     assert (cached.hits, cached.misses) == (3, 4)
 
 
+class SlowEmbedder(CountingEmbedder):
+    """Answers when told to: a query embedding still running when another caller asks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        self.calls.append(text)
+        await self.go.wait()
+        if text == "boom":
+            raise RuntimeError("embedder down")
+        return np.array([len(text), 1.0], dtype=np.float32)
+
+
+def test_a_query_being_embedded_is_waited_for_not_embedded_again() -> None:
+    inner = SlowEmbedder()
+    cached = CachedQueryEmbedder(inner)
+
+    async def run() -> None:
+        early = asyncio.ensure_future(cached.embed_query("a"))  # the context's early start
+        await asyncio.sleep(0)
+        later = asyncio.ensure_future(cached.embed_query("a"))
+        await asyncio.sleep(0)
+        inner.go.set()
+        assert np.array_equal(await early, await later)
+        failing = [asyncio.ensure_future(cached.embed_query("boom")) for _ in range(2)]
+        for task in failing:  # both callers see the failure
+            with pytest.raises(RuntimeError, match="embedder down"):
+                await task
+        await cached.embed_query("a")
+
+    asyncio.run(run())
+    assert inner.calls == ["a", "boom"]
+    assert (cached.hits, cached.misses) == (3, 2)
+
+
+def test_a_vector_still_being_made_when_the_cache_is_cleared_is_not_kept() -> None:
+    inner = SlowEmbedder()
+    cached = CachedQueryEmbedder(inner)
+
+    async def run() -> None:
+        running = asyncio.ensure_future(cached.embed_query("a"))
+        await asyncio.sleep(0)
+        cached.clear()  # an erasure while the question is being embedded
+        inner.go.set()
+        await running
+        await cached.embed_query("a")
+
+    asyncio.run(run())
+    assert inner.calls == ["a", "a"]
+
+
 def test_a_cached_vector_cannot_be_changed_by_a_caller() -> None:
     cached = CachedQueryEmbedder(CountingEmbedder())
     vector = asyncio.run(cached.embed_query("a"))
