@@ -11,7 +11,7 @@ from psycopg.rows import class_row
 
 from core import telemetry
 from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
-from retrieval.items import PREPARE_SQL, Prepared, prepare_params, prepared_from
+from retrieval.items import PREPARE_SQL, Prepared, one_query, prepare_params, prepared_from
 from retrieval.request import ContextRequest
 from retrieval.service import RetrievalConfig, embedder_for, prepare_plan, query_text
 from api.sections.retrieval import retrieval_section
@@ -62,8 +62,8 @@ def after_of(memory: list[queries.MemoryRow], before_seq: int | None) -> int:
 
 async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any, *,
                     with_clock: bool = False) -> TurnReads:
-    """The context's reads that need nothing but the conversation, in one round trip (psycopg's
-    pipeline mode): the clock, the memory rows, the gap's messages, and the sections' first
+    """The context's reads that need nothing but the conversation, in one round trip (one query
+    string: retrieval.items.one_query): the clock, the memory rows, the gap's messages, and the sections' first
     statements (the retrieval's prepare when the request has a current message, the topic
     section's progress). If any of them fails, the transaction is rolled back and they are read
     one by one, without the sections' (which then fail, or not, as they would alone)."""
@@ -72,7 +72,7 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
     plan = prepare_plan(request, config)
     topics = "topics" in settings.systems
     try:
-        return await _pipelined(conn, request, settings.window.context_max_gap_messages + 1, with_clock, plan,
+        return await _together(conn, request, settings.window.context_max_gap_messages + 1, with_clock, plan,
                                 config, topics)
     except psycopg.Error:
         await conn.rollback()
@@ -82,26 +82,33 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
                                     await clock(conn) if with_clock else None, memory)
 
 
-async def _pipelined(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int, with_clock: bool,
-                     plan, config: RetrievalConfig, topics: bool) -> TurnReads:
+async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int, with_clock: bool,
+                    plan, config: RetrievalConfig, topics: bool) -> TurnReads:
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
-    async with conn.pipeline():
-        clock_cur = await conn.execute(CLOCK_SQL) if with_clock else None
-        memory_cur = conn.cursor(row_factory=class_row(queries.MemoryRow))
-        await memory_cur.execute(queries.LIST_MEMORY_SQL, (tenant, conversation, MEMORY_ROWS))
-        gap_cur = await conn.execute(_GAP_SQL, {
-            "tenant": tenant, "conversation": conversation, "before": request.before_seq, "limit": limit,
-            "memory_rows": MEMORY_ROWS})
-        prepare_cur = (None if plan is None
-                       else await conn.execute(PREPARE_SQL, prepare_params(*plan), prepare=False))
-        placed_cur = await conn.execute(PLACED_SQL, placed_params(request)) if topics else None
-        memory = await memory_cur.fetchall()  # the first fetch: every result arrives with it
-        gap = await gap_cur.fetchall()
-        prepared = (None if prepare_cur is None else
-                    prepared_from(await prepare_cur.fetchone(), config.keyword_max_terms,
-                                  config.keyword_max_doc_fraction))
-        placed = None if placed_cur is None else tuple(await placed_cur.fetchone())
-        read_clock = None if clock_cur is None else clock_from(await clock_cur.fetchone())
+    statements = [
+        (queries.LIST_MEMORY_SQL, (tenant, conversation, MEMORY_ROWS)),
+        (_GAP_SQL, {"tenant": tenant, "conversation": conversation, "before": request.before_seq, "limit": limit,
+                    "memory_rows": MEMORY_ROWS}),
+        *([(CLOCK_SQL, None)] if with_clock else []),
+        *([(PREPARE_SQL, prepare_params(*plan))] if plan is not None else []),
+        *([(PLACED_SQL, placed_params(request))] if topics else []),
+    ]
+    async with conn.cursor() as cur:
+        await cur.execute(one_query(conn, statements))  # one round trip; results in statement order
+        names = [column.name for column in cur.description]
+        memory = [queries.MemoryRow(**dict(zip(names, row))) for row in await cur.fetchall()]
+        cur.nextset()
+        gap = await cur.fetchall()
+        read_clock = prepared = placed = None
+        if with_clock:
+            cur.nextset()
+            read_clock = clock_from(await cur.fetchone())
+        if plan is not None:
+            cur.nextset()
+            prepared = prepared_from(await cur.fetchone(), config.keyword_max_terms, config.keyword_max_doc_fraction)
+        if topics:
+            cur.nextset()
+            placed = tuple(await cur.fetchone())
     after = after_of(memory, request.before_seq)
     if gap[0][0] != after:  # a summary completed between the two statements: read as the listing says
         return await _with_messages(conn, request, limit, read_clock, memory, prepared, placed)

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -383,7 +384,7 @@ async def analyze(conn: psycopg.AsyncConnection, schema: str) -> None:
 
 
 def start_api(settings: Settings, port: int, threads: int | None, workers: int | None = None,
-              source: Path | None = None) -> subprocess.Popen:
+              source: Path | None = None, profile: Path | None = None) -> subprocess.Popen:
     """The real app under uvicorn in its own process (access log off, as behind a proxy), from
     this tree or from `source` (another checkout, e.g. main's, served against the same schema)."""
     # No topic worker runs here: the topic section would wait its full context_wait_ms (500 ms)
@@ -399,6 +400,11 @@ def start_api(settings: Settings, port: int, threads: int | None, workers: int |
     code = ("import uvicorn; from api.app import create_app; from core.settings import Settings; "
             f"uvicorn.run(create_app(Settings()), host='127.0.0.1', port={port}, log_level='warning', "
             "access_log=False)")
+    if profile is not None:  # a CPU-clock cProfile of the event loop's thread, between SIGUSR1 and SIGUSR2
+        code = ("import cProfile, signal, time; prof = cProfile.Profile(time.process_time); "
+                "signal.signal(signal.SIGUSR1, lambda *a: prof.enable()); "
+                f"signal.signal(signal.SIGUSR2, lambda *a: (prof.disable(), prof.dump_stats({str(profile)!r}))); "
+                + code)
     if workers is not None:  # `memory-agent api --workers N`: uvicorn workers, each warmed up
         env["MEMORY_POSTGRES__POOL_MAX_SIZE"] = str(settings.postgres.pool_max_size)
         return subprocess.Popen([sys.executable, "-m", "memory_agent.cli", "api", "--workers", str(workers),
@@ -593,19 +599,26 @@ async def forget_surfaced(settings: Settings) -> None:
         await conn.execute("TRUNCATE surfaced_items")
 
 
-async def started_api(settings: Settings, args: argparse.Namespace, source: Path | None = None
-                      ) -> tuple[subprocess.Popen, str]:
+async def started_api(settings: Settings, args: argparse.Namespace, source: Path | None = None,
+                      profile: Path | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    process = start_api(settings, port, args.api_embedding_threads, args.api_workers, source)
+    process = start_api(settings, port, args.api_embedding_threads, args.api_workers, source, profile)
     base_url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}) as http:
-        for _ in range(300):
-            try:
-                if (await http.get("/v1/conversations/bench-0/context", params={"query": "hi"})).status_code:
-                    break
-            except httpx.TransportError:
-                await asyncio.sleep(0.1)
-    await hammer(base_url, 64, 4, args.conversations, seed=1)  # warm up: model, pool, plans
+    try:
+        async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": API_KEY}, timeout=60) as http:
+            for _ in range(1200):  # a loaded machine takes a while to load the model
+                try:
+                    if (await http.get("/v1/conversations/bench-0/context", params={"query": "hi"})).status_code:
+                        break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.1)
+            else:
+                raise RuntimeError(f"the API on port {port} did not answer in 120 s")
+        await hammer(base_url, 64, 4, args.conversations, seed=1)  # warm up: model, pool, plans
+    except BaseException:
+        process.terminate()
+        process.wait(30)
+        raise
     return process, base_url
 
 
@@ -634,7 +647,7 @@ async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
     if args.baseline is not None:
         results["round_trips_per_context"]["baseline"] = await count_round_trips(settings, args, args.baseline)
     postmaster = await postmaster_pid(settings) if args.server_cpu else None
-    process, base_url = await started_api(settings, args)
+    process, base_url = await started_api(settings, args, profile=args.profile_api)
     baseline = None if args.baseline is None else await started_api(settings, args, args.baseline)
     try:
         if baseline is not None:  # both trees, one after the other, round by round: same load, same data
@@ -655,8 +668,13 @@ async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
             results["one_client_p50_ms"] = {name: round(v, 1) for name, v in p50.items()}
             results["same_contexts"] = await same_answers(settings, baseline[1], base_url, args.sequential,
                                                           args.conversations)
+        if args.profile_api:
+            process.send_signal(signal.SIGUSR1)
         results["sequential"] = await measured(settings, process, base_url, args.sequential, 1, args.conversations,
                                                seed=2, postmaster=postmaster)
+        if args.profile_api:
+            process.send_signal(signal.SIGUSR2)
+            results["profile"] = str(args.profile_api)
         results["concurrent"] = await measured(settings, process, base_url, args.requests, args.clients,
                                                args.conversations, seed=3)
         results["healthz"] = await hammer_healthz(base_url, max(args.requests, 2000), args.clients)
@@ -696,6 +714,8 @@ async def main() -> None:
     parser.add_argument("--baseline-rounds", type=int, default=3, help="alternated one-client passes per tree")
     parser.add_argument("--server-cpu", action="store_true",
                         help="also PostgreSQL's CPU per context (its postmaster's tree: a private server only)")
+    parser.add_argument("--profile-api", type=Path, default=None,
+                        help="write a CPU-clock cProfile of this tree's API during the one-client pass to this file")
     parser.add_argument("--skip-recall", action="store_true", help="only the context endpoint (with --reuse)")
     parser.add_argument("--skip-api", action="store_true", help="only recall and the 1k search")
     parser.add_argument("--reuse", action="store_true", help="keep the loaded schema of a previous --keep run")

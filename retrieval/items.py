@@ -77,6 +77,15 @@ async def prepare_items(conn: psycopg.AsyncConnection, scope: Scope, ef_search: 
     return prepared_from(await cur.fetchone(), max_terms, max_doc_fraction)
 
 
+def one_query(conn: psycopg.AsyncConnection, statements: Sequence[tuple[str, Mapping | Sequence | None]]) -> str:
+    """Several statements as one query string, each with its parameters bound by psycopg on the
+    client: executed without parameters it goes as one simple query, one round trip, its
+    results read in order with the cursor's nextset(). (psycopg's pipeline mode would send
+    them together too, but a BEGIN and the pipeline's closing Sync cost a round trip each.)"""
+    client = psycopg.AsyncClientCursor(conn)
+    return "; ".join(client.mogrify(sql, params) for sql, params in statements)
+
+
 # Who may see what (every branch is one index of memory_items): the asker's own items of this
 # subject (facts, chunks, their other conversations' messages), facts shared about the same
 # subject by anyone, and this conversation's messages before the verbatim gap and the turn.
@@ -205,10 +214,8 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
 
     async def fetch(on: psycopg.AsyncConnection, of: Sequence[Kind]) -> list[SearchRow]:
         async with on.cursor(row_factory=rows_with_coverage(weights)) as cur:
-            if then_commit and on is conn:
-                async with on.pipeline():
-                    await cur.execute(sql, {**params, "kinds": list(of)}, prepare=False)
-                    await on.commit()  # sent with the statement: the rows and the commit in one round trip
+            if then_commit and on is conn:  # the rows and the COMMIT in one round trip
+                await cur.execute(one_query(on, [(sql, {**params, "kinds": list(of)}), ("COMMIT", None)]))
             else:
                 await cur.execute(sql, {**params, "kinds": list(of)}, prepare=False)  # planned with the actual values
             return await cur.fetchall()
@@ -219,4 +226,4 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
 
 
 __all__ = ["EXACT_SCAN_MAX_ITEMS", "PREPARE_SQL", "Prepared", "exact_sql", "indexed_sql", "keywords_from",
-           "prepare_items", "prepare_params", "prepared_from", "scope_sql", "search_items"]
+           "one_query", "prepare_items", "prepare_params", "prepared_from", "scope_sql", "search_items"]
