@@ -185,13 +185,15 @@ async def test_a_message_and_a_context_read_traced_end_to_end_without_content(se
     projected = receiver.named("project messages")
     assert projected and {link for s in projected for link in s.links} & {a.span_id for a in appends}
 
-    # The context read: the request, the read itself, retrieval (its search and the query's
-    # embedding), packing and the topic section, in one trace.
+    # The context read: the request, the read itself, retrieval (its search), the query's
+    # embedding, packing and the topic section, in one trace.
     get = max(receiver.named("GET /v1/conversations/{conversation_id}/context"), key=lambda s: s.start)
     read = {s.name: s for s in receiver.spans if s.trace_id == get.trace_id}
     assert ancestry(read["retrieval pack"], index) == ["retrieval pack", "context retrieval", "context", get.name]
     assert ancestry(read["context topic"], index) == ["context topic", "context", get.name]
-    assert "embedding query" in read and "retrieval search" in ancestry(read["embedding query"], index)
+    # The current message's embedding starts with the read, before the search (api/turn_context.py).
+    assert "embedding query" in read and ancestry(read["embedding query"], index) == ["embedding query", "context",
+                                                                                        get.name]
 
     # Nothing a user wrote or is known by leaves in a trace: not in a name, an attribute, a resource.
     assert receiver.bodies
