@@ -367,17 +367,25 @@ class RetrievalSettings(BaseModel):
 
 
 # Topic matching per embedding model: (similarity_threshold, active_topic_bonus), matched as
-# substrings of the lower-cased model name. Measured with bench/topic_threshold_bench.py on
-# two labelled multi-subject chats (docs/topics.md); any other model gets seed 004's 0.7.
+# substrings of the lower-cased model name, on cosines centred on the conversation
+# (center_on_conversation). Measured with bench/topic_threshold_bench.py and
+# bench/topic_segmentation.py on labelled multi-subject chats, long generated conversations
+# and the development set (docs/topics.md); any other model gets seed 004's 0.7 on plain cosines.
 SEED_TOPIC_MATCHING = (0.7, 0.0)
 TOPIC_MATCHING_BY_MODEL: tuple[tuple[str, tuple[float, float]], ...] = (
-    ("minilm-l6", (0.3, 0.15)),
+    ("minilm-l6", (0.175, 0.15)),
 )
 
 
 def topic_matching_for(model: str) -> tuple[float, float]:
     name = model.lower()
     return next((pair for pattern, pair in TOPIC_MATCHING_BY_MODEL if pattern in name), SEED_TOPIC_MATCHING)
+
+
+def topic_centering_for(model: str) -> bool:
+    """Centred matching for the models whose values were measured centred; the seed's plain cosine else."""
+    name = model.lower()
+    return any(pattern in name for pattern, _ in TOPIC_MATCHING_BY_MODEL)
 
 
 class TopicSettings(BaseModel):
@@ -390,6 +398,12 @@ class TopicSettings(BaseModel):
     # else seed 004's 0.7 and no bonus. See docs/topics.md.
     similarity_threshold: float | None = Field(default=None, ge=-1.0, le=1.0)
     active_topic_bonus: float | None = Field(default=None, ge=0.0, le=1.0)
+    # Match on cosines with the conversation's mean user-message vector taken off (its
+    # speakers' names and register): None = on for the models of TOPIC_MATCHING_BY_MODEL.
+    center_on_conversation: bool | None = None
+    background_warmup: int = Field(default=24, ge=0)
+    # A pause this long since the active topic's last message ends its follow-up bonus (0: never).
+    session_gap_s: float = Field(default=3600.0, ge=0)
     base_half_life_seconds: float = Field(default=86400.0, gt=0)
     max_half_life_seconds: float = Field(default=2592000.0, gt=0)
     access_threshold_for_lt: int = Field(default=5, ge=1)
@@ -431,6 +445,8 @@ class TopicSettings(BaseModel):
         return self.model_copy(update={
             "similarity_threshold": known[0] if self.similarity_threshold is None else self.similarity_threshold,
             "active_topic_bonus": known[1] if self.active_topic_bonus is None else self.active_topic_bonus,
+            "center_on_conversation": (topic_centering_for(model) if self.center_on_conversation is None
+                                       else self.center_on_conversation),
         })
 
     @model_validator(mode="after")

@@ -19,6 +19,17 @@ class TopicConfig:
     max_topics: int = 20
     similarity_threshold: float = 0.7  # a message joins a topic when cosine > threshold
     active_topic_bonus: float = 0.0  # added to the active topic's cosine (0: seed 004 exactly)
+    # Beyond the seed (docs/topics.md, "Topics on long conversations"); the defaults here are
+    # the seed's behaviour, TopicSettings turns them on.
+    # A pause this long since the active topic's last message (a new session) ends its
+    # follow-up bonus: the plain threshold decides, as for a message announcing a new subject.
+    session_gap_seconds: float = 3600.0  # 0: the bonus never lapses (no effect without a bonus: the seed)
+    # Match on what sets a message apart from the conversation: the running mean of the
+    # conversation's user-message vectors (its speakers' names, its register) is taken off the
+    # message and the topic centroids before the cosine, shrunk by n / (n + background_warmup)
+    # while it rests on few messages.
+    center_on_conversation: bool = False
+    background_warmup: int = 24
     base_half_life_seconds: float = 86400.0  # 1 day: short-term memory
     max_half_life_seconds: float = 2592000.0  # 30 days: the long-term cap
     access_threshold_for_lt: int = 5  # the half-life doubles every this many accesses
@@ -41,7 +52,9 @@ class TopicConfig:
     def from_settings(cls, topics: TopicSettings) -> TopicConfig:
         return cls(
             max_topics=topics.max_topics, similarity_threshold=topics.threshold,
-            active_topic_bonus=topics.bonus,
+            active_topic_bonus=topics.bonus, session_gap_seconds=topics.session_gap_s,
+            center_on_conversation=bool(topics.center_on_conversation),
+            background_warmup=topics.background_warmup,
             base_half_life_seconds=topics.base_half_life_seconds, max_half_life_seconds=topics.max_half_life_seconds,
             access_threshold_for_lt=topics.access_threshold_for_lt,
             max_messages_per_topic=topics.max_messages_per_topic, recent_message_keep=topics.recent_message_keep,

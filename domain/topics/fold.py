@@ -66,19 +66,54 @@ def _as_array(centroid: tuple[float, ...]) -> np.ndarray:
     return array
 
 
-def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0) -> tuple[Topic | None, float]:
+def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0,
+               background: np.ndarray | None = None) -> tuple[Topic | None, float]:
     """The working-set topic with the highest cosine similarity (the earliest on ties), the
-    active topic's raised by `active_bonus`; the similarity returned is the bonus-free cosine."""
+    active topic's raised by `active_bonus`; the similarity returned is the bonus-free cosine.
+    With a `background` (the conversation's mean vector), the cosine is taken between the
+    message and the topics' mean vectors with the background taken off both."""
     best, best_score, best_similarity = None, -math.inf, -math.inf
+    probe = unit if background is None else unit - background
+    probe_norm = float(np.linalg.norm(probe))
     for topic in state.topics:
         centroid = _as_array(topic.centroid)
         if centroid.shape != unit.shape:
             raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {centroid.size}")
-        similarity = min(1.0, max(-1.0, float(centroid @ unit)))
+        if background is None:
+            similarity = min(1.0, max(-1.0, float(centroid @ unit)))
+        else:
+            rest = centroid * topic.mean_norm - background
+            scale = probe_norm * float(np.linalg.norm(rest))
+            similarity = min(1.0, max(-1.0, float(rest @ probe) / scale)) if scale > 1e-12 else 0.0
         score = similarity + (active_bonus if topic.topic_id == state.active_topic_id else 0.0)
         if score > best_score:
             best, best_score, best_similarity = topic, score, similarity
     return best, best_similarity
+
+
+def background_of(state: TopicsState, config: TopicConfig) -> np.ndarray | None:
+    """The conversation's mean user-message vector, shrunk while it rests on few messages;
+    None when matching is not centred (the seed) or before the first message."""
+    if not config.center_on_conversation or not state.background_count:
+        return None
+    n = state.background_count
+    return _as_array(state.background) * (n / (n + config.background_warmup))
+
+
+def _with_background(state: TopicsState, unit: np.ndarray, config: TopicConfig) -> TopicsState:
+    if not config.center_on_conversation:
+        return state
+    n = state.background_count
+    mean = unit if not n else (_as_array(state.background) * n + unit) / (n + 1)
+    # Kept at float32 precision, as the changelog stores it: a state read back matches exactly.
+    return evolve(state, background=tuple(mean.astype(np.float32).tolist()), background_count=n + 1)
+
+
+def _after_pause(state: TopicsState, now: float, config: TopicConfig) -> bool:
+    """The conversation paused for a session gap since the active topic's last message."""
+    active = state.active_topic
+    return (config.session_gap_seconds > 0 and active is not None
+            and now - active.last_active_at >= config.session_gap_seconds)
 
 
 _OPENERS = re.compile(r"^(?:(?:hi|hello|hey|ok|okay|so|well|thanks|thank you|please|um|uh)\b[\s,.!:;-]*)+", re.I)
@@ -124,8 +159,12 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     """Join the best topic or start one; it becomes the active topic, unless the message is
     late (older than the fold's position) and a newer turn's topic is active."""
     unit = unit_vector(msg.embedding)
-    shift = announces_new_subject(msg.content)
-    best, similarity = best_match(state, unit, 0.0 if shift else config.active_topic_bonus)
+    # No follow-up bonus for a message that announces a change of subject, nor for the first
+    # one after a pause as long as a session gap (docs/topics.md, "Topics on long conversations").
+    shift = announces_new_subject(msg.content) or _after_pause(state, now, config)
+    best, similarity = best_match(state, unit, 0.0 if shift else config.active_topic_bonus,
+                                  background_of(state, config))
+    state = _with_background(state, unit, config)
     entry = TopicMessage(msg.seq, "user", msg.content, msg.timestamp, state.placements)
     created: tuple[Command, ...] = ()
     # Seed 004: join when cosine > threshold. The conversation's current topic gets

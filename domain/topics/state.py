@@ -151,6 +151,10 @@ class TopicsState:
     # Evicted topics whose compactions were decided and not answered yet: their requests go on
     # (as they would have, had the answers come sooner) and they leave once all are answered.
     draining: tuple[Topic, ...] = ()
+    # The running mean of every user-message vector of the conversation (TopicConfig.
+    # center_on_conversation) and how many it holds; () until the first one.
+    background: tuple[float, ...] = ()
+    background_count: int = 0
 
     def topic(self, topic_id: str | None) -> Topic | None:
         return next((t for t in self.topics if t.topic_id == topic_id), None)
@@ -204,6 +208,8 @@ class TopicsState:
         known["topics"] = tuple(Topic.from_dict(t) for t in known.get("topics", ()))
         known["draining"] = tuple(Topic.from_dict(t) for t in known.get("draining", ()))
         known["skipped"] = tuple((int(first), int(last)) for first, last in known.get("skipped", ()))
+        background = known.get("background", ())
+        known["background"] = background if isinstance(background, tuple) else tuple(map(float, background))
         return cls(**known)
 
 

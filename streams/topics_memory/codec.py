@@ -75,6 +75,8 @@ def dumps(state: AgentState, key: bytes | None = None) -> bytes:
     topics = {name: getattr(state.topics, name) for name in TopicsState.__dataclass_fields__}
     topics["topics"] = [topic_json(topic) for topic in state.topics.topics]
     topics["draining"] = [topic_json(topic) for topic in state.topics.draining]
+    if state.topics.background:  # the conversation's mean vector (centred matching), packed as centroids are
+        topics["background"] = pack_vector(state.topics.background)
     inbox = state.inbox.to_dict()
     for item in inbox["queue"]:
         if item["embedding"] is not None:
@@ -93,6 +95,8 @@ def loads(raw: bytes | None, conversation_id: str) -> AgentState:
     for topic in (*topics.get("topics", ()), *topics.get("draining", ())):
         if isinstance(topic.get("centroid"), str):
             topic["centroid"] = unpack_vector(topic["centroid"])
+    if isinstance(topics.get("background"), str):
+        topics["background"] = unpack_vector(topics["background"])
     inbox = data.get("inbox") or {}
     for item in inbox.get("queue", ()):
         if isinstance(item.get("embedding"), str):

@@ -120,7 +120,7 @@ def test_decay_runs_on_event_time_not_on_the_wall_clock():
 
 
 def test_a_similar_message_joins_and_a_new_subject_starts_a_topic():
-    d = Driver()
+    d = Driver(config(center_on_conversation=False))  # plain cosines: the seed's rule (centred: test_topic_fold)
     d.turn(0, axis(0), "carbonara")
     joined = d.say(2, "user", "more carbonara") + d.embed(2, [0.9, math.sqrt(1 - 0.81)] + [0.0] * (DIM - 2))
     assert kinds(joined) == [te.TOPIC_EMBEDDING_REQUESTED, te.TOPIC_MESSAGE_ASSIGNED]

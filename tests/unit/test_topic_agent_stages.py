@@ -105,7 +105,8 @@ def test_topic_settings_come_from_the_environment_and_are_checked(monkeypatch):
     for name, value in WORKER_ENV.items():
         monkeypatch.setenv(name, value)
     config = TopicConfig.from_settings(Settings().topics)
-    assert (config.similarity_threshold, config.max_messages_per_topic, config.recent_message_keep) == (0.3, 6, 2)
+    assert (config.similarity_threshold, config.max_messages_per_topic, config.recent_message_keep) == (0.175, 6, 2)
+    assert config.center_on_conversation and config.session_gap_seconds == 3600.0
     assert TopicConfig.from_settings(TopicSettings()) == TopicConfig()  # the seed's defaults, unchanged
     with pytest.raises(ValidationError, match="recent_message_keep"):
         TopicSettings(max_messages_per_topic=4, recent_message_keep=4)
@@ -152,11 +153,12 @@ def test_topic_matching_is_chosen_per_embedding_model_unless_set(monkeypatch):
     for name in ("MEMORY_TOPICS__SIMILARITY_THRESHOLD", "MEMORY_TOPICS__ACTIVE_TOPIC_BONUS", "MEMORY_EMBEDDING__MODEL"):
         monkeypatch.delenv(name, raising=False)
     minilm = Settings().topics
-    assert (minilm.similarity_threshold, minilm.active_topic_bonus) == (0.3, 0.15)
+    assert (minilm.similarity_threshold, minilm.active_topic_bonus, minilm.center_on_conversation) == (0.175, 0.15, True)
     monkeypatch.setenv("MEMORY_EMBEDDING__PROVIDER", "openai")
     monkeypatch.setenv("MEMORY_EMBEDDING__MODEL", "text-embedding-3-small")
     other = Settings().topics
     assert (other.similarity_threshold, other.active_topic_bonus) == (0.7, 0.0)  # seed 004, unmeasured models
+    assert other.center_on_conversation is False  # ...on the seed's plain cosines
     monkeypatch.setenv("MEMORY_TOPICS__SIMILARITY_THRESHOLD", "0.55")
     assert TopicConfig.from_settings(Settings().topics).similarity_threshold == 0.55  # an explicit value wins
 

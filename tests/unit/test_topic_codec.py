@@ -18,6 +18,9 @@ def fresh(state: codec.AgentState) -> bytes:
     for topic, data in zip(state.topics.topics, topics["topics"]):
         data["centroid"] = codec.base64.b64encode(
             codec.np.asarray(topic.centroid, dtype="<f4").tobytes()).decode("ascii")
+    if topics["background"]:
+        topics["background"] = codec.base64.b64encode(
+            codec.np.asarray(state.topics.background, dtype="<f4").tobytes()).decode("ascii")
     inbox = state.inbox.to_dict()
     for item in inbox["queue"]:
         if item["embedding"] is not None:

@@ -609,3 +609,45 @@ def test_an_evicted_topic_still_gets_its_decided_compactions():
     assert [t.topic_id for t in chat.state.draining] == ["conv:topic-1"]
     assert chat.send(CompactionDone(first.topic_id, 17, "S2"), 30 * DAY) == []
     assert chat.state.draining == ()  # drained: it leaves for good
+
+
+def _register(subject: int, i: int) -> list[float]:
+    """A message of `subject` in a conversation whose messages all share one large component
+    (axis 0: the speakers' names, the register): cosine 0.64 across subjects, ~0.93 within."""
+    part = [0.0] * DIM
+    part[subject], part[4 + i] = 0.9, math.sqrt(1 - 0.81)
+    return [0.8 * (k == 0) + 0.6 * v for k, v in enumerate(part)]
+
+
+def test_centred_matching_tells_subjects_apart_where_a_shared_component_merges_them():
+    """Issue 24: on real conversations every message is ~0.4-0.6 similar to every other, so one
+    topic took everything. Taken off the conversation's mean vector, the subjects separate and a
+    return to the first one rejoins its topic."""
+    subjects = [1] * 6 + [2] * 6 + [1] * 2
+    plain = TopicConfig(similarity_threshold=0.3, active_topic_bonus=0.15)
+    centred = TopicConfig(similarity_threshold=0.3, active_topic_bonus=0.15, center_on_conversation=True,
+                          background_warmup=2)
+    placed = {}
+    for name, config in (("plain", plain), ("centred", centred)):
+        chat, topics = Chat(config=config), []
+        for i, subject in enumerate(subjects):
+            chat.user(_register(subject, i), now=1000.0 + i)
+            topics.append(chat.state.active_topic_id)
+        placed[name] = (topics, chat.state)
+    assert len(set(placed["plain"][0])) == 1
+    topics, state = placed["centred"]
+    assert len(set(topics[:6])) == 1 and len(set(topics[6:12])) == 1 and topics[0] != topics[6]
+    assert topics[12:] == [topics[0]] * 2
+    assert state.background_count == len(subjects)
+    assert TopicsState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+
+
+@pytest.mark.parametrize(("pause", "gap", "joins"), [(60.0, 3600.0, True), (7200.0, 3600.0, False),
+                                                     (7200.0, 0.0, True)])
+def test_after_a_session_gap_the_active_topic_gets_no_follow_up_bonus(pause, gap, joins):
+    """A message at cosine 0.2 joins the active topic on its bonus (0.3 - 0.15) within a session;
+    after a pause of a session gap the seed's threshold alone decides (0: the bonus never lapses)."""
+    config = TopicConfig(similarity_threshold=0.3, active_topic_bonus=0.15, session_gap_seconds=gap)
+    state, _ = run([(UserMessage(0, "a", axis(0), 1000.0), 1000.0),
+                    (UserMessage(1, "b", at_cosine(0.2), 1000.0 + pause), 1000.0 + pause)], config=config)
+    assert (len(state.topics) == 1) is joins
