@@ -24,7 +24,9 @@ active topic and how they line up with sessions (share of switches made by a ses
 user message; share of sessions that open with a switch); and the topic section at the end
 of the conversation, where every question is asked: its tokens, and its own share of the
 answers (answer words found in the section alone, scored as bench/ctx_scoring.py scores the
-retrieved section), plus how often the evidence is in the active topic at all.
+retrieved section), plus how often the evidence is in the active topic at all; and what the
+section would hold if it showed the topic each question matches instead (seed 004's QA flow
+matches the question first; read-only here: "question's topic").
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from core.llm.port import ChatMessage  # noqa: E402
 from core.settings import Settings  # noqa: E402
 from domain.extractive import ExtractiveSummarizer  # noqa: E402
 from domain.topics.decay import TopicConfig  # noqa: E402
-from domain.topics.fold import step  # noqa: E402
+from domain.topics.fold import background_of, best_match, step, unit_vector  # noqa: E402
 from domain.topics.protocol import (  # noqa: E402
     ArchiveRestoreRequested,
     AssistantMessage,
@@ -141,15 +143,16 @@ def fold(conv: longconv.Conversation, vectors: Vectors, config: TopicConfig, sum
     return trace
 
 
-def section_text(conv: longconv.Conversation, trace: Trace, restore_max: int) -> str:
+def section_text(conv: longconv.Conversation, trace: Trace, restore_max: int, topic=None, restored=None) -> str:
     """The topic section at the end of the conversation, as the API renders it: title, summary,
-    active messages, and the archive when the topic is back from it."""
-    topic = trace.state.active_topic
+    active messages, and the archive when the topic is back from it (`topic`: another one of
+    the working set, `restored`: whether it is shown restored)."""
+    topic = trace.state.active_topic if topic is None else topic
     if topic is None:
         return ""
     by_seq = {m.seq: m for m in conv.messages}
     parts = [topic.title, topic.summary or ""]
-    if topic.topic_id in trace.restored:
+    if (topic.topic_id in trace.restored) if restored is None else restored:
         archived = [s for s, t in sorted(trace.topic_of.items()) if t == topic.topic_id and s <= topic.summary_upto_seq]
         parts += [by_seq[s].content for s in archived[-restore_max:]] if restore_max else []
     parts += [by_seq[x.seq].content for x in topic.messages]
@@ -170,6 +173,15 @@ def measure(conv: longconv.Conversation, vectors: Vectors, config: TopicConfig, 
     active = trace.state.active_topic_id
     scores = [S.score(q.answer, text) for q in conv.questions]
     in_topic = [bool(q.evidence) and all(trace.topic_of.get(s) == active for s in q.evidence) for q in conv.questions]
+    # What the section would hold if it showed the topic the question matches (seed 004's QA
+    # flow: the question is matched first, reactivating its topic, archive restored), read-only.
+    background = background_of(trace.state, config)
+    matched = []
+    for q in conv.questions:
+        topic, _ = best_match(trace.state, unit_vector(vectors[q.question]), 0.0, background)
+        matched.append(section_text(conv, trace, settings.topics.restore_max_messages, topic,
+                                    restored=bool(topic is not None and topic.archived_count)))
+    asked = [S.score(q.answer, t) for q, t in zip(conv.questions, matched)]
     return {
         "conversation": conv.conversation_id, "messages": len(conv.messages), "sessions": len(openers),
         "topics": len(trace.created), "alive": len(trace.state.topics),
@@ -182,6 +194,8 @@ def measure(conv: longconv.Conversation, vectors: Vectors, config: TopicConfig, 
         "section_share": statistics.fmean(scores) if scores else 0.0,
         "section_hits": statistics.fmean(S.is_hit(x) for x in scores) if scores else 0.0,
         "evidence_in_active": statistics.fmean(in_topic) if in_topic else 0.0,
+        "asked_tokens": statistics.fmean(count_tokens(t) for t in matched) if matched else 0.0,
+        "asked_share": statistics.fmean(asked) if asked else 0.0,
         "questions": len(conv.questions),
     }
 
@@ -222,7 +236,7 @@ def totals(rows: list[dict]) -> dict:
         "sessions_opening_with_switch": statistics.fmean(r["sessions_opening_with_switch"] for r in rows),
         "section_tokens": statistics.fmean(r["section_tokens"] for r in rows),
         **{k: sum(r[k] * r["questions"] for r in rows) / weight
-           for k in ("section_share", "section_hits", "evidence_in_active")},
+           for k in ("section_share", "section_hits", "evidence_in_active", "asked_tokens", "asked_share")},
     }
 
 
@@ -235,7 +249,8 @@ def run(which: str, generated: int, config: TopicConfig, settings: Settings) -> 
                                "background_warmup": config.background_warmup}}
     for name in ("dev", "gen") if which == "all" else (which,) if which != "labelled" else ():
         convs = conversations(name, generated)
-        vectors.ensure([m.content for c in convs for m in c.messages if m.role == "user"])
+        vectors.ensure([m.content for c in convs for m in c.messages if m.role == "user"]
+                       + [q.question for c in convs for q in c.questions])
         rows = [measure(c, vectors, config, settings) for c in convs]
         result[name] = {"per_conversation": rows, "total": totals(rows)}
     if which in ("labelled", "all"):
@@ -251,15 +266,15 @@ def report(result: dict) -> None:
         print(f"\n### {name}\n")
         print("| conversation | messages | sessions | topics | alive | largest | median msgs | switches |"
               " at session start | sessions opening with one | section tokens | section share | hits |"
-              " evidence in active |")
-        print("|---" * 14 + "|")
+              " evidence in active | question's topic: tokens | share |")
+        print("|---" * 16 + "|")
         for r in result[name]["per_conversation"] + [dict(result[name]["total"], conversation="all",
                                                           alive="", median_messages="", switches="")]:
             print(f"| {r['conversation']} | {r['messages']} | {r['sessions']} | {r['topics']} | {r['alive']} |"
                   f" {r['largest_share']:.0%} | {r['median_messages']} | {r['switches']} |"
                   f" {r['switches_at_session_start']:.0%} | {r['sessions_opening_with_switch']:.0%} |"
                   f" {r['section_tokens']:.0f} | {r['section_share']:.3f} | {r['section_hits']:.3f} |"
-                  f" {r['evidence_in_active']:.3f} |")
+                  f" {r['evidence_in_active']:.3f} | {r['asked_tokens']:.0f} | {r['asked_share']:.3f} |")
     for r in result.get("labelled", ()):
         print(f"labelled {r['chat']}: {r['topics']} topics for {r['subjects']} subjects, {r['right']:.0%} right")
 

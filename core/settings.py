@@ -401,6 +401,8 @@ class TopicSettings(BaseModel):
     # Match on cosines with the conversation's mean user-message vector taken off (its
     # speakers' names and register): None = on for the models of TOPIC_MATCHING_BY_MODEL.
     center_on_conversation: bool | None = None
+    # Centred matching takes off n / (n + background_warmup) of the conversation's mean while
+    # it rests on few (n) user messages, so a short chat is matched on nearly plain cosines.
     background_warmup: int = Field(default=24, ge=0)
     # A pause this long since the active topic's last message ends its follow-up bonus (0: never).
     session_gap_s: float = Field(default=3600.0, ge=0)
