@@ -25,6 +25,11 @@ AGENT = "process-conversation"
 # (streams/slice.py), changelog-backed; its changelog is what a batch replay hands over.
 CONVERSATION_TABLE = "conversation-state"
 CACHED_CONVERSATIONS = 4096
+# The records the processor takes at once (faust's `take_events`): what is fetched already, up to
+# this many, or what came within BATCH_WITHIN_S: the user messages of a burst reach the embedding
+# queue together (it sorts them by length into batches of 32).
+BATCH_RECORDS = 128
+BATCH_WITHIN_S = 0.01
 
 
 @dataclass
@@ -84,22 +89,33 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
                       key_type=bytes, value_type=bytes)
     states = States(table)
     relevant = frozenset().union(*(part.relevant for part in slices))
+    warming = [part for part in slices if part.warm is not None]
     for part in slices:
         ctx.stages.extend(part.stages)
 
     @app.agent(ctx.conversation_and_memory_events, name=AGENT, concurrency=1)
     async def process_conversation(stream):
-        """Ordered per conversation: each record decoded once, one state read, every slice's
-        fold, their events out first, then at most one state write."""
-        async for key, value in stream.items():
-            kind = peek_type(value)
-            if kind is not None and kind not in relevant:
-                continue  # nothing folds it: not even parsed
-            event = ctx.decode(value, key=key)
-            if event is not None and event.type in relevant:
+        """Ordered per conversation: the records fetched so far taken as a batch (the slices warm
+        what the batch needs in one go: one embedding call for its user messages), then each
+        record decoded once, one state read, every slice's fold, their events out first, then at
+        most one state write; the batch is acknowledged once every record of it is folded."""
+        async for records in stream.take_events(BATCH_RECORDS, BATCH_WITHIN_S):
+            batch = []
+            for record in records:
+                kind = peek_type(record.value)
+                if kind is not None and kind not in relevant:
+                    continue  # nothing folds it: not even parsed
+                event = ctx.decode(record.value, key=record.key)
+                if event is not None and event.type in relevant:
+                    batch.append((record, event))
+            await _warm(states, warming, batch)
+            for record, event in batch:
+                # What faust's own iteration sets per record: the table writes this record's
+                # partition of the changelog, dead letters and the erasure check name it.
+                stream._set_current_event(record)
                 with telemetry.span(f"{AGENT} {event.type}", kind="consumer",  # the append's trace (docs/observability.md)
-                                    parent=telemetry.context_of(stream.current_event.message.headers)):
-                    await _process(ctx, stream, states, slices, key, event)
+                                    parent=telemetry.context_of(record.message.headers)):
+                    await _process(ctx, stream, states, slices, record.key, event)
 
     for part in slices:
         for ticks in part.ticks:
@@ -139,6 +155,23 @@ async def _process(ctx: StreamContext, stream, states: States, slices: Sequence[
         await ctx.memory_events.send(key=key, value=encode(envelope), headers=telemetry.headers())
     if encoded:
         states.write(key, entry, encoded, changed)
+
+
+async def _warm(states: States, warming: Sequence[Slice], batch: list) -> None:
+    """Each warming slice gets (key, state before the batch, event) of the batch's records it
+    reads. A state that does not load is left to the fold (which dead-letters the record)."""
+    for part in warming:
+        items = []
+        for record, event in batch:
+            if event.type not in part.relevant:
+                continue
+            try:
+                entry = states.entry(record.key)
+                items.append((record.key, states.state(entry, record.key, part), event))
+            except Exception:  # noqa: BLE001 - the fold meets it again and refuses the record
+                continue
+        if items:
+            await part.warm(items)
 
 
 def _add_timer(app: faust.App, ctx: StreamContext, states: States, part: Slice, ticks: Ticks) -> None:

@@ -28,6 +28,12 @@ Admit = Callable[[Event, Any], Awaitable[bool]]
 # effect the fold must not wait a round trip through the log for: the topic fold's message vector).
 # Awaited in log order; it waits out an outage of what it calls instead of failing.
 Prepare = Callable[[Any, Event], Awaitable[Any]]
+# Before a batch of records is folded one by one: (key, state before the batch, event) of every
+# record of the batch the slice reads, in log order. It may do ahead, for the whole batch at once,
+# what `prepare` would do record by record (one embedding call for every user message fetched),
+# and must never be needed: `prepare` stays the authority (what warming missed or failed to get,
+# it gets itself), so warming changes the cost, never the fold's inputs.
+Warm = Callable[[list[tuple[bytes, Any, Event]]], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class Slice:
     ticks: Sequence[Ticks] = ()
     admit: Admit | None = None
     prepare: Prepare | None = None
+    warm: Warm | None = None
     # The batch replay (memory_agent/batch_replay) writes the final state of each conversation with
     # the same `dump`, into the same record, under `name`.
     meta: Mapping[str, Any] = field(default_factory=dict)

@@ -71,8 +71,10 @@ class EmbeddingStore:
 
     async def _connection(self):
         if self._pool is None:
+            # Autocommit: each lookup or write is one statement, one round trip (not a transaction
+            # around it, whose COMMIT was a second round trip when the pool took the connection back).
             self._pool = AsyncConnectionPool(self.dsn, min_size=0, max_size=self.max_connections,
-                                             timeout=self.timeout_s, open=False)
+                                             timeout=self.timeout_s, open=False, kwargs={"autocommit": True})
             await self._pool.open()
         return self._pool.connection()
 

@@ -20,7 +20,7 @@ from streams.topics_memory.agent import (
 )
 from streams.topics_memory.erased import ErasedCheck, ReplayBarrier, connector
 from streams.topics_memory.recall import BacklogStage
-from streams.topics_memory.stage import CompactionStage, EmbeddingStage, embed_for_fold
+from streams.topics_memory.stage import CompactionStage, EmbeddingStage, Warmed, embed_for_fold
 from streams.topics_memory.summarize import make_topic_summarizer
 
 log = logging.getLogger(__name__)
@@ -59,10 +59,20 @@ def make_slice(ctx: StreamContext) -> Slice:
 
     embedder = Lazy(_async(lambda: make_embedder(settings)))  # one model for everything that embeds
 
+    warmed = Warmed()
+
+    async def warm(items) -> None:
+        """The batch's user messages embedded in one call (one cache statement, one model call
+        for the misses) before the processor folds them one by one."""
+        await warmed.fill(await embedder.get(), [event for _, state, event in items if wants_embedding(state, event)])
+
     async def prepare(state, event) -> Embedded | None:
         """A user message's vector before the fold needs it: no request/answer pair through the log."""
         if not wants_embedding(state, event):
             return None
+        found = warmed.take(event)
+        if found is not None:
+            return found
         e = event.envelope
         return await embed_for_fold(await embedder.get(), event.payload.content,
                                     what=f"message {e.conversation_id}/{e.seq}")
@@ -107,7 +117,7 @@ def make_slice(ctx: StreamContext) -> Slice:
     ]
     interval = max(1.0, min(settings.topics.embedding_timeout_s, settings.topics.compaction_timeout_s) / 4)
     return Slice(NAME, RELEVANT, load, dump, fold, stages, ticks=[Ticks(interval, due)], admit=admit,
-                 prepare=prepare)
+                 prepare=prepare, warm=warm)
 
 
 def _async(build):

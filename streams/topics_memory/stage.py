@@ -72,6 +72,39 @@ async def embed_for_fold(embedder: Embedder, text: str, *, what: str) -> Embedde
             await asyncio.sleep(delay)
 
 
+class Warmed:
+    """The vectors of a batch's user messages, embedded together before the processor folds the
+    batch (the slice's `warm`), each taken once by that message's `prepare`. Only a speed-up:
+    `prepare` embeds itself whatever is not here, so a failed warm-up (an outage, one bad text
+    failing the call) costs the one-by-one path and changes no vector the fold gets. Kept for one
+    batch: the next `fill` drops what a message refused before its fold (erased) left behind."""
+
+    def __init__(self) -> None:
+        self._ready: dict[tuple[str, str, int], tuple[str, Embedded]] = {}
+
+    async def fill(self, embedder: Embedder, events: list[Event]) -> None:
+        self._ready = {}
+        if not events:
+            return
+        texts = [event.payload.content for event in events]
+        try:
+            vectors = await embedder.embed_documents(texts)
+        except Exception as exc:  # noqa: BLE001 - each message's `prepare` embeds it and sorts the failure
+            log.info("embedding %d messages ahead failed (%s); embedding them one by one", len(texts), exc)
+            return
+        for event, text, vector in zip(events, texts, vectors):
+            self._ready[_message_of(event)] = (text, embedded_of(vector))
+
+    def take(self, event: Event) -> Embedded | None:
+        found = self._ready.pop(_message_of(event), None)
+        return found[1] if found is not None and found[0] == event.payload.content else None
+
+
+def _message_of(event: Event) -> tuple[str, str, int]:
+    e = event.envelope
+    return e.tenant_id, e.conversation_id, e.seq
+
+
 def _same(cause: Envelope) -> dict:
     return dict(tenant_id=cause.tenant_id, conversation_id=cause.conversation_id, user_id=cause.user_id,
                 subject_id=cause.subject_id, seq=cause.seq)

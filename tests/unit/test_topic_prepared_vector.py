@@ -15,7 +15,7 @@ from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import codec
 from streams.topics_memory.agent import Embedded, handle, wants_embedding
-from streams.topics_memory.stage import ZERO_VECTOR, embed_for_fold, embedded_of, gave_up
+from streams.topics_memory.stage import ZERO_VECTOR, Warmed, embed_for_fold, embedded_of, gave_up
 from tests.unit.test_topic_agent import T0, Driver, axis, config, event
 
 REQUEST_TYPES = {te.TOPIC_EMBEDDING_REQUESTED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED}
@@ -139,6 +139,61 @@ def test_a_failure_for_good_is_not_retried(monkeypatch):
     embedder = FlakyEmbedder([EmbeddingError("too long", retryable=False)])
     found = asyncio.run(embed_for_fold(embedder, "hello", what="a message"))
     assert embedder.calls == 1 and found == Embedded(None, gave_up("too long"))
+
+
+class AxisEmbedder:
+    """Each message's subject axis (as `prepared`); counts calls and texts."""
+
+    model, dimensions = "axes", 4
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    async def embed_documents(self, texts):
+        self.calls.append(list(texts))
+        return np.asarray([axis(int(text.split()[1])) for text in texts], dtype=np.float32)
+
+
+def test_a_warmed_batch_is_one_embedding_call_and_gives_the_fold_the_same_vectors():
+    """The processor's batch (streams/processor.py): its user messages embedded in one call, then
+    folded one by one with the vector each would have got alone: the same topics, the same events."""
+    embedder, warmed = AxisEmbedder(), Warmed()
+    batch = [message(seq) for seq in range(len(SCRIPT))]
+    state = codec.loads(None, "c")
+    asyncio.run(warmed.fill(embedder, [ev for ev in batch if wants_embedding(state, ev)]))
+    assert embedder.calls == [[m.payload.content for m in batch if m.payload.role == "user"]]
+    cfg, out = config(), []
+    for ev in batch:
+        ready = warmed.take(ev) if wants_embedding(state, ev) else None
+        assert (ready is not None) == (ev.payload.role == "user")
+        state, emitted = handle(cfg, state, ev, T0, ready)
+        out += emitted
+    assert len(embedder.calls) == 1
+    state_alone, out_alone = run_prepared(range(len(SCRIPT)))
+    assert state == state_alone
+    assert [(e.type, e.seq, e.payload) for e in out] == [(e.type, e.seq, e.payload) for e in out_alone]
+
+
+def test_a_warmed_vector_is_taken_once_and_only_for_its_own_text():
+    embedder, warmed = AxisEmbedder(), Warmed()
+    asyncio.run(warmed.fill(embedder, [message(0), message(2)]))
+    assert warmed.take(message(0)) == prepared(codec.loads(None, "c"), message(0))
+    assert warmed.take(message(0)) is None  # taken: a redelivery embeds itself
+    other = event(MESSAGE_APPENDED, MessageAppended(role="user", content="subject 1 user 2"), 2, T0 + 2)
+    assert warmed.take(other) is None  # same seq, another text: not this vector
+    asyncio.run(warmed.fill(embedder, []))
+    assert warmed.take(message(2)) is None  # the next batch drops what this one left
+
+
+def test_a_failed_warm_up_leaves_each_message_to_prepare(monkeypatch):
+    """An outage (or one bad text failing the batch's call) during the warm-up: nothing is
+    warmed, and each message's own `prepare` waits out the outage / fails its own text alone."""
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    warmed = Warmed()
+    asyncio.run(warmed.fill(FlakyEmbedder([EmbeddingError("503", retryable=True)]), [message(0), message(2)]))
+    assert warmed.take(message(0)) is None and warmed.take(message(2)) is None
+    asyncio.run(warmed.fill(FlakyEmbedder([EmbeddingError("too long", retryable=False)]), [message(0)]))
+    assert warmed.take(message(0)) is None
 
 
 _real_sleep = asyncio.sleep
