@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+from faust.streams import _current_event  # the task-local current event: a table write's partition
 
 from core import telemetry
 from runtime.outage import is_transient
@@ -110,12 +112,13 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
                     batch.append((record, event))
             await _warm(states, warming, batch)
             for record, event in batch:
-                # What faust's own iteration sets per record: the table writes this record's
-                # partition of the changelog, dead letters and the erasure check name it.
-                stream._set_current_event(record)
+                # The task-local current event faust's own iteration sets: a table write goes to
+                # this record's partition of the changelog. Not `stream.current_event`: faust's
+                # buffering task sets that one for the next batch meanwhile and reads it back.
+                _current_event.set(weakref.ref(record))
                 with telemetry.span(f"{AGENT} {event.type}", kind="consumer",  # the append's trace (docs/observability.md)
                                     parent=telemetry.context_of(record.message.headers)):
-                    await _process(ctx, stream, states, slices, record.key, event)
+                    await _process(ctx, record, states, slices, event)
 
     for part in slices:
         for ticks in part.ticks:
@@ -123,10 +126,11 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     return table
 
 
-async def _process(ctx: StreamContext, stream, states: States, slices: Sequence[Slice], key: bytes,
-                   event: Event) -> None:
+async def _process(ctx: StreamContext, record, states: States, slices: Sequence[Slice], event: Event) -> None:
+    """One record (a faust event) of the batch: its slices' folds, their events, one state write."""
+    key, refused = record.key, _Refused(record)
     entry = None
-    async with ctx.applying(stream, AGENT):  # a record that is not a state record (never written here)
+    async with ctx.applying(refused, AGENT):  # a record that is not a state record (never written here)
         entry = states.entry(key)
     if entry is None:
         return
@@ -135,9 +139,9 @@ async def _process(ctx: StreamContext, stream, states: States, slices: Sequence[
     for part in slices:
         if event.type not in part.relevant:
             continue
-        if part.admit is not None and not await part.admit(event, stream.current_event.message):
+        if part.admit is not None and not await part.admit(event, record.message):
             continue
-        async with ctx.applying(stream, f"{AGENT}.{part.name}"):  # refused by this slice only
+        async with ctx.applying(refused, f"{AGENT}.{part.name}"):  # refused by this slice only
             state = states.state(entry, key, part)
             inputs = None if part.prepare is None else await part.prepare(state, event)  # e.g. the vector
             with telemetry.span(f"fold {part.name}"):
@@ -155,6 +159,13 @@ async def _process(ctx: StreamContext, stream, states: States, slices: Sequence[
         await ctx.memory_events.send(key=key, value=encode(envelope), headers=telemetry.headers())
     if encoded:
         states.write(key, entry, encoded, changed)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """What `StreamContext.applying` reads a refused record from (`.current_event.message`)."""
+
+    current_event: Any
 
 
 async def _warm(states: States, warming: Sequence[Slice], batch: list) -> None:
