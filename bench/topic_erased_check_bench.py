@@ -19,11 +19,12 @@ from bench.common import bench_settings, drop, machine
 from domain.erasure import erased_by
 from runtime.db import make_pool
 from projections.erased_messages import applied_erasures
+from projections.erasure_reads import PostgresErasureReads
 from projections.migrate import migrate
 from schemas.codec import decode, encode, new_event
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
-from streams.topics_memory.erased import ErasedCheck, connector, position
+from streams.topics_memory.erased import ErasedCheck, position
 
 
 class QueryPerMessage:
@@ -57,7 +58,7 @@ async def main(checks: int, erasures: int) -> None:
     await asyncio.to_thread(migrate, settings)
     try:
         async with make_pool(settings, schema=settings.pg_schema) as pool:
-            check = ErasedCheck(connector(settings))
+            check = ErasedCheck(PostgresErasureReads(settings))
             before = QueryPerMessage(pool)
 
             async def both(label: str, expect) -> None:

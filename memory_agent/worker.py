@@ -58,12 +58,17 @@ ROLES = ("all", "agents", "stages", "projectors")
 
 
 def stream_ports():
-    """The read model behind the stages' ports (streams/ holds no SQL of it)."""
-    from projections.topic_reads import PostgresTopicReads
+    """The read model behind the stages' ports (streams/ holds no SQL and no database client)."""
+    from projections.chunk_reads import PostgresChunkReads
+    from projections.erasure_reads import PostgresErasureReads, PostgresRederiveReads
+    from projections.topic_reads import PostgresBacklogReads, PostgresTopicReads
     from projections.window_reads import PostgresWindowReads
+    from runtime.db import open_pool
     from streams.context import StreamPorts
 
-    return StreamPorts(window_reads=PostgresWindowReads, topic_reads=PostgresTopicReads)
+    return StreamPorts(open_pool=open_pool, window_reads=PostgresWindowReads, topic_reads=PostgresTopicReads,
+                       backlog_reads=PostgresBacklogReads, chunk_reads=PostgresChunkReads,
+                       rederive_reads=PostgresRederiveReads, erasure_reads=PostgresErasureReads)
 
 
 async def run_stages_only(settings: Settings, stop: asyncio.Event | None = None) -> None:

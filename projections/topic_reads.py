@@ -1,10 +1,14 @@
-"""The topic compaction stage's reads of the read model (the port: domain/topics/reads.py), in PostgreSQL."""
+"""The topic compaction and backlog stages' reads of the read model (the port: domain/topics/reads.py), in PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
+
+from domain.topics.reads import RecallRow
 
 _COMPACTION = (
     "SELECT summary_upto_seq, summary, summary_model, summary_prompt_version FROM topics"
@@ -32,3 +36,44 @@ class PostgresTopicReads:
         async with self.pool.connection() as conn:
             cur = await conn.execute(_MESSAGES, (tenant_id, conversation_id, list(seqs)))
             return [tuple(row) for row in await cur.fetchall()]
+
+
+_RECALL_COLUMNS = "SELECT seq, role, content, occurred_at, user_id, subject_id, metadata FROM messages"
+_RECALL_RANGE = (_RECALL_COLUMNS + " WHERE tenant_id = %s AND conversation_id = %s AND seq >= %s AND seq <= %s"
+                 " ORDER BY seq LIMIT %s")
+_NEWEST = ("SELECT GREATEST((SELECT max(seq) FROM messages WHERE tenant_id = %(t)s AND conversation_id = %(c)s),"
+           " (SELECT max(seq) FROM erased_messages WHERE tenant_id = %(t)s AND conversation_id = %(c)s))")
+
+
+class _BacklogSession:
+    def __init__(self, conn: psycopg.AsyncConnection) -> None:
+        self.conn = conn
+
+    async def rows(self, tenant_id: str, conversation_id: str, from_seq: int, upto_seq: int,
+                   limit: int) -> list[RecallRow]:
+        cur = await self.conn.execute(_RECALL_RANGE, (tenant_id, conversation_id, from_seq, upto_seq, limit))
+        return [tuple(row) for row in await cur.fetchall()]
+
+    async def gap_rows(self, tenant_id: str, conversation_id: str, ranges: Sequence[tuple[int, int]],
+                       limit: int) -> list[RecallRow]:
+        within = " OR ".join(["seq BETWEEN %s AND %s"] * len(ranges))
+        cur = await self.conn.execute(
+            _RECALL_COLUMNS + f" WHERE tenant_id = %s AND conversation_id = %s AND ({within}) ORDER BY seq LIMIT %s",
+            (tenant_id, conversation_id, *[s for r in ranges for s in r], limit))
+        return [tuple(row) for row in await cur.fetchall()]
+
+    async def newest(self, tenant_id: str, conversation_id: str) -> int | None:
+        return (await (await self.conn.execute(_NEWEST, {"t": tenant_id, "c": conversation_id})).fetchone())[0]
+
+
+class PostgresBacklogReads:
+    """The topic backlog stage's reads (the port: domain/topics/reads.py `BacklogReads`) on the
+    generation's pool: one connection checkout per session (one poll)."""
+
+    def __init__(self, pool: AsyncConnectionPool) -> None:
+        self.pool = pool
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[_BacklogSession]:
+        async with self.pool.connection() as conn:
+            yield _BacklogSession(conn)

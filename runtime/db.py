@@ -46,3 +46,10 @@ def make_pool(settings: Settings, *, schema: str | None = None) -> AsyncConnecti
         kwargs=kwargs,
         open=False,
     )
+
+
+async def open_pool(settings: Settings) -> AsyncConnectionPool:
+    """The generation's pool, opened."""
+    pool = make_pool(settings)
+    await pool.open()
+    return pool

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import faust
-from psycopg_pool import AsyncConnectionPool
 
 from core import metrics
 from core.settings import Settings
-from domain.topics.reads import TopicReadsFactory
+from domain.erasure_reads import ErasureReadsFactory, RederiveReadsFactory
+from domain.facts.reads import ChunkReadsFactory
+from domain.topics.reads import BacklogReadsFactory, TopicReadsFactory
 from domain.window.reads import WindowReadsFactory
-from runtime.db import make_pool
 from runtime.dead_letter import DeadLetter, dead_letter_value, letter_key
 from runtime.isolation import describe, is_record_error
 from schemas.codec import Event, decode, peek_type
@@ -30,10 +31,17 @@ DECODED_RECORDS = 1024  # the folds run at most a few hundred records apart (fau
 @dataclass(frozen=True)
 class StreamPorts:
     """What the slices' stages read from the read model, as ports (their SQL lives in projections/),
-    wired by the roof (memory_agent/worker.py): each a factory of the generation's pool."""
+    wired by the roof (memory_agent/worker.py): each a factory of the generation's pool, opened by
+    `open_pool` (streams/ imports no database client), but `erasure_reads`, of the settings (a
+    connection of its own)."""
 
+    open_pool: Callable[[Settings], Awaitable[Any]] | None = None  # the generation's pool, opened
     window_reads: WindowReadsFactory | None = None  # the window summary stage's (domain/window/reads.py)
     topic_reads: TopicReadsFactory | None = None  # the topic compaction stage's (domain/topics/reads.py)
+    backlog_reads: BacklogReadsFactory | None = None  # the topic backlog stage's (domain/topics/reads.py)
+    chunk_reads: ChunkReadsFactory | None = None  # the chunk stage's (domain/facts/reads.py)
+    rederive_reads: RederiveReadsFactory | None = None  # the re-derive sender's (domain/erasure_reads.py)
+    erasure_reads: ErasureReadsFactory | None = None  # the topic fold's erasure check's (domain/erasure_reads.py)
 
 
 @dataclass
@@ -51,7 +59,7 @@ class StreamContext:
     # Where an agent's refusals go (`applying`).
     dead_letters: faust.TopicT | None = None
     ports: StreamPorts = field(default_factory=StreamPorts)
-    _pool: AsyncConnectionPool | None = field(default=None, repr=False)
+    _pool: Any = field(default=None, repr=False)
     _limits: Limits | None = field(default=None, repr=False)
     # Recently decoded records by the identity of their value: faust hands every agent of a
     # topic the same bytes object, so the three folds decode each record once, not three times.
@@ -113,10 +121,22 @@ class StreamContext:
         await self.dead_letters.send(key=letter_key(record), value=value, headers=[("reason", reason.encode())])
         metrics.DEAD_LETTERS.labels(stage=stage, reason=reason).inc()
 
-    async def pool(self) -> AsyncConnectionPool:
-        """A shared pool on this generation's schema, opened on first use."""
+    async def pool(self) -> Any:
+        """A shared pool on this generation's schema, opened on first use (by the roof's `open_pool`)."""
         if self._pool is None:
-            pool = make_pool(self.settings)
-            await pool.open()
-            self._pool = pool
+            self._pool = await self._port("open_pool")(self.settings)
         return self._pool
+
+    async def reads(self, name: str) -> Any:
+        """The port `name` of `ports` (a `StreamPorts` field) on this generation's read model."""
+        factory = self._port(name)
+        return factory(self.settings if name in _OWN_CONNECTION else await self.pool())
+
+    def _port(self, name: str) -> Callable:
+        factory = getattr(self.ports, name)
+        if factory is None:
+            raise RuntimeError(f"no {name} wired: make_app(ports=StreamPorts({name}=...)) (memory_agent/worker.py)")
+        return factory
+
+
+_OWN_CONNECTION = frozenset({"erasure_reads"})  # ports made of the settings, not of the pool

@@ -23,28 +23,24 @@ are those left after the erasure."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import faust
 
+from domain.erasure_reads import PendingRederive, RederiveSession
 from runtime.outage import is_transient
 from schemas import erasure_events as ee
 from schemas import facts_events as fe
 from schemas.codec import encode, new_event
+from schemas.envelope import Envelope
 from streams.context import StreamContext
 from streams.facts.agent import prompt_and_model
 
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 1.0
-_PENDING = """
-SELECT erasure_event_id, tenant_id, conversation_id, erased_seqs, base_memory_id, base_end_seq, chunk_ranges,
-       attempts, sent_at
-  FROM erasure_rederive WHERE done_at IS NULL ORDER BY created_at LIMIT 50 FOR UPDATE SKIP LOCKED
-"""
-
-
 @dataclass(frozen=True)
 class Plan:
     summary: bool  # send the window and topic folds their re-derive request
@@ -68,58 +64,71 @@ def plan(*, attempts: int, sent_at: datetime | None, now: datetime, ranges: list
     return Plan(window and first, missing, None, True)
 
 
+@dataclass(frozen=True)
+class Sender:
+    """What the sender asks for (from the settings) and how it sends an event (acknowledged)."""
+
+    send: Callable[[Envelope], Awaitable[None]]
+    window: bool  # the window or topic fold derives a mixed conversation again
+    facts: bool
+    prompt_version: str
+    model: str
+    resend_after_s: float
+    max_attempts: int
+
+
+async def send_row(session: RederiveSession, row: PendingRederive, sender: Sender) -> None:
+    """One pending row: its requests sent (each acknowledged), then the row marked in the session."""
+    tenant, conversation = row.tenant_id, row.conversation_id
+    ranges = [tuple(r) for r in row.chunk_ranges]
+    recorded = await session.recorded_ranges(tenant, conversation)
+    with_messages = await session.with_messages(tenant, conversation, ranges)
+    todo = plan(attempts=row.attempts, sent_at=row.sent_at, now=await session.now(), ranges=ranges,
+                recorded=recorded, with_messages=with_messages, window=sender.window, facts=sender.facts,
+                resend_after_s=sender.resend_after_s, max_attempts=sender.max_attempts)
+    common = dict(tenant_id=tenant, conversation_id=conversation, user_id="system")
+    envelopes = []
+    if todo.summary:
+        envelopes.append(new_event(ee.REDERIVE_REQUESTED, ee.RederiveRequested(
+            erasure_event_id=row.erasure_event_id, first_seq=min(row.erased_seqs), erased_seqs=sorted(row.erased_seqs),
+            base_memory_id=row.base_memory_id, base_end_seq=row.base_end_seq), **common))
+    for start, end in todo.chunks:
+        envelopes.append(new_event(fe.CHUNK_REQUESTED, fe.ChunkRequested(
+            start_seq=start, end_seq_exclusive=end, attempt=row.attempts + 1, prompt_version=sender.prompt_version,
+            model=sender.model), **common))
+    for envelope in envelopes:  # acknowledged before the row moves on
+        await sender.send(envelope)
+    if todo.sent:
+        await session.sent(row.erasure_event_id, conversation)
+    if todo.done:
+        await session.done(row.erasure_event_id, conversation, todo.done)
+    if envelopes or todo.done:
+        log.info("re-derive after erasure %s in %s/%s: %d request(s)%s", row.erasure_event_id, tenant, conversation,
+                 len(envelopes), f", {todo.done}" if todo.done else "")
+
+
 def register(app: faust.App, ctx: StreamContext) -> None:
     settings = ctx.settings
+    prompt_version, model = prompt_and_model(settings)
+
+    async def send(envelope: Envelope) -> None:
+        await (await ctx.memory_events.send(key=envelope.key, value=encode(envelope)))
+
     # The request goes to every fold that derives a mixed conversation again from the log: the
     # window's summaries and the topics (a deployment with topics only needs it too).
-    window = bool({"window", "topics"} & set(settings.systems))
-    facts = "facts" in settings.systems
-    prompt_version, model = prompt_and_model(settings)
+    sender = Sender(send, window=bool({"window", "topics"} & set(settings.systems)), facts="facts" in settings.systems,
+                    prompt_version=prompt_version, model=model, resend_after_s=settings.facts.request_timeout_s,
+                    max_attempts=settings.facts.max_attempts)
 
     @app.timer(interval=INTERVAL_S)
     async def send_rederive_requests() -> None:
         try:
-            pool = await ctx.pool()
-            async with pool.connection() as conn, conn.transaction():
-                for row in await (await conn.execute(_PENDING)).fetchall():
-                    await _one(conn, row)
+            reads = await ctx.reads("rederive_reads")  # domain/erasure_reads.py; projections/erasure_reads.py
+            async with reads.session() as session:
+                for row in await session.pending():
+                    await send_row(session, row, sender)
         except Exception as exc:  # noqa: BLE001 - the next tick tries again; a bug is logged loudly
             if is_transient(exc):
                 log.warning("re-derive requests not sent (%s); retrying at the next tick", exc)
             else:
                 log.exception("re-derive requests not sent")
-
-    async def _one(conn, row) -> None:
-        erasure, tenant, conversation, erased, base_id, base_end, ranges, attempts, sent_at = row
-        ranges = [tuple(r) for r in ranges]
-        recorded = set(await (await conn.execute(
-            "SELECT message_range_start, message_range_end FROM conversation_chunks WHERE tenant_id = %s"
-            " AND conversation_id = %s", (tenant, conversation))).fetchall())
-        with_messages = {r for r in ranges if await (await conn.execute(
-            "SELECT 1 FROM messages WHERE tenant_id = %s AND conversation_id = %s AND seq >= %s AND seq < %s LIMIT 1",
-            (tenant, conversation, r[0], r[1]))).fetchone()}
-        now = (await (await conn.execute("SELECT now()")).fetchone())[0]
-        todo = plan(attempts=attempts, sent_at=sent_at, now=now, ranges=ranges, recorded=recorded,
-                    with_messages=with_messages, window=window, facts=facts,
-                    resend_after_s=settings.facts.request_timeout_s, max_attempts=settings.facts.max_attempts)
-        common = dict(tenant_id=tenant, conversation_id=conversation, user_id="system")
-        envelopes = []
-        if todo.summary:
-            envelopes.append(new_event(ee.REDERIVE_REQUESTED, ee.RederiveRequested(
-                erasure_event_id=erasure, first_seq=min(erased), erased_seqs=sorted(erased),
-                base_memory_id=base_id, base_end_seq=base_end), **common))
-        for start, end in todo.chunks:
-            envelopes.append(new_event(fe.CHUNK_REQUESTED, fe.ChunkRequested(
-                start_seq=start, end_seq_exclusive=end, attempt=attempts + 1, prompt_version=prompt_version,
-                model=model), **common))
-        for envelope in envelopes:  # acknowledged before the row moves on
-            await (await ctx.memory_events.send(key=envelope.key, value=encode(envelope)))
-        if todo.sent:
-            await conn.execute("UPDATE erasure_rederive SET attempts = attempts + 1, sent_at = now()"
-                               " WHERE erasure_event_id = %s AND conversation_id = %s", (erasure, conversation))
-        if todo.done:
-            await conn.execute("UPDATE erasure_rederive SET done_at = now(), outcome = %s"
-                               " WHERE erasure_event_id = %s AND conversation_id = %s", (todo.done, erasure, conversation))
-        if envelopes or todo.done:
-            log.info("re-derive after erasure %s in %s/%s: %d request(s)%s", erasure, tenant, conversation,
-                     len(envelopes), f", {todo.done}" if todo.done else "")

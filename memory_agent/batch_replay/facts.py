@@ -26,8 +26,9 @@ from memory_agent.batch_replay.steps import add_seconds
 from core.embeddings.factory import make_embedder
 from runtime.llm_factory import make_json_completer
 from core.settings import Settings
-from runtime.db import connect, make_pool
+from runtime.db import connect, open_pool
 from runtime.dead_letter import DeadLetter
+from projections.chunk_reads import PostgresChunkReads
 from projections.facts import INSERT_CHUNK, FactsProjector, chunk_row
 from projections.memory import MemoryProjector
 from projections.runner import apply_records
@@ -45,39 +46,6 @@ from streams.facts.stage import ChunkInputs, ChunkStage, inputs_of
 log = logging.getLogger(__name__)
 
 _CHUNK = 2000  # derived records per projector transaction
-
-
-# A wave's ranges read from the projection in two queries (the stage reads one range in two).
-_WAVE_CONVERSATIONS = """
-SELECT c.tenant_id, c.conversation_id, c.user_id, c.subject_id, c.last_seq
-  FROM conversations c JOIN unnest(%(tenants)s::text[], %(conversations)s::text[]) AS w(t, c2)
-    ON c.tenant_id = w.t AND c.conversation_id = w.c2
-"""
-_WAVE_MESSAGES = """
-SELECT w.i, m.seq, m.event_id, m.role, m.content, m.occurred_at
-  FROM unnest(%(tenants)s::text[], %(conversations)s::text[], %(starts)s::int[], %(ends)s::int[])
-       WITH ORDINALITY AS w(t, c, s, e, i)
-  JOIN messages m ON m.tenant_id = w.t AND m.conversation_id = w.c AND m.seq >= w.s AND m.seq < w.e
- ORDER BY w.i, m.seq
-"""
-# The stage's related-facts query (streams/facts/stage.py `_RELATED`) for every range of a wave at
-# once: the same filter, ranking and limit per range, numbered in the stage's order.
-_WAVE_RELATED = """
-SELECT w.i, f.fact_id, f.content, f.category
-  FROM unnest(%(tenants)s::text[], %(owners)s::text[], %(subjects)s::text[], %(queries)s::text[],
-              %(befores)s::timestamptz[]) WITH ORDINALITY AS w(t, o, s, q, b, i)
- CROSS JOIN LATERAL (
-       SELECT fact_id, content, category,
-              row_number() OVER (ORDER BY ts_rank(content_tsv, to_tsquery('english', w.q)) DESC, updated_at DESC,
-                                 fact_id) AS n
-         FROM facts
-        WHERE tenant_id = w.t AND owner_user_id = w.o AND subject_id IS NOT DISTINCT FROM w.s
-          AND valid_to IS NULL AND deleted_at IS NULL AND valid_from <= w.b
-          AND content_tsv @@ to_tsquery('english', w.q)
-        ORDER BY ts_rank(content_tsv, to_tsquery('english', w.q)) DESC, updated_at DESC, fact_id
-        LIMIT %(limit)s) AS f
- ORDER BY w.i, f.n
-"""
 
 
 class _BatchStage(ChunkStage):
@@ -99,15 +67,7 @@ class _BatchStage(ChunkStage):
     async def prefetch(self, requests: list[Event]) -> None:
         keys = [(r.envelope.tenant_id, r.envelope.conversation_id, r.payload.start_seq, r.payload.end_seq_exclusive)
                 for r in requests]
-        params = {"tenants": [k[0] for k in keys], "conversations": [k[1] for k in keys],
-                  "starts": [k[2] for k in keys], "ends": [k[3] for k in keys]}
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(_WAVE_CONVERSATIONS, params)
-            conversations = {(t, c): (user, subject, last) for t, c, user, subject, last in await cur.fetchall()}
-            cur = await conn.execute(_WAVE_MESSAGES, params)
-            rows: dict[int, list[tuple]] = {}
-            for i, *row in await cur.fetchall():
-                rows.setdefault(i - 1, []).append(tuple(row))
+        conversations, rows = await self.reads.wave_rows(keys)
         self._ready = {}
         for i, key in enumerate(keys):
             inputs = inputs_of(conversations.get(key[:2]), rows.get(i, []), key[2], key[3])
@@ -125,16 +85,11 @@ class _BatchStage(ChunkStage):
         asked = [item for item in asked if item[2]]
         if not asked:
             return
-        params = {"tenants": [key[0] for key, _, _ in asked], "owners": [i.owner_user_id for _, i, _ in asked],
-                  "subjects": [i.subject_id for _, i, _ in asked], "queries": [q for _, _, q in asked],
-                  "befores": [i.observed_at for _, i, _ in asked], "limit": self.related_facts}
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(_WAVE_RELATED, params)
-            found: dict[int, list[ExistingFact]] = {}
-            for i, fact_id, content, category in await cur.fetchall():
-                found.setdefault(i - 1, []).append(ExistingFact(fact_id, content, category))
+        found = await self.reads.wave_related([(key[0], inputs.owner_user_id, inputs.subject_id, query,
+                                                inputs.observed_at) for key, inputs, query in asked],
+                                              self.related_facts)
         for index, (key, inputs, query) in enumerate(asked):
-            self._related_ready[key[:2]] = (inputs, query, found.get(index, []))
+            self._related_ready[key[:2]] = (inputs, query, [ExistingFact(*row) for row in found.get(index, [])])
 
     async def _related(self, cause, inputs: ChunkInputs) -> list[ExistingFact]:
         ready = self._related_ready.pop((cause.tenant_id, cause.conversation_id), None)
@@ -152,17 +107,16 @@ class _BatchStage(ChunkStage):
 
 async def open_stage(settings: Settings) -> ChunkStage:
     """One stage per batch process (its pool, LLM client and caches serve every partition)."""
-    pool = make_pool(settings)
-    await pool.open()
+    reads = PostgresChunkReads(await open_pool(settings))
     facts = settings.facts
     completer, embedder = make_json_completer(settings), make_embedder(settings)
     coalesce_lookups(completer, embedder)  # a wave's cache lookups in one query each
-    return _BatchStage(ChunkExtractor(settings, completer), embedder, pool, inputs_wait_s=facts.inputs_wait_s,
+    return _BatchStage(ChunkExtractor(settings, completer), embedder, reads, inputs_wait_s=facts.inputs_wait_s,
                        max_event_bytes=settings.kafka.max_event_bytes, related_facts=facts.related_facts)
 
 
 async def close_stage(stage: ChunkStage) -> None:
-    await stage.pool.close()
+    await stage.reads.pool.close()
     await stage.embedder.aclose()
     if stage.extractor.completer is not None:
         await stage.extractor.completer.aclose()

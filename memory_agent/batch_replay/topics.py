@@ -47,8 +47,9 @@ from memory_agent.batch_replay.steps import add_seconds
 from core.llm import provenance as llm_provenance
 from core.llm.port import ChatMessage, LlmError
 from core.settings import Settings
-from runtime.db import make_pool
+from runtime.db import open_pool
 from projections.decoding import records_of
+from projections.erasure_reads import PostgresErasureReads
 from projections.lineage import _TOPIC_TYPES as LINEAGE_TYPES
 from projections.lineage import TopicLineageProjector
 from projections.runner import apply_records
@@ -61,7 +62,7 @@ from schemas.registry import MESSAGE_APPENDED, REGISTRY
 from streams.topics_memory import codec
 from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, Embedded, handle, wants_embedding
 from streams.topics_memory.codec import AgentState
-from streams.topics_memory.erased import ErasedCheck, ErasureSnapshot, connector, position
+from streams.topics_memory.erased import ErasedCheck, ErasureSnapshot, position
 from streams.topics_memory.slice import NAME as TOPICS_SLICE
 from streams.topics_memory.stage import EmbeddingStage, embed_for_fold, embedded_of
 from streams.topics_memory.summarize import TopicSummaryCall
@@ -70,10 +71,6 @@ log = logging.getLogger(__name__)
 
 _EMBED_BATCH = 512  # texts per embedding call (one cache lookup each)
 _CHUNK = 5000  # derived records per projector transaction
-_REDERIVED = """
-SELECT DISTINCT ON (tenant_id, conversation_id) tenant_id, conversation_id, erasure_event_id
-  FROM erasure_rederive ORDER BY tenant_id, conversation_id, created_at DESC
-"""
 _PLACEHOLDER = "\ue000topic-summary:"  # + topic id and upto_seq: never a real summary
 
 
@@ -175,15 +172,12 @@ class TopicsBatch:
     async def _gather(self, records: list[ConsumerRecord], decoded: list) -> list[_Conversation]:
         """The events the fold takes, per conversation in log order; a message an applied erasure
         covers is left out, as the processor leaves it out (streams/topics_memory/slice.py)."""
-        check = ErasedCheck(connector(self.settings))
+        reads = PostgresErasureReads(self.settings)
+        check = ErasedCheck(reads)
         try:
             snapshot: ErasureSnapshot = await check._current("", -1)  # noqa: SLF001 - the shell's own read
-            conn = await check.connect()
-            try:
-                # Per mixed conversation, the newest erasure that asks for its topics to be derived again.
-                self.rederived = {(t, c): e for t, c, e in await (await conn.execute(_REDERIVED)).fetchall()}
-            finally:
-                await conn.close()
+            # Per mixed conversation, the newest erasure that asks for its topics to be derived again.
+            self.rederived = await reads.rederive_requests()
         finally:
             await check.close()
         conversations: dict[bytes, _Conversation] = {}
@@ -404,9 +398,9 @@ class TopicsBatch:
 
     async def _backlog_stage(self):
         if self._backlog is None:
+            from projections.topic_reads import PostgresBacklogReads  # noqa: PLC0415
             from streams.topics_memory.recall import BacklogStage  # noqa: PLC0415
 
-            self._pool = make_pool(self.settings)
-            await self._pool.open()
-            self._backlog = BacklogStage(self.embedding.embedder, self._pool)
+            self._pool = await open_pool(self.settings)
+            self._backlog = BacklogStage(self.embedding.embedder, PostgresBacklogReads(self._pool))
         return self._backlog

@@ -38,7 +38,7 @@ def make_slice(ctx: StreamContext) -> Slice:
 
     async def build_stage() -> ChunkStage:
         extractor = ChunkExtractor(settings, make_json_completer(settings))
-        return ChunkStage(extractor, make_embedder(settings), await ctx.pool(),
+        return ChunkStage(extractor, make_embedder(settings), await ctx.reads("chunk_reads"),
                           inputs_wait_s=settings.facts.inputs_wait_s, max_event_bytes=settings.kafka.max_event_bytes,
                           related_facts=settings.facts.related_facts)
 

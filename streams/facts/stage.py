@@ -9,8 +9,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
-from psycopg_pool import AsyncConnectionPool
-
 from core import metrics
 from core.embeddings.port import Embedder, EmbeddingError
 from core.llm.port import ChatMessage, LlmError
@@ -18,23 +16,12 @@ from schemas import facts_events as fe
 from schemas.codec import Event, encode, new_event
 from schemas.envelope import Envelope
 from domain.facts import ids
+from domain.facts.reads import ChunkReads
 from streams.facts.extraction import MalformedExtraction
 from streams.facts.extractor import ChunkExtractor, Extraction
 from streams.facts.offline import ExistingFact, pick_related, related_query
 
 log = logging.getLogger(__name__)
-
-
-# The owner's current facts of the subject ranked by shared words with the chunk (an OR query),
-# from before the chunk's newest message: a replay never shows an older chunk "future" facts.
-_RELATED = """
-SELECT fact_id, content, category FROM facts
- WHERE tenant_id = %(tenant)s AND owner_user_id = %(owner)s AND subject_id IS NOT DISTINCT FROM %(subject)s
-   AND valid_to IS NULL AND deleted_at IS NULL AND valid_from <= %(before)s
-   AND content_tsv @@ to_tsquery('english', %(query)s)
- ORDER BY ts_rank(content_tsv, to_tsquery('english', %(query)s)) DESC, updated_at DESC, fact_id
- LIMIT %(limit)s
-"""
 
 
 _RECENT_FACTS = 50  # per conversation
@@ -59,11 +46,11 @@ class ChunkStage:
     """Computes one requested chunk; never blocks the ordered chunk fold. Every failure becomes a
     chunk.failed event and leaves no state behind: the fold retries the same range later."""
 
-    def __init__(self, extractor: ChunkExtractor, embedder: Embedder, pool: AsyncConnectionPool, *,
+    def __init__(self, extractor: ChunkExtractor, embedder: Embedder, reads: ChunkReads, *,
                  inputs_wait_s: float = 30.0, max_event_bytes: int = 512 * 1024, related_facts: int = 12) -> None:
         self.extractor = extractor
         self.embedder = embedder
-        self.pool = pool
+        self.reads = reads  # the read model (domain/facts/reads.py; projections/chunk_reads.py)
         self.inputs_wait_s = inputs_wait_s
         self.max_event_bytes = max_event_bytes
         self.related_facts = related_facts
@@ -141,7 +128,8 @@ class ChunkStage:
 
     async def _related(self, cause: Envelope, inputs: ChunkInputs) -> list[ExistingFact]:
         """The owner's current facts of this subject that share the most words with the chunk
-        (PostgreSQL full text over facts.content_tsv), for the extractor to update or repeat,
+        (the port's full-text match, from before the chunk's newest message: a replay never shows
+        an older chunk "future" facts), for the extractor to update or repeat,
         plus the facts this stage itself recorded for the conversation's latest chunks: the
         fold asks for the next range as soon as one is recorded, often before the projector
         has written its facts."""
@@ -150,11 +138,9 @@ class ChunkStage:
         query = related_query(inputs.messages)
         if not query:
             return []
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(_RELATED, {
-                "tenant": cause.tenant_id, "owner": inputs.owner_user_id, "subject": inputs.subject_id,
-                "query": query, "limit": self.related_facts, "before": inputs.observed_at})
-            stored = [ExistingFact(fact_id, content, category) for fact_id, content, category in await cur.fetchall()]
+        rows = await self.reads.related(cause.tenant_id, inputs.owner_user_id, inputs.subject_id, query,
+                                        self.related_facts, inputs.observed_at)
+        stored = [ExistingFact(fact_id, content, category) for fact_id, content, category in rows]
         recent = self._recent.get((cause.tenant_id, cause.conversation_id), [])
         return pick_related(stored, recent, query, self.related_facts)
 
@@ -167,36 +153,16 @@ class ChunkStage:
 
     async def _already_recorded(self, cause: Envelope, request: fe.ChunkRequested) -> bool:
         """Redelivered or re-issued requests must not pay for a second LLM call."""
-        async with self.pool.connection() as conn:
-            cur = await conn.execute(
-                "SELECT 1 FROM conversation_chunks WHERE tenant_id = %s AND conversation_id = %s"
-                " AND message_range_start = %s AND message_range_end = %s",
-                (cause.tenant_id, cause.conversation_id, request.start_seq, request.end_seq_exclusive),
-            )
-            return await cur.fetchone() is not None
+        return await self.reads.recorded(cause.tenant_id, cause.conversation_id, request.start_seq,
+                                         request.end_seq_exclusive)
 
     async def _inputs(self, cause: Envelope, request: fe.ChunkRequested) -> ChunkInputs:
         """The range's messages once projected (a seq the log never had is a gap, not a wait)."""
         start, end = request.start_seq, request.end_seq_exclusive
         deadline = time.monotonic() + self.inputs_wait_s
         while True:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT user_id, subject_id, last_seq FROM conversations"
-                    " WHERE tenant_id = %s AND conversation_id = %s", (cause.tenant_id, cause.conversation_id))
-                conversation = await cur.fetchone()
-                cur = await conn.execute(
-                    "SELECT seq, event_id, role, content, occurred_at FROM messages WHERE tenant_id = %s"
-                    " AND conversation_id = %s AND seq >= %s AND seq < %s ORDER BY seq",
-                    (cause.tenant_id, cause.conversation_id, start, end),
-                )
-                rows = await cur.fetchall()
-                erased = 0
-                if len(rows) < end - start:  # seqs never projected: written before their erasure
-                    cur = await conn.execute(
-                        "SELECT count(*) FROM erased_messages WHERE tenant_id = %s AND conversation_id = %s"
-                        " AND seq >= %s AND seq < %s", (cause.tenant_id, cause.conversation_id, start, end))
-                    erased = (await cur.fetchone())[0]
+            found = await self.reads.range_rows(cause.tenant_id, cause.conversation_id, start, end)
+            conversation, rows, erased = found.conversation, found.messages, found.erased
             inputs = inputs_of(conversation, rows, start, end, erased)
             if inputs is not None:
                 return inputs

@@ -12,8 +12,9 @@ Cost. `erasures` is insert-only (projections/erasure.py inserts one row per appl
 ON CONFLICT DO NOTHING; nothing updates or deletes a row), so its row count is its version. The
 check keeps every applied erasure in memory (`ErasureSnapshot`, indexed by tenant+user and
 tenant+conversation) together with the count it was read at, and for each message asks
-PostgreSQL only `SELECT count(*) FROM erasures` (one prepared statement on a connection of its
-own, autocommit: each probe sees every erasure committed before it was sent). The same count:
+the read model only the table's row count (the port `domain/erasure_reads.py`; in PostgreSQL
+one prepared statement on a connection of its own, autocommit: each probe sees every erasure
+committed before it was sent, `projections/erasure_reads.py`). The same count:
 the snapshot is current and decides; another count: the rows are read again first. So the
 message is still checked against every erasure committed before the fold took it, as with the
 query per message this replaces, at about a third of its cost (docs/topics.md, "Erased messages").
@@ -40,22 +41,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
-import psycopg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from domain.erasure import AppliedErasure, LogPosition, erased_by
 from core.settings import Settings
-from runtime.db import connect_kwargs
+from domain.erasure import AppliedErasure, LogPosition, erased_by
+from domain.erasure_reads import ErasureReads, ReadsUnavailable
 from schemas.codec import Event
 
 log = logging.getLogger(__name__)
-
-_COUNT = "SELECT count(*) FROM erasures"
-_ALL = ("SELECT count(*) OVER (), event_id, tenant_id, erased_user_id, conversation_ids, rederive, log_partition,"
-        " log_offset, (extract(epoch FROM COALESCE(logged_at, requested_at)) * 1000)::bigint FROM erasures")
 
 
 def position(record) -> LogPosition:
@@ -85,13 +81,6 @@ class ErasureSnapshot:
         return erased_by(candidates, tenant_id, conversation_id, user_id, at) if candidates else None
 
 
-def _erasure(row) -> AppliedErasure:
-    _, event_id, tenant, user, conversation_ids, rederive, partition, offset, timestamp_ms = row
-    return AppliedErasure(event_id, tenant, user, frozenset(conversation_ids) - frozenset(rederive or {}),
-                          LogPosition(-1 if partition is None else partition, offset or 0, timestamp_ms))
-
-
-Connect = Callable[[], Awaitable[psycopg.AsyncConnection]]
 ERASURE_PROJECTOR = "erasure"  # projections/erasure.py's name in projector_offsets
 
 
@@ -126,7 +115,7 @@ class ReplayBarrier:
         self.poll_s = poll_s
         self.passed = False
 
-    async def wait(self, conn: psycopg.AsyncConnection) -> None:
+    async def wait(self, reads: ErasureReads) -> None:
         if self.passed:
             return
         while True:
@@ -140,9 +129,7 @@ class ReplayBarrier:
         loop = asyncio.get_running_loop()
         begin = loop.time()
         while True:
-            read = dict(await (await conn.execute(
-                "SELECT partition, next_offset FROM projector_offsets WHERE projector = %s AND topic = %s",
-                (ERASURE_PROJECTOR, topic))).fetchall())
+            read = await reads.projector_offsets(ERASURE_PROJECTOR, topic)
             behind = {p: o for p, o in targets.items() if o > 0 and read.get(p, 0) < o}
             if not behind:
                 break
@@ -159,27 +146,17 @@ class ReplayBarrier:
         return erasure.position.timestamp_ms < self.until_ms
 
 
-def connector(settings: Settings) -> Connect:
-    """A connection of the check's own on the generation's schema, autocommit (no transaction
-    stays open between probes)."""
-    async def connect() -> psycopg.AsyncConnection:
-        return await psycopg.AsyncConnection.connect(settings.postgres.dsn,
-                                                     **{**connect_kwargs(settings), "autocommit": True})
-    return connect
-
-
 class ErasedCheck:
     """Called by the fold only (concurrency 1): one probe at a time."""
 
-    def __init__(self, connect: Connect, *, retry_s: float = 1.0, max_retry_s: float = 10.0,
+    def __init__(self, reads: ErasureReads, *, retry_s: float = 1.0, max_retry_s: float = 10.0,
                  barrier: ReplayBarrier | None = None) -> None:
-        self.connect = connect
+        self.reads = reads  # the applied erasures (domain/erasure_reads.py; projections/erasure_reads.py)
         self.barrier = barrier
         self.retry_s = retry_s
         self.max_retry_s = max_retry_s
         self.snapshot: ErasureSnapshot | None = None
         self.reloads = 0
-        self._conn: psycopg.AsyncConnection | None = None
 
     async def erasure_of(self, event: Event, record) -> str | None:
         """The id of the applied erasure that covers this message, or None."""
@@ -197,36 +174,23 @@ class ErasedCheck:
                    for found in (*snapshot.by_user.values(), *snapshot.by_conversation.values()) for e in found)
 
     async def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        await self.reads.close()
 
     async def _current(self, conversation_id: str, seq: int) -> ErasureSnapshot:
         """The snapshot, read again if the table's count moved since: current as of a probe sent now."""
         wait = self.retry_s
         while True:
             try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = await self.connect()
                 if self.barrier is not None:
-                    await self.barrier.wait(self._conn)
-                [count] = await (await self._conn.execute(_COUNT, prepare=True)).fetchone()
+                    await self.barrier.wait(self.reads)
+                count = await self.reads.count()
                 if self.snapshot is None or count != self.snapshot.version:
-                    rows = await (await self._conn.execute(_ALL)).fetchall()
-                    self.snapshot = ErasureSnapshot(map(_erasure, rows), rows[0][0] if rows else 0)
+                    version, erasures = await self.reads.applied()
+                    self.snapshot = ErasureSnapshot(erasures, version)
                     self.reloads += 1
                 return self.snapshot
-            except psycopg.OperationalError as exc:
+            except ReadsUnavailable as exc:  # the port has dropped its connection
                 log.warning("topic fold: erasure check of %s seq %s waits for PostgreSQL (%s); again in %.0fs",
                             conversation_id, seq, exc, wait)
-                await self._drop()
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, self.max_retry_s)
-
-    async def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await conn.close()
-            except Exception:  # noqa: BLE001 - a broken connection; a new one is opened
-                pass

@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from psycopg_pool import AsyncConnectionPool
 
 from domain.topics.gaps import missing_in
+from domain.topics.reads import BacklogReads
 from core.embeddings.port import Embedder, EmbeddingError
 from schemas import topic_events as te
 from schemas.codec import Event, new_event
@@ -54,15 +54,11 @@ def complete(rows: list[Row], request: te.TopicBacklogRequested, newest: int | N
             or (newest is not None and newest >= request.upto_seq))
 
 
-_NEWEST = ("SELECT GREATEST((SELECT max(seq) FROM messages WHERE tenant_id = %(t)s AND conversation_id = %(c)s),"
-           " (SELECT max(seq) FROM erased_messages WHERE tenant_id = %(t)s AND conversation_id = %(c)s))")
-
-
 class BacklogStage:
-    def __init__(self, embedder: Embedder, pool: AsyncConnectionPool, *, inputs_wait_s: float = 30.0,
+    def __init__(self, embedder: Embedder, reads: BacklogReads, *, inputs_wait_s: float = 30.0,
                  gap_wait_s: float = 5.0) -> None:
         self.embedder = embedder
-        self.pool = pool
+        self.reads = reads  # the projected log (domain/topics/reads.py; projections/topic_reads.py)
         self.inputs_wait_s = inputs_wait_s
         self.gap_wait_s = gap_wait_s  # a gap read is asked long after its seqs: a short wait, then the fold re-asks
 
@@ -121,18 +117,12 @@ class BacklogStage:
     async def _gap_rows(self, cause: Envelope, request: te.TopicBacklogRequested,
                         ranges: tuple[tuple[int, int], ...]) -> list[Row] | None:
         """The ranges' rows once the projection is past them (or on the final attempt, what is there)."""
-        within = " OR ".join(["seq BETWEEN %s AND %s"] * len(ranges))
         deadline = time.monotonic() + self.gap_wait_s
         while True:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT seq, role, content, occurred_at, user_id, subject_id, metadata FROM messages"
-                    f" WHERE tenant_id = %s AND conversation_id = %s AND ({within}) ORDER BY seq LIMIT %s",
-                    (cause.tenant_id, cause.conversation_id, *[s for r in ranges for s in r], request.limit),
-                )
-                rows = [Row(*r) for r in await cur.fetchall()]
-                cur = await conn.execute(_NEWEST, {"t": cause.tenant_id, "c": cause.conversation_id})
-                newest = (await cur.fetchone())[0]
+            async with self.reads.session() as read:
+                rows = [Row(*r) for r in await read.gap_rows(cause.tenant_id, cause.conversation_id, ranges,
+                                                             request.limit)]
+                newest = await read.newest(cause.tenant_id, cause.conversation_id)
             if complete(rows, request, newest):
                 return rows
             if time.monotonic() >= deadline:
@@ -144,18 +134,12 @@ class BacklogStage:
         takes what is there after the wait, and says so in the log)."""
         deadline = time.monotonic() + self.inputs_wait_s
         while True:
-            async with self.pool.connection() as conn:
-                cur = await conn.execute(
-                    "SELECT seq, role, content, occurred_at, user_id, subject_id, metadata FROM messages"
-                    " WHERE tenant_id = %s AND conversation_id = %s AND seq >= %s AND seq <= %s"
-                    " ORDER BY seq LIMIT %s",
-                    (cause.tenant_id, cause.conversation_id, request.from_seq, request.upto_seq, request.limit),
-                )
-                rows = [Row(*r) for r in await cur.fetchall()]
+            async with self.reads.session() as read:
+                rows = [Row(*r) for r in await read.rows(cause.tenant_id, cause.conversation_id, request.from_seq,
+                                                         request.upto_seq, request.limit)]
                 newest = None
                 if not complete(rows, request):
-                    cur = await conn.execute(_NEWEST, {"t": cause.tenant_id, "c": cause.conversation_id})
-                    newest = (await cur.fetchone())[0]
+                    newest = await read.newest(cause.tenant_id, cause.conversation_id)
             if complete(rows, request, newest):
                 return rows
             if time.monotonic() >= deadline:

@@ -18,7 +18,7 @@ from streams.topics_memory import codec
 from streams.topics_memory.agent import (
     PLACED_ROLES, RELEVANT, AgentConfig, Embedded, handle, needs_tick, wants_embedding,
 )
-from streams.topics_memory.erased import ErasedCheck, ReplayBarrier, connector
+from streams.topics_memory.erased import ErasedCheck, ReplayBarrier
 from streams.topics_memory.recall import BacklogStage
 from streams.topics_memory.stage import CompactionStage, EmbeddingStage, Warmed, embed_for_fold
 from streams.topics_memory.summarize import make_topic_summarizer
@@ -131,13 +131,13 @@ async def _embedding_stage(embedder: Lazy) -> EmbeddingStage:
 
 
 async def _backlog_stage(embedder: Lazy, ctx: StreamContext) -> BacklogStage:
-    return BacklogStage(await embedder.get(), await ctx.pool())
+    return BacklogStage(await embedder.get(), await ctx.reads("backlog_reads"))
 
 
 async def _erased_check(ctx: StreamContext) -> ErasedCheck:
     settings = ctx.settings
     replay = settings.replay_until is not None and settings.replay_mode == "stream"
-    return ErasedCheck(connector(settings), barrier=ReplayBarrier(settings) if replay else None)
+    return ErasedCheck(await ctx.reads("erasure_reads"), barrier=ReplayBarrier(settings) if replay else None)
 
 
 async def _compaction_stage(summarizer, ctx: StreamContext) -> CompactionStage:

@@ -19,6 +19,7 @@ from domain.facts import ids
 from memory_agent.batch_replay.facts import FactsBatch, _BatchStage
 from core.llm.port import ChatMessage
 from runtime.db import connect, make_pool
+from projections.chunk_reads import PostgresChunkReads
 from projections.facts import FactsProjector
 from schemas import facts_events as fe
 from schemas.codec import encode, new_event
@@ -77,7 +78,7 @@ async def test_the_related_facts_of_a_wave_in_one_query_equal_the_stages_query_p
     }
     async with make_pool(settings, schema=settings.pg_schema) as pool:
         for limit in (2, 12):
-            stage = _BatchStage(None, None, pool, related_facts=limit)
+            stage = _BatchStage(None, None, PostgresChunkReads(pool), related_facts=limit)
             stage._remember(SimpleNamespace(tenant_id="t", conversation_id="c2"),
                             [SimpleNamespace(fact_id="r1", content="Ana plays chess in Lisbon", category="hobby")])
             stage._ready = dict(wave)

@@ -18,6 +18,7 @@ from schemas import facts_events as fe
 from schemas.codec import decode, encode, new_event
 from schemas.events import SummaryRequested
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
+from projections.chunk_reads import PostgresChunkReads
 from streams.facts.stage import ChunkStage
 from projections.window_reads import PostgresWindowReads
 from streams.window.summarize import SummaryStage
@@ -82,7 +83,7 @@ async def test_summary_and_chunk_stages_count_dropped_seqs_as_gaps(settings):
         assert gone.type == SUMMARY_FAILED and "every message of the window was erased" in gone.payload.error
         assert llm.seen == [[0, 2]]  # no LLM call on nothing
 
-        chunks = ChunkStage(None, None, pool, inputs_wait_s=WAIT_S)
+        chunks = ChunkStage(None, None, PostgresChunkReads(pool), inputs_wait_s=WAIT_S)
         inputs = await asyncio.wait_for(chunks._inputs(*_cause(chunk_request("mixed"))), 60)
         assert [m.seq for m in inputs.messages] == [0, 2] and inputs.owner_user_id == "bob"
         failed = await answer(chunks, chunk_request("gone"))

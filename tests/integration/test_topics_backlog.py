@@ -139,6 +139,7 @@ def backlog_request(from_seq: int, upto_seq: int, limit: int, final: bool = Fals
 @pytest.mark.asyncio
 async def test_the_recall_stage_reads_a_range_back_in_order_and_waits_for_the_projection(settings):
     from core.embeddings import make_embedder
+    from projections.topic_reads import PostgresBacklogReads
     from runtime.db import make_pool
     from schemas import topic_events as te
     from schemas.codec import decode, encode
@@ -148,7 +149,7 @@ async def test_the_recall_stage_reads_a_range_back_in_order_and_waits_for_the_pr
                                      (3, "system", "a system note"), (4, "user", "My marathon plan?"),
                                      (5, "user", "And the loaf?")])
     async with make_pool(settings, schema=settings.pg_schema) as pool:
-        stage = BacklogStage(make_embedder(settings), pool, inputs_wait_s=0.5)
+        stage = BacklogStage(make_embedder(settings), PostgresBacklogReads(pool), inputs_wait_s=0.5)
         # Seq 6 is not projected yet: nothing is sent (the fold asks again), unless it is the last attempt.
         assert await stage.handle(backlog_request(1, 6, 100)) == []
         *recalled, done = [decode(encode(e)) for e in await stage.handle(backlog_request(1, 6, 100, final=True))]

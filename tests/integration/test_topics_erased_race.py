@@ -89,7 +89,8 @@ async def test_the_fold_s_erasure_snapshot_is_never_stale(settings):
     from schemas.envelope import conversation_key
     from schemas.events import MessageAppended
     from schemas.registry import MESSAGE_APPENDED
-    from streams.topics_memory.erased import ErasedCheck, connector
+    from projections.erasure_reads import PostgresErasureReads
+    from streams.topics_memory.erased import ErasedCheck
 
     def message(user: str, seq: int):
         return decode(encode(new_event(MESSAGE_APPENDED, MessageAppended(role="user", content="words"),
@@ -99,7 +100,7 @@ async def test_the_fold_s_erasure_snapshot_is_never_stale(settings):
         return ConsumerRecord("conversations", partition, offset, ms / 1000.0, 0, None, None, None, 0, 0, [])
 
     t0 = 1_800_000_000_000
-    check = ErasedCheck(connector(settings))
+    check = ErasedCheck(PostgresErasureReads(settings))
     try:
         assert await check.erasure_of(message(ALICE, 1), at(1, 10, t0)) is None  # the snapshot: no erasure
         erasure = new_event(ee.USER_ERASED, ee.UserErased(erased_user_id=ALICE), tenant_id=TENANT,

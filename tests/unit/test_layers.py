@@ -14,6 +14,7 @@ those inside functions or under TYPE_CHECKING: a lazy import is still a dependen
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -149,3 +150,29 @@ def test_domain_imports_only_the_ground() -> None:
                 continue
             found.append(f"{module} imports {target}")
     assert found == []
+
+
+# A statement of SQL on one line, or a cursor call.
+SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b.*\b(FROM|INTO|SET)\b|\.execute(many)?\(")
+DATABASE = ("psycopg", "psycopg_pool", "runtime.db", "projections")
+
+
+def test_streams_hold_no_sql_and_no_database_client() -> None:
+    """Stages read the read model through ports (domain/*/reads.py, domain/erasure_reads.py),
+    implemented in projections/ and wired by the roof: no module under streams/ imports a
+    database client or the pool's plumbing, or holds SQL (docs/backbone.md)."""
+    found = []
+    for path in sorted((ROOT / "streams").rglob("*.py")):
+        module = _module_name(path)
+        found += [f"{module} imports {target}" for target in sorted(imports_of(path))
+                  if any(target == name or target.startswith(name + ".") for name in DATABASE)]
+        found += [f"{module}:{n}: {line.strip()}" for n, line in enumerate(path.read_text().splitlines(), 1)
+                  if SQL.search(line)]
+    assert found == []
+
+
+def test_the_sql_pattern_sees_statements_and_cursor_calls() -> None:
+    assert SQL.search('    "SELECT seq FROM messages WHERE tenant_id = %s"')
+    assert SQL.search("await conn.execute(_PENDING)") and SQL.search("cur.executemany(rows)")
+    assert SQL.search("UPDATE erasure_rederive SET done_at = now()")
+    assert not SQL.search("the messages projector applies a conversation's messages in log order")

@@ -198,35 +198,27 @@ def test_the_erasure_check_waits_for_postgresql_instead_of_failing_the_fold():
     import asyncio
     from types import SimpleNamespace
 
-    import psycopg
-
+    from domain.erasure_reads import ReadsUnavailable
     from streams.topics_memory.erased import ErasedCheck
 
     calls = []
 
-    class Conn:
-        closed = False
-
-        async def execute(self, sql, *_, **__):
-            calls.append(sql)
+    class Reads:  # the port (domain/erasure_reads.py) while PostgreSQL restarts
+        async def count(self):
+            calls.append("count")
             if len(calls) < 3:
-                raise psycopg.OperationalError("the database system is shutting down")
-            rows = [] if "OVER" in sql else [(0,)]
-            return SimpleNamespace(fetchone=lambda: _value(rows[0]), fetchall=lambda: _value(rows))
+                raise ReadsUnavailable("the database system is shutting down")
+            return 0
 
-        async def close(self):
-            self.closed = True
-
-    async def _value(value):
-        return value
-
-    async def connect():
-        return Conn()
+        async def applied(self):
+            calls.append("applied")
+            return 0, []
 
     message = event(MESSAGE_APPENDED, MessageAppended(role="user", content="hi"), 3)
-    check = ErasedCheck(connect, retry_s=0.001)
+    check = ErasedCheck(Reads(), retry_s=0.001)
     record = SimpleNamespace(partition=0, offset=1, timestamp=1.0)
-    assert asyncio.run(check.erasure_of(message, record)) is None and len(calls) == 4  # 2 failed, count, rows
+    assert asyncio.run(check.erasure_of(message, record)) is None
+    assert calls == ["count", "count", "count", "applied"]  # 2 failed, count, rows
 
 
 def test_the_erasure_snapshot_applies_the_domain_rule_by_user_and_by_conversation():
