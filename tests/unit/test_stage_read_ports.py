@@ -265,3 +265,29 @@ def test_a_row_with_every_chunk_recorded_is_done_and_one_out_of_attempts_gives_u
     session = Rederive(with_messages={(4, 8)})
     run(send_row(session, pending(attempts=3, sent_at=AT - timedelta(hours=1)), sender(sent)))
     assert sent == [] and session.marks == [("done", "e1", "gave up: chunks [[4, 8]] after 3 attempts")]
+
+
+# --- the wiring (streams/context.py) ------------------------------------------------------------
+
+
+def test_the_context_builds_ports_from_the_roof_s_factories_on_one_pool_and_names_a_missing_one():
+    import pytest
+
+    from core.settings import Settings
+    from streams.context import StreamContext, StreamPorts
+
+    opened = []
+
+    async def open_pool(settings):
+        opened.append(settings)
+        return "pool"
+
+    settings = Settings()
+    ports = StreamPorts(open_pool=open_pool, chunk_reads=lambda pool: ("chunks", pool),
+                        erasure_reads=lambda settings: ("erasures", settings))
+    ctx = StreamContext(settings, None, None, None, ports=ports)
+    assert run(ctx.reads("chunk_reads")) == ("chunks", "pool") and run(ctx.reads("chunk_reads"))[1] == "pool"
+    assert run(ctx.reads("erasure_reads")) == ("erasures", settings)  # a connection of its own
+    assert opened == [settings]  # one pool, opened once
+    with pytest.raises(RuntimeError, match="no backlog_reads wired"):
+        run(ctx.reads("backlog_reads"))
