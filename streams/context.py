@@ -1,4 +1,4 @@
-"""What every memory system's agents get from the app: settings, topics, decoding, Postgres."""
+"""What every memory system's agents get from the app: settings, topics, decoding, the read model's ports."""
 
 from __future__ import annotations
 
