@@ -24,6 +24,25 @@ _FIRST_PERSON = re.compile(r"^(?:\W*\w+\W+){0,4}?(?:i|we|my|our|i'm|i've|we're|w
 _FIRST_PERSON_IN_PASSING = re.compile(
     r"(?:[,;]|\b(?:but|and|so|because|since|when|while|after|before|though|although))\s+(?:\w+\s+){0,2}?"
     r"(?:i|we|my|our|i'm|i've|we're|we've|i'd|i'll)\b(?!\W*$)")
+# First person further in: a possessive or object after a preposition ("Here's a photo of my
+# garden", "Books have always helped me") or an object of the verb ("Those trips make me calm").
+_FIRST_PERSON_OBJECT = re.compile(r"\b(?:of|with|for|to|from|at|about|on|make|makes|made|help|helps|helped"
+                                  r"|give|gives|gave|remind|reminds|reminded|keeps|kept)"
+                                  r" (?:\w+ )?(?:my|me|mine|myself|our|us)\b")
+# Speaking to the listener ("Let me know if you...", "Thanks for helping me"): a statement about
+# the speaker has no second person in it, and does not start by thanking or wishing.
+_TO_THE_LISTENER = re.compile(r"\b(?:you|you're|you've|your|yours|yourself|you'll|you'd|ya)\b"
+                              r"|^(?:\W*\w+\W+)?(?:thanks|thank|hope|congrats|congratulations|let's|let)\b")
+# The subject left out, as chat does ("Miss being outdoors.", "Used to hike a lot.", "Been painting
+# since spring.", "Just got back from Rome."): a first word only the speaker can be the subject
+# of, past forms and a few verbs of feeling, not base forms that read as a request ("Enjoy it",
+# "Have fun", "Take care"); an adverb first ("Just", "Really") only before such a word.
+_ELIDED_SUBJECT = {w: "I " for w in (
+    "love loved miss missed hated enjoyed preferred adored used went took tried started finished visited joined"
+    " signed bought spent got had saw met moved found learned learnt picked grew can't cannot couldn't haven't"
+    " hadn't didn't wasn't").split()} | {"gonna": "I'm ", "planning": "I'm ", "hoping": "I'm ", "been": "I've "}
+_ELIDED_ADVERBS = frozenset("just really still always never usually recently finally totally".split())
+_NOT_AFTER_ELIDED = frozenset("and or is was are were has have can will would should".split())  # "Love and hope are"
 _NOT_A_FACT = re.compile(
     r"\?\s*$|^(?:i|we) (?:was|were) (?:wondering|just|going to ask)\b|^(?:i|we) have (?:a|another) question"
     r"|^(?:my|our) (?:question|point|bad|pleasure|apologies)\b"
@@ -119,15 +138,14 @@ def memory_type_of(text: str, category: str) -> str:
 
 def importance_of(text: str, category: str, memory_type: str) -> int:
     """1-5 by rules: life events and health 5, other milestones, relationships, work and
-    decisions 4, plain statements 3, passing likes and short remarks 2."""
+    decisions 4, plain statements, likes, habits and hobbies 3 (inference questions need
+    them: what someone would enjoy is read from what they said they like), short remarks 2."""
     words = set(_words(text))
     if words & _CRITICAL:
         return 5
     score = 3
     if category in ("milestone", "relationship", "occupation") or memory_type in ("decision", "project"):
         score = 4
-    elif memory_type == "preference" or category in ("hobby", "habit"):
-        score = 3 if re.search(r"\d|\b(?:always|never|every)\b", text.lower()) else 2
     content = [w for w in words if w not in _NOISE]
     if len(content) <= 3 and score > 2:
         score -= 1  # "The user likes tea": a passing remark
@@ -158,6 +176,27 @@ def strip_lead_in(sentence: str) -> str:
     return rest[0].upper() + rest[1:]
 
 
+def with_subject(sentence: str) -> str:
+    """The sentence with its left-out first-person subject restored ("Miss being outdoors." ->
+    "I miss being outdoors."; "Been painting a lot" -> "I've been painting a lot"), or as it is."""
+    words = [w.lower().replace("\u2019", "'").strip(",.!") for w in sentence.split(" ", 3)]
+    if len(words) < 2 or _TO_THE_LISTENER.search(sentence.lower()):
+        return sentence
+    verb, after = (words[1], words[2:3]) if words[0] in _ELIDED_ADVERBS else (words[0], words[1:2])
+    prefix = _ELIDED_SUBJECT.get(verb)
+    if prefix is None or not after or after[0] in _NOT_AFTER_ELIDED or (verb == "been" and not after[0].endswith("ing")):
+        return sentence
+    return prefix + sentence[0].lower() + sentence[1:]
+
+
+def is_first_person(lowered: str) -> bool:
+    """The speaker speaks of themselves: I/we/my/our near the start or after a clause about
+    something else, or my/me/us after a preposition or a verb like make, help or remind."""
+    if _FIRST_PERSON.match(lowered) or _FIRST_PERSON_IN_PASSING.search(lowered):
+        return True
+    return bool(_FIRST_PERSON_OBJECT.search(lowered)) and not _TO_THE_LISTENER.search(lowered)
+
+
 def fact_sentences(spoken: Spoken, at: datetime | None) -> list[str]:
     """A human speaker's first-person statements, rewritten by name and dated."""
     if spoken.speaker is None:
@@ -165,11 +204,11 @@ def fact_sentences(spoken: Spoken, at: datetime | None) -> list[str]:
     found = []
     for sentence in split_sentences(spoken.text):
         sentence = strip_lead_in(sentence)
-        sentence = _INTERJECTION.sub("", sentence) or sentence
+        sentence = with_subject(_INTERJECTION.sub("", sentence) or sentence)
         lowered = sentence.lower().replace("\u2019", "'")
         words = _words(lowered)
         content = [w for w in words if w not in _NOISE]
-        first_person = _FIRST_PERSON.match(lowered) or _FIRST_PERSON_IN_PASSING.search(lowered)
+        first_person = is_first_person(lowered)
         if not first_person or _NOT_A_FACT.search(lowered) or len(content) < 2:
             continue
         if len(content) <= _DANGLING_MAX_CONTENT and _DANGLING.search(lowered):

@@ -207,3 +207,48 @@ def test_hedges_questions_and_pleasantries_stay_out(text):
 
     assert fact_sentences(speaker_of("user", f"Caroline: {text}"), MAY_8) == []
 MAY_8 = datetime(2023, 5, 8, 14, 0, tzinfo=UTC)
+
+
+# Said in passing, the way chat says it (issue 24): the subject left out, or the speaker as the
+# object of what moves them. Sentences of our own; none taken from any data set.
+@pytest.mark.parametrize("text, fact", [
+    ("Miss being out on the lake every morning.", "Caroline misses being out on the lake every morning."),
+    ("Used to play the cello in a youth orchestra.", "Caroline used to play the cello in a youth orchestra."),
+    ("Just got back from Tallinn, the old town was lovely.",
+     "Caroline just got back from Tallinn, the old town was lovely."),
+    ("Been baking sourdough every weekend since March.",
+     "Caroline has been baking sourdough every weekend since March."),
+    ("Gonna try rock climbing at the new gym.", "Caroline is gonna try rock climbing at the new gym."),
+    ("Long walks by the river always make me calm.", "Long walks by the river always make Caroline calm."),
+    ("Old jazz records remind me of my grandfather's kitchen.",
+     "Old jazz records remind Caroline of Caroline's grandfather's kitchen."),
+    ("Here's a photo of my vegetable patch after the rain.",
+     "Here's a photo of Caroline's vegetable patch after the rain."),
+])
+def test_preferences_habits_and_plans_said_in_passing_are_facts(text, fact):
+    from streams.facts.offline import fact_sentences
+
+    assert fact_sentences(speaker_of("user", f"Caroline: {text}"), MAY_8) == [fact]
+
+
+@pytest.mark.parametrize("text", [
+    "Enjoy the concert while it lasts!",  # a wish, not the speaker's taste
+    "Just send them a message tomorrow.",  # a request
+    "Let me know how the interview goes with your manager.",
+    "Thanks so much for always helping me with the garden.",
+    "Love and patience are what every family needs.",  # "love" the noun
+    "Been a long week for everyone at the office.",
+    "Always at the worst possible moment, those trains.",
+])
+def test_requests_wishes_and_remarks_to_the_listener_are_not_the_speakers_facts(text):
+    from streams.facts.offline import fact_sentences
+
+    assert fact_sentences(speaker_of("user", f"Caroline: {text}"), MAY_8) == []
+
+
+def test_a_like_said_in_passing_is_not_ranked_below_a_plain_statement():
+    facts = {f.content: f for f in extract_offline([
+        ChatMessage(0, "user", "Ana: I love painting seascapes with watercolours on quiet evenings."),
+        ChatMessage(1, "user", "Ana: I bought a blue bicycle at the market in town.")]).facts}
+    assert facts["Ana loves painting seascapes with watercolours on quiet evenings."].importance == \
+        facts["Ana bought a blue bicycle at the market in town."].importance == 3
