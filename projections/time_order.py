@@ -35,6 +35,7 @@ from schemas import erasure_events as ee
 from schemas.codec import peek_type
 
 MAX_HOLD_S = 60.0
+_SNAPSHOT_TRIES = 5  # a partition written without pause: the last lookup is used
 MESSAGES = "messages"  # projections/messages.py's name in projector_offsets
 
 
@@ -89,8 +90,16 @@ async def targets(consumer: AIOKafkaConsumer, erasure: ConsumerRecord) -> dict[i
     topic = erasure.topic
     partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
     others = [tp for tp in partitions if tp.partition != erasure.partition]
-    found = await consumer.offsets_for_times({tp: erasure.timestamp for tp in others}) if others else {}
-    ends = await consumer.end_offsets(others) if others else {}
+    found, ends = {}, {}
+    for _ in range(_SNAPSHOT_TRIES):
+        # The timestamp lookup and the end offsets are two requests: a record appended between
+        # them (after the erasure) would be inside an end taken after a lookup that missed it.
+        # Ends read before and after the lookup that agree make one snapshot of the log.
+        before = await consumer.end_offsets(others) if others else {}
+        found = await consumer.offsets_for_times({tp: erasure.timestamp for tp in others}) if others else {}
+        ends = await consumer.end_offsets(others) if others else {}
+        if before == ends:
+            break
     reached = {tp.partition: found[tp].offset if found.get(tp) is not None else ends[tp] for tp in others}
     return reached | {erasure.partition: erasure.offset}
 
