@@ -31,7 +31,7 @@ CACHED_CONVERSATIONS = 4096
 # this many, or what came within BATCH_WITHIN_S: the user messages of a burst reach the embedding
 # queue together (it sorts them by length into batches of 32).
 BATCH_RECORDS = 128
-BATCH_WITHIN_S = 0.01
+BATCH_WITHIN_S = 0.05
 
 
 @dataclass
