@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
+from operator import attrgetter
 from collections.abc import Sequence
 from typing import Any
 
@@ -116,6 +117,9 @@ def _after_pause(state: TopicsState, now: float, config: TopicConfig) -> bool:
             and now - active.last_active_at >= config.session_gap_seconds)
 
 
+# The active messages are kept in seq order: bisect on this key.
+BY_SEQ = attrgetter("seq")
+
 _OPENERS = re.compile(r"^(?:(?:hi|hello|hey|ok|okay|so|well|thanks|thank you|please|um|uh)\b[\s,.!:;-]*)+", re.I)
 _SENTENCE_END = re.compile(r"(?<=[.?!])\s")
 
@@ -214,7 +218,7 @@ def _with_message(messages: tuple[TopicMessage, ...], entry: TopicMessage) -> tu
     """The active messages stay in seq order (compaction takes the oldest): a late one goes in its place."""
     if not messages or messages[-1].seq < entry.seq:
         return messages + (entry,)
-    at = bisect_right(messages, entry.seq, key=_seq)
+    at = bisect_right(messages, entry.seq, key=BY_SEQ)
     return messages[:at] + (entry,) + messages[at:]
 
 
@@ -261,16 +265,13 @@ def _decide(topic: Topic, config: TopicConfig, at_seq: int, placements: int) -> 
     # The active messages are in seq order (_with_message): the first above the cutoff is found
     # by bisection, not by a scan per step (a topic holds thousands while a burst outruns its
     # compactions, and this runs for every topic at every step).
-    first_above = bisect_right(topic.messages, topic.cutoff, key=_seq)
+    first_above = bisect_right(topic.messages, topic.cutoff, key=BY_SEQ)
     above = len(topic.messages) - first_above
     count = above - config.recent_message_keep
     if above <= config.max_messages_per_topic or count <= 0:
         return topic
     return evolve(topic, due=topic.due + ((topic.messages[first_above + count - 1].seq, at_seq, placements),))
 
-
-def _seq(message: TopicMessage) -> int:
-    return message.seq
 
 
 def _compactions(state: TopicsState, now: float, config: TopicConfig, at_seq: int) -> Stepped:

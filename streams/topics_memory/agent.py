@@ -16,7 +16,7 @@ from domain.topics import inbox as box
 from streams.topics_memory.codec import AgentState
 from domain.topics.decay import TopicConfig
 from streams.topics_memory.emit import Cause, assigned, to_event
-from domain.topics.fold import step
+from domain.topics.fold import BY_SEQ, step
 from domain.topics.inbox import InboxConfig, Waiting
 from domain.topics.protocol import (
     AssistantMessage,
@@ -27,7 +27,7 @@ from domain.topics.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
-from domain.topics.state import TopicMessage, TopicsState, evolve
+from domain.topics.state import TopicsState, evolve
 
 # Everything else on the two topics is skipped before the state is even loaded.
 RELEVANT = frozenset({MESSAGE_APPENDED, te.TOPIC_MESSAGE_EMBEDDED, te.TOPIC_EMBEDDING_FAILED,
@@ -203,7 +203,7 @@ def _without_text(topics: TopicsState, seq: int) -> TopicsState:
         for topic in topics.topics:
             # The active messages are in seq order: the newest, or a late one found by bisection
             # (a topic holds thousands while a burst outruns its compactions).
-            at = len(topic.messages) - 1 if newest_only else bisect_left(topic.messages, seq, key=_seq)
+            at = len(topic.messages) - 1 if newest_only else bisect_left(topic.messages, seq, key=BY_SEQ)
             if 0 <= at < len(topic.messages):
                 message = topic.messages[at]
                 if message.seq == seq and message.content:
@@ -211,9 +211,6 @@ def _without_text(topics: TopicsState, seq: int) -> TopicsState:
                     return topics.with_topic(evolve(topic, messages=messages))
     return topics
 
-
-def _seq(message: TopicMessage) -> int:
-    return message.seq
 
 
 def _reassert(state: AgentState, e: Envelope) -> list[Envelope]:
