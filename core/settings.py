@@ -432,6 +432,9 @@ class TopicSettings(BaseModel):
     # and bring back at most this many archived messages on a restore.
     context_wait_ms: int = Field(default=500, ge=0)
     restore_max_messages: int = Field(default=200, ge=0)
+    # ... and of those, at most this many tokens: the ones sharing the most words with the
+    # current message first, then the newest (domain/topics/restore.py; 0: no bound).
+    restore_max_tokens: int = Field(default=300, ge=0)
 
     @property
     def threshold(self) -> float:
