@@ -62,7 +62,8 @@ def pack(items: list[Item], budget: int, duplicate: Callable[[Item, list[Item]],
 def evaluate(rows: list[dict], order: Order, budget: int, duplicate=None) -> dict:
     scored = []
     for row in rows:
-        items = list(((row.get("retrieved") or {}).get("items")) or [])
+        items = [{**i, "_question": row.get("question") or ""}
+                 for i in ((row.get("retrieved") or {}).get("items")) or []]
         text = pack(order(items), budget, duplicate)
         scored.append({"kind": row["kind"], "score": S.score(row["answer"], text)})
     return S.summarize(scored, KINDS)
@@ -176,6 +177,25 @@ def weights(importance_power: float = 0.5, stale_weight: float = 0.8, keyword: f
     return value
 
 
+def chunk_cut(chars: int) -> Order:
+    """seed001's order, each chunk's summary cut to its best sentences (retrieval/snippets.py,
+    as a long message is; the question's word stems standing in for the query's lexemes), its
+    line counted again."""
+    from domain.topics.restore import words_of
+    from retrieval.snippets import snippet
+
+    def cut(item: Item) -> Item:
+        if item.get("kind") != "chunk":
+            return item
+        whole = " ".join((item.get("content") or "").split())
+        short = snippet(whole, sorted(words_of(item["_question"])), chars)
+        if short == whole or whole not in item["line"]:
+            return item
+        line = item["line"].replace(whole, short)
+        return {**item, "line": line, "tokens": recount(line)}
+    return lambda items: [cut(i) for i in by(seed001)(items)]
+
+
 def variants() -> dict[str, Order]:
     sc = lambda i: i["score"]  # noqa: E731
     return {
@@ -194,6 +214,7 @@ def variants() -> dict[str, Order]:
         "keyword weight 0.25": by(keyword_weight(0.25)),
         "replies cut to 120 chars": reply_cut(120),
         "replies left out": reply_cut(0),
+        **{f"chunks cut to {n} chars": chunk_cut(n) for n in (300, 400, 600)},
         **{f"importance_power {p}, stale_weight {w}, keyword_weight {k}": by(weights(p, w, k))
            for p in (0.5, 0.25, 0) for w in (0.8, 0.9, 1.0) for k in (0.5, 1.0)},
     }
