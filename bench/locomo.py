@@ -163,8 +163,9 @@ def write_wide(path: Path, diagnosis) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as out:
         for conv, q, _row, wide in diagnosis:
-            out.write(json.dumps({"qid": q.qid, "kind": q.kind, "answer": q.answer,
-                                  "retrieved": (wide or {}).get("retrieved")}, default=str) + "\n")
+            out.write(json.dumps({"qid": q.qid, "kind": q.kind, "question": q.question, "answer": q.answer,
+                                  "retrieved": (wide or {}).get("retrieved"),
+                                  "sections": D.other_sections(wide or {})}, default=str) + "\n")
 
 
 async def behind(db, conversations, slack: int) -> dict[str, dict]:

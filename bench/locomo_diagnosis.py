@@ -128,3 +128,24 @@ def diagnosis_table(result: dict) -> str:
     lines.append("| evidence among large-budget items | " + " | ".join(
         f"{recall[k]:.2f}" if recall[k] is not None else "" for k in kinds) + " |")
     return "\n".join(lines)
+
+
+def topic_text(topic: dict | None) -> tuple[str, list[str]]:
+    """The active topic section as a chat service would prepend it: (title + summary + its
+    recent messages, the restored archive's messages)."""
+    if not topic or "error" in topic:
+        return "", []
+    head = [topic.get("title") or "", topic.get("summary") or ""]
+    head += [m.get("content") or "" for m in topic.get("messages") or []]
+    return "\n".join(t for t in head if t), [m.get("content") or "" for m in topic.get("restored_messages") or []]
+
+
+def other_sections(body: dict) -> dict:
+    """The context's sections beside `retrieved` (the answer-word score reads `retrieved` only):
+    their texts, for the budget breakdown (bench/locomo_budget.py): the summary, the verbatim gap
+    messages, the active topic (summary and recent messages) and its restored archive."""
+    topic, restored = topic_text(body.get("active_topic"))
+    return {"summary": ((body.get("summary") or {}).get("text") or ""),
+            "gap": "\n".join(m.get("content") or "" for m in body.get("messages") or []),
+            "topic": topic, "topic_restored": restored,
+            "topic_restored_truncated": bool((body.get("active_topic") or {}).get("restored_truncated"))}

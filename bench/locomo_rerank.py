@@ -62,7 +62,8 @@ def pack(items: list[Item], budget: int, duplicate: Callable[[Item, list[Item]],
 def evaluate(rows: list[dict], order: Order, budget: int, duplicate=None) -> dict:
     scored = []
     for row in rows:
-        items = list(((row.get("retrieved") or {}).get("items")) or [])
+        items = [{**i, "_question": row.get("question") or ""}
+                 for i in ((row.get("retrieved") or {}).get("items")) or []]
         text = pack(order(items), budget, duplicate)
         scored.append({"kind": row["kind"], "score": S.score(row["answer"], text)})
     return S.summarize(scored, KINDS)
@@ -121,6 +122,80 @@ def duplicate_rule(overlap: float):
     return duplicate
 
 
+def keyword_weight(weight: float, base: float = 0.5) -> Callable[[Item], float]:
+    """seed001's final with the hybrid's keyword weight changed from `base` to `weight`."""
+    def value(item: Item) -> float:
+        sc = item["score"]
+        old = sc["cosine"] + base * sc["keyword_score"]
+        return sc["final"] * (sc["cosine"] + weight * sc["keyword_score"]) / old if old > 0 else 0.0
+    return value
+
+
+_COUNTS: dict[str, int] = {}
+
+
+def recount(line: str) -> int:
+    from retrieval.tokens import count_tokens
+
+    if line not in _COUNTS:
+        _COUNTS[line] = count_tokens(line)
+    return _COUNTS[line]
+
+
+def reply_cut(chars: int) -> Order:
+    """seed001's order, each question's reply (after " → ") cut to `chars` characters at a
+    word (0: left out), its line counted again."""
+    def cut(item: Item) -> Item:
+        head, arrow, reply = item["line"].partition(" → ")
+        if not arrow or len(reply) <= chars:
+            return item
+        speaker, colon, text = reply.partition(": ")
+        if not colon or " " in speaker:
+            speaker, colon, text = "", "", reply
+        short = text[: max(0, chars - len(speaker) - 2)].rsplit(" ", 1)[0] + "…" if chars else ""
+        line = head + (arrow + speaker + colon + short if chars else "")
+        return {**item, "line": line, "tokens": recount(line)}
+    return lambda items: [cut(i) for i in by(seed001)(items)]
+
+
+def weights(importance_power: float = 0.5, stale_weight: float = 0.8, keyword: float = 0.5,
+            base_power: float = 0.5, base_stale: float = 0.8) -> Callable[[Item], float]:
+    """seed001's final with other settings than the run's (importance_power `base_power`,
+    stale_weight `base_stale`, keyword_weight 0.5): the importance weight raised to the new
+    power's share of the old, the recency weight's fall scaled to the new stale weight."""
+    kw = keyword_weight(keyword)
+
+    def value(item: Item) -> float:
+        sc = item["score"]
+        iw, rw = sc["importance_weight"], sc["recency_weight"]
+        if iw <= 0 or rw <= 0:
+            return 0.0
+        fall = (1 - rw) / (1 - base_stale) if base_stale < 1 else 0.0
+        new_rw = 1 - fall * (1 - stale_weight)
+        new_iw = iw ** (importance_power / base_power) if base_power > 0 else 1.0
+        return kw(item) / (iw * rw) * new_iw * new_rw
+    return value
+
+
+def chunk_cut(chars: int) -> Order:
+    """seed001's order, each chunk's summary cut to its best sentences (retrieval/snippets.py,
+    as a long message is; the question's word stems standing in for the query's lexemes), its
+    line counted again."""
+    from domain.topics.restore import words_of
+    from retrieval.snippets import snippet
+
+    def cut(item: Item) -> Item:
+        if item.get("kind") != "chunk":
+            return item
+        whole = " ".join((item.get("content") or "").split())
+        short = snippet(whole, sorted(words_of(item["_question"])), chars)
+        if short == whole or whole not in item["line"]:
+            return item
+        line = item["line"].replace(whole, short)
+        return {**item, "line": line, "tokens": recount(line)}
+    return lambda items: [cut(i) for i in by(seed001)(items)]
+
+
 def variants() -> dict[str, Order]:
     sc = lambda i: i["score"]  # noqa: E731
     return {
@@ -135,6 +210,13 @@ def variants() -> dict[str, Order]:
         "per token": by(lambda i: seed001(i) / max(i["tokens"], 8) ** 0.5),
         "same-day penalty 0.8": diverse(0.8),
         "same-day penalty 0.6": diverse(0.6),
+        "keyword weight 1.0": by(keyword_weight(1.0)),
+        "keyword weight 0.25": by(keyword_weight(0.25)),
+        "replies cut to 120 chars": reply_cut(120),
+        "replies left out": reply_cut(0),
+        **{f"chunks cut to {n} chars": chunk_cut(n) for n in (300, 400, 600)},
+        **{f"importance_power {p}, stale_weight {w}, keyword_weight {k}": by(weights(p, w, k))
+           for p in (0.5, 0.25, 0) for w in (0.8, 0.9, 1.0) for k in (0.5, 1.0)},
     }
 
 
@@ -142,13 +224,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dump", type=Path)
     parser.add_argument("--budget", type=int, default=500)
+    parser.add_argument("--only", help="only the variants whose name contains this")
     args = parser.parse_args()
     rows = [json.loads(text) for text in args.dump.read_text().splitlines() if text.strip()]
     print("| order | answer words | hit | " + " | ".join(f"{k} hit" for k in KINDS) + " |")
     print("|" + "---|" * (3 + len(KINDS)))
     for name, order in variants().items():
-        print(line(name, evaluate(rows, order, args.budget)))
-    for overlap in (0.8, 0.9):
+        if args.only is None or args.only in name or name == "seed001":
+            print(line(name, evaluate(rows, order, args.budget)), flush=True)
+    for overlap in (0.8, 0.9) if args.only is None else ():
         print(line(f"seed001 + duplicate rule {overlap}", evaluate(rows, by(seed001), args.budget,
                                                                   duplicate_rule(overlap))))
 

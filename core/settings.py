@@ -313,12 +313,14 @@ class RetrievalSettings(BaseModel):
     # The importance weight is (importance / importance_scale) ** this: 1 is seed 001's formula
     # (a five-fold range, 0.33-1.67, from rule-given importance that says nothing about the
     # question), 0 ranks without importance. 0.5 (0.58-1.29) gained answers on both the
-    # development set and the generator; 0 and 1 did not (docs/evaluation.md, issue 24).
-    importance_power: float = Field(default=0.5, ge=0)
+    # development set and the generator on partial memory; on fully derived memory 0.25
+    # (0.76-1.14) with stale_weight 0.9 and keyword_weight 1.0 did (docs/evaluation.md, issue 24).
+    importance_power: float = Field(default=0.25, ge=0)
     fresh_days: float = Field(default=7.0, ge=0)
     stale_days: float = Field(default=90.0, gt=0)
-    # Seed 001 says 0.5; long conversations ask about months-old events (docs/retrieval.md).
-    stale_weight: float = Field(default=0.8, ge=0, le=1)
+    # Seed 001 says 0.5; long conversations ask about months-old events (docs/retrieval.md):
+    # 0.8, then 0.9 on fully derived memory (docs/evaluation.md, issue 24).
+    stale_weight: float = Field(default=0.9, ge=0, le=1)
     # Hits taken from each search (vector and keyword) of each table (facts and chunks).
     candidate_k: int = Field(default=20, ge=1, le=200)
     # The query is the current message plus this many earlier messages of the conversation.
@@ -340,8 +342,9 @@ class RetrievalSettings(BaseModel):
     # (docs/retrieval.md, docs/llm-and-embeddings.md). 0: auto.
     query_embedding_threads: int = Field(default=1, ge=0)
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score, the IDF-weighted
-    # share of the query's words an item contains (0..1, see docs/retrieval.md).
-    keyword_weight: float = Field(default=0.5, ge=0)
+    # share of the query's words an item contains (0..1, see docs/retrieval.md). 1: the
+    # question's rare words count as much as the cosine (0.5 until issue 24's fourth session).
+    keyword_weight: float = Field(default=1.0, ge=0)
     # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.
     ef_search: int = Field(default=64, ge=1, le=1000)
     # A bigger budget needs more candidates: hits per search per table are
@@ -432,6 +435,9 @@ class TopicSettings(BaseModel):
     # and bring back at most this many archived messages on a restore.
     context_wait_ms: int = Field(default=500, ge=0)
     restore_max_messages: int = Field(default=200, ge=0)
+    # ... and of those, at most this many tokens: the ones sharing the most words with the
+    # current message first, then the newest (domain/topics/restore.py; 0: no bound).
+    restore_max_tokens: int = Field(default=300, ge=0)
 
     @property
     def threshold(self) -> float:

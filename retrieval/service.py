@@ -37,7 +37,7 @@ class RetrievalConfig:
     query_chars: int = 500
     keyword_max_terms: int = 32
     keyword_max_doc_fraction: float = 0.05
-    keyword_weight: float = 0.5
+    keyword_weight: float = 1.0  # RetrievalSettings.keyword_weight
     ef_search: int = 64
     method: Method = "hybrid"
     # Hits per search per table grow with the budget: at least candidate_k, this many per

@@ -13,7 +13,9 @@ from pydantic import BaseModel
 
 from retrieval.request import ContextRequest
 from projections import topic_queries as tq
+from domain.topics import restore
 from domain.topics.decay import TopicConfig
+from retrieval.service import line_tokens
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +62,9 @@ class TopicStatsOut(BaseModel):
 class ActiveTopicOut(BaseModel):
     """What the chat service prepends for the topic at hand. `restored_messages` holds the
     archive (decompressed, in order) while the topic is back from it: reactivated with an
-    archive, until it is deactivated or compacted again."""
+    archive, until it is deactivated or compacted again; of a long archive, the part that fits
+    `restore_max_tokens`, the messages sharing the most words with the current message first
+    (`restored_truncated`: some were left out)."""
 
     topic_id: str
     title: str
@@ -157,6 +161,7 @@ async def _topic_section(conn: psycopg.AsyncConnection, request: ContextRequest,
     if row.restored_at_seq is not None:
         restored = await tq.archived_messages(conn, tenant, conversation, row.topic_id)
     keep = restored[-settings.restore_max_messages:] if settings.restore_max_messages else []
+    keep = restore.select(keep, request.query, settings.restore_max_tokens, line_tokens)
     return ActiveTopicOut(
         topic_id=row.topic_id, title=row.title, summary=row.summary, summary_upto_seq=row.summary_upto_seq,
         messages=[message_out(m) for m in recent], restored=row.restored_at_seq is not None,

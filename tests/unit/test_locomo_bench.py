@@ -67,3 +67,27 @@ def test_a_missed_answer_is_told_apart(score, derived, raw, items, verdict):
     assert row["verdict"] == verdict
     if verdict in ("cut_by_packing", "ranked_out"):
         assert row["rank_to_answer"] == 2 and row["evidence_found"] == 1.0 and row["evidence_first_rank"] == 2
+
+
+def test_the_budget_breakdown_packs_in_order_and_finds_a_line_another_already_says():
+    from bench import locomo_budget as B
+
+    items = [{"kind": "message", "line": "- Ana: We adopted a puppy named Rex", "content": "Ana: We adopted a puppy named Rex",
+              "tokens": 8},
+             {"kind": "chunk", "line": "- long", "content": "long", "tokens": 30},
+             {"kind": "fact", "line": "- Ana adopted a puppy named Rex", "content": "Ana adopted a puppy named Rex",
+              "tokens": 7, "category": "pet"}]
+    chosen = B.packed(items, 20)
+    assert [i["kind"] for i in chosen] == ["message", "fact"]  # the chunk does not fit, the fact after it does
+    assert B.repeated(chosen) == [False, True]  # the fact says what the message said
+    parts = B.line_parts({"kind": "message", "line": "- Q? → Bo: yes", "tokens": 9}, lambda text: len(text.split()))
+    assert parts == {"message": 7, "message reply": 2}
+
+
+def test_the_other_sections_are_read_from_the_context_body():
+    body = {"summary": {"text": "S"}, "messages": [{"content": "gap"}],
+            "active_topic": {"title": "T", "summary": "TS", "messages": [{"content": "m"}],
+                             "restored_messages": [{"content": "r1"}, {"content": "r2"}], "restored_truncated": True}}
+    assert D.other_sections(body) == {"summary": "S", "gap": "gap", "topic": "T\nTS\nm", "topic_restored": ["r1", "r2"],
+                                      "topic_restored_truncated": True}
+    assert D.other_sections({"active_topic": {"error": "x"}})["topic"] == ""
