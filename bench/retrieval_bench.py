@@ -446,10 +446,10 @@ async def postmaster_pid(settings: Settings) -> int | None:
     """The server's postmaster, if it runs on this machine (its CPU is then measurable)."""
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
         backend = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
-    try:
-        return int(_stat(backend)[1])
-    except (FileNotFoundError, IndexError, ValueError):
-        return None
+        try:  # while the backend lives (once the connection closes it may be gone)
+            return int(_stat(backend)[1])
+        except (FileNotFoundError, IndexError, ValueError):
+            return None
 
 
 class RoundTripProxy:
