@@ -145,9 +145,9 @@ async def held_until_sent(request: Request, held: AbstractAsyncContextManager) -
 
 class ContextRoute(APIRoute):
     """FastAPI's route (the same OpenAPI, the same errors), with the fast path in front of its
-    handler: the same dependencies' code (the caller's key, its connection, released after the
-    response as FastAPI's request-scoped dependencies are), the same endpoint, the same
-    serialization of the response model."""
+    handler (not taken while an app overrides dependencies): the same dependencies' code (the
+    caller's key, its connection, released after the response as FastAPI's request-scoped
+    dependencies are), the same endpoint, the same serialization of the response model."""
 
     def get_route_handler(self) -> Handler:
         slow = super().get_route_handler()
@@ -160,8 +160,8 @@ class ContextRoute(APIRoute):
         async def handler(request: Request) -> Response:
             arguments = plain_arguments(spec, request.path_params, request.query_params.multi_items(),
                                         {key: request.headers.getlist(key) for key in header_keys})
-            if arguments is None:
-                return await slow(request)
+            if arguments is None or getattr(request.app, "dependency_overrides", None):
+                return await slow(request)  # FastAPI's checks and errors, or dependencies overridden (tests)
             state = request.app.state
             principal = await get_principal(request, await api_key_header(request))
             conn = await held_until_sent(request, connection_for(state, principal.tenant))
