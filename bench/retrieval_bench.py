@@ -2,7 +2,7 @@
 
     python -m bench.retrieval_bench [--n 100000] [--requests 2000] [--clients 32] [--keep | --reuse]
                                     [--api-embedding-threads 1] [--api-workers N] [--skip-api | --skip-recall]
-                                    [--baseline DIR [--baseline-rounds 3]] [--server-cpu]
+                                    [--baseline DIR [--baseline-rounds 3] [--cached-queries]] [--server-cpu]
 (from the repo root, with PostgreSQL up: `make infra-up`; Kafka is not needed.) Numbers: docs/retrieval.md.
 Embeddings of the synthetic corpus are cached in .state/bench/ (23 minutes to make here, seconds to reload).
 The context pass counts the API's round trips to PostgreSQL per context through a proxy (any load);
@@ -446,10 +446,10 @@ async def postmaster_pid(settings: Settings) -> int | None:
     """The server's postmaster, if it runs on this machine (its CPU is then measurable)."""
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
         backend = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
-    try:
-        return int(_stat(backend)[1])
-    except (FileNotFoundError, IndexError, ValueError):
-        return None
+        try:  # while the backend lives (once the connection closes it may be gone)
+            return int(_stat(backend)[1])
+        except (FileNotFoundError, IndexError, ValueError):
+            return None
 
 
 class RoundTripProxy:
@@ -654,6 +654,9 @@ async def run_api_load(settings: Settings, args: argparse.Namespace) -> dict:
             rounds: dict = {"this": [], "baseline": []}
             for r in range(args.baseline_rounds):
                 for name, (proc, url) in (("baseline", baseline), ("this", (process, base_url))):
+                    if args.cached_queries:  # the same questions once before: the pass embeds none of them
+                        await forget_surfaced(settings)
+                        await hammer(url, args.sequential, 1, args.conversations, seed=2 + r)
                     rounds[name].append(await measured(settings, proc, url, args.sequential, 1, args.conversations,
                                                        seed=2 + r, postmaster=postmaster))
             results["baseline_source"] = str(args.baseline)
@@ -714,6 +717,9 @@ async def main() -> None:
     parser.add_argument("--baseline-rounds", type=int, default=3, help="alternated one-client passes per tree")
     parser.add_argument("--server-cpu", action="store_true",
                         help="also PostgreSQL's CPU per context (its postmaster's tree: a private server only)")
+    parser.add_argument("--cached-queries", action="store_true",
+                        help="with --baseline: each round's questions asked once unmeasured first, so the CPU per"
+                             " context leaves out the query embedding (the endpoint's own work)")
     parser.add_argument("--profile-api", type=Path, default=None,
                         help="write a CPU-clock cProfile of this tree's API during the one-client pass to this file")
     parser.add_argument("--skip-recall", action="store_true", help="only the context endpoint (with --reuse)")

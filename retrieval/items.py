@@ -11,8 +11,8 @@ import numpy as np
 import psycopg
 
 from retrieval.keywords import Keywords, idf, kept_lexemes, quote
-from retrieval.search import (KINDS, Kind, Scope, SearchRow, SideConnection, across_connections, rows_with_coverage,
-                              vector_literal)
+from retrieval.search import (KINDS, Kind, Scope, SearchRow, SideConnection, across_connections, one_query,
+                              rows_with_coverage, vector_literal)
 
 # A scope of up to this many items is scanned exactly (a user's few thousand items cost a
 # few ms); a larger one is searched through the HNSW index (docs/retrieval.md).
@@ -75,15 +75,6 @@ async def prepare_items(conn: psycopg.AsyncConnection, scope: Scope, ef_search: 
     document frequencies and the scope's size. Nothing is counted: both are kept on write."""
     cur = await conn.execute(PREPARE_SQL, prepare_params(scope, ef_search, keyword_text), prepare=False)
     return prepared_from(await cur.fetchone(), max_terms, max_doc_fraction)
-
-
-def one_query(conn: psycopg.AsyncConnection, statements: Sequence[tuple[str, Mapping | Sequence | None]]) -> str:
-    """Several statements as one query string, each with its parameters bound by psycopg on the
-    client: executed without parameters it goes as one simple query, one round trip, its
-    results read in order with the cursor's nextset(). (psycopg's pipeline mode would send
-    them together too, but a BEGIN and the pipeline's closing Sync cost a round trip each.)"""
-    client = psycopg.AsyncClientCursor(conn)
-    return "; ".join(client.mogrify(sql, params) for sql, params in statements)
 
 
 # Who may see what (every branch is one index of memory_items): the asker's own items of this

@@ -386,41 +386,69 @@ def rows_with_coverage(weights: Mapping[str, float]):
     return factory
 
 
+# What this conversation was shown, at which turn, and the access counts of the facts that were
+# new to it, in one statement: the facts' rows follow the surfaced rows' (a sort needs them all),
+# both in key order, so concurrent requests cannot deadlock.
+SURFACED_SQL = (
+    "WITH shown AS (INSERT INTO surfaced_items AS s"
+    " (tenant_id, conversation_id, item_kind, item_id, surfaced_at, surfaced_seq)"
+    " SELECT %(tenant)s, %(conversation)s, kind, id, %(now)s, %(seq)s"
+    " FROM unnest(%(kinds)s::text[], %(ids)s::text[]) WITH ORDINALITY AS u(kind, id, n)"
+    " CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode"
+    " ORDER BY n ON CONFLICT (tenant_id, conversation_id, item_kind, item_id) DO UPDATE SET"
+    " surfaced_at = GREATEST(s.surfaced_at, EXCLUDED.surfaced_at),"
+    " previous_seq = CASE WHEN EXCLUDED.surfaced_seq > s.surfaced_seq THEN s.surfaced_seq"
+    " ELSE s.previous_seq END,"
+    " surfaced_seq = GREATEST(s.surfaced_seq, EXCLUDED.surfaced_seq)"
+    " RETURNING item_kind, item_id, xmax = 0 AS inserted)"
+    " INSERT INTO fact_access AS a (fact_id, tenant_id, access_count, last_accessed_at)"
+    " SELECT f.fact_id, f.tenant_id, 1, %(now)s FROM facts f WHERE f.tenant_id = %(tenant)s"
+    " AND f.fact_id IN (SELECT item_id FROM shown WHERE item_kind = 'fact' AND inserted)"
+    " ORDER BY f.fact_id"
+    " ON CONFLICT (fact_id) DO UPDATE SET access_count = a.access_count + 1,"
+    " last_accessed_at = GREATEST(a.last_accessed_at, EXCLUDED.last_accessed_at)"
+)
+
+
+def one_query(conn: psycopg.AsyncConnection, statements: Sequence[tuple[str, Mapping | Sequence | None]]) -> str:
+    """Several statements as one query string, each with its parameters bound by psycopg on the
+    client: executed without parameters it goes as one simple query, one round trip, its
+    results read in order with the cursor's nextset(). (psycopg's pipeline mode would send
+    them together too, but a BEGIN and the pipeline's closing Sync cost a round trip each.)"""
+    client = psycopg.AsyncClientCursor(conn)
+    return "; ".join(client.mogrify(sql, params) for sql, params in statements)
+
+
 async def record_surfaced(
-    conn: psycopg.AsyncConnection, scope: Scope, items: Sequence[tuple[Kind, str]], now: datetime, turn_seq: int
+    conn: psycopg.AsyncConnection, scope: Scope, items: Sequence[tuple[Kind, str]], now: datetime, turn_seq: int,
+    *, commit: bool = False,
 ) -> None:
     """Remember what this conversation was shown, at which turn (`turn_seq`), and bump the
     access counts of the facts that were new to it (so a count is the number of conversations
     shown the fact, even when two requests of one conversation race). Operational side effects
     of a read: not derived from the log, not rebuilt by a replay. Rows are taken in key order,
     so concurrent requests cannot deadlock; the commit does not wait for the WAL flush (a crash
-    may lose the last few)."""
+    may lose the last few). One statement (`SURFACED_SQL`); `commit`: committed with it, one
+    round trip either way: sent with the open transaction's COMMIT, or, when no transaction is
+    open, as a statement of its own in autocommit (no BEGIN sent alone first)."""
     if not items:
+        if commit:
+            await conn.commit()
         return
     ordered = sorted(set(items))
-    cur = await conn.execute(  # the cross join sets synchronous_commit in the same round trip
-        "INSERT INTO surfaced_items AS s (tenant_id, conversation_id, item_kind, item_id, surfaced_at, surfaced_seq)"
-        " SELECT %s, %s, kind, id, %s, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(kind, id, n)"
-        " CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode"
-        " ORDER BY n ON CONFLICT (tenant_id, conversation_id, item_kind, item_id) DO UPDATE SET"
-        " surfaced_at = GREATEST(s.surfaced_at, EXCLUDED.surfaced_at),"
-        " previous_seq = CASE WHEN EXCLUDED.surfaced_seq > s.surfaced_seq THEN s.surfaced_seq"
-        " ELSE s.previous_seq END,"
-        " surfaced_seq = GREATEST(s.surfaced_seq, EXCLUDED.surfaced_seq)"
-        " RETURNING item_kind, item_id, xmax = 0 AS inserted",
-        (scope.tenant_id, scope.conversation_id, now, turn_seq, [k for k, _ in ordered], [i for _, i in ordered]),
-    )
-    fact_ids = sorted(item_id for kind, item_id, inserted in await cur.fetchall() if kind == "fact" and inserted)
-    if fact_ids:  # in key order (no deadlock); only facts that still exist (the key references them)
-        await conn.execute(
-            "INSERT INTO fact_access AS a (fact_id, tenant_id, access_count, last_accessed_at)"
-            " SELECT f.fact_id, f.tenant_id, 1, %s FROM facts f WHERE f.tenant_id = %s AND f.fact_id = ANY(%s)"
-            " ORDER BY f.fact_id"
-            " ON CONFLICT (fact_id) DO UPDATE SET access_count = a.access_count + 1,"
-            " last_accessed_at = GREATEST(a.last_accessed_at, EXCLUDED.last_accessed_at)",
-            (now, scope.tenant_id, fact_ids),
-        )
+    params = {"tenant": scope.tenant_id, "conversation": scope.conversation_id, "now": now, "seq": turn_seq,
+              "kinds": [k for k, _ in ordered], "ids": [i for _, i in ordered]}
+    if not commit:
+        await conn.execute(SURFACED_SQL, params)
+    elif conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and not conn.autocommit:
+        await conn.set_autocommit(True)  # no I/O: the statement is then its own transaction
+        try:
+            await conn.execute(SURFACED_SQL, params)
+        finally:
+            await conn.set_autocommit(False)
+    else:
+        await conn.execute(one_query(conn, [(SURFACED_SQL, params), ("COMMIT", None)]))
 
 
-__all__ = ["CommonLexemes", "KINDS", "across_connections", "Keywords", "Kind", "NO_SEQ", "Scope", "SearchRow", "SideConnection", "prepare",
-           "record_surfaced", "rows_with_coverage", "search", "search_all", "search_all_sql", "search_sql", "tsquery_text", "vector_literal"]
+__all__ = ["CommonLexemes", "KINDS", "across_connections", "Keywords", "Kind", "NO_SEQ", "SURFACED_SQL", "Scope", "SearchRow", "SideConnection", "prepare",
+           "one_query", "record_surfaced", "rows_with_coverage", "search", "search_all", "search_all_sql", "search_sql", "tsquery_text", "vector_literal"]

@@ -395,8 +395,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]
-        await record_surfaced(conn, scope, chosen, request.now, turn.seq)
-        await conn.commit()
+        await record_surfaced(conn, scope, chosen, request.now, turn.seq, commit=True)
     return Retrieval(text, embedder.model, packed, by_key, len(by_key), turn.seq, turn.time)
 
 
