@@ -53,11 +53,13 @@ async def get_tenant(principal: Annotated[Principal, Depends(get_principal)]) ->
     return principal.tenant
 
 
-@asynccontextmanager
-async def connection_for(state: Any, tenant: str) -> AsyncIterator[psycopg.AsyncConnection]:
+async def get_conn(
+    request: Request, principal: Annotated[Principal, Depends(get_principal)]
+) -> AsyncIterator[psycopg.AsyncConnection]:
     """A pooled connection reading the generation that is active right now, within the
-    tenant's share of the pool (429 past it) and the pool's wait (503 past it)."""
-    async with state.tenant_slots.hold(tenant):
+    caller's tenant share of the pool (429 past it) and the pool's wait (503 past it)."""
+    state = request.app.state
+    async with state.tenant_slots.hold(principal.tenant):
         try:
             conn = await state.pool.getconn(timeout=state.settings.api.pool_timeout_s)
         except PoolTimeout:
@@ -69,14 +71,6 @@ async def connection_for(state: Any, tenant: str) -> AsyncIterator[psycopg.Async
                 yield conn
         finally:
             await state.pool.putconn(conn)
-
-
-async def get_conn(
-    request: Request, principal: Annotated[Principal, Depends(get_principal)]
-) -> AsyncIterator[psycopg.AsyncConnection]:
-    """The caller's pooled connection (connection_for)."""
-    async with connection_for(request.app.state, principal.tenant) as conn:
-        yield conn
 
 
 SIDE_WAIT_S = 0.05  # a side connection is only taken when one is idle: never queue for it

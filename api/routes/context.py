@@ -11,7 +11,6 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
 from api.as_of import context_as_of
 from api.auth import conversation_user
 from api.deps import ConnDep, PrincipalDep, SettingsDep
-from api.routes.context_fast import ContextRoute
 from api.log_ends import LogEnds, projected_through
 from api.schemas import ContextOut
 from retrieval.request import ContextRequest
@@ -22,7 +21,7 @@ from core.metrics import CONTEXT_LATENCY
 from projections import queries
 from schemas.envelope import IDENTIFIER, conversation_key
 
-router = APIRouter(prefix="/v1/conversations", tags=["context"], route_class=ContextRoute)
+router = APIRouter(prefix="/v1/conversations", tags=["context"])
 MAX_SEQ = 2**31 - 1  # the seq column's range: nothing past it can exist
 ConversationId = Path(pattern=IDENTIFIER, max_length=200, description="The conversation")
 UserIdHeader = Header(None, alias="X-User-Id", pattern=IDENTIFIER, max_length=200,
