@@ -44,8 +44,17 @@ def make_api_pool(settings: Settings) -> AsyncConnectionPool:
     kwargs["application_name"] = f"memory-agent-api/{settings.generation}"  # pg_stat_activity
     return AsyncConnectionPool(
         settings.postgres.dsn, min_size=settings.postgres.pool_min_size, max_size=settings.postgres.pool_max_size,
-        kwargs=kwargs, check=check_connection, timeout=settings.api.pool_timeout_s, open=False,
+        kwargs=kwargs, check=check_connection, reset=transactional_again, timeout=settings.api.pool_timeout_s,
+        open=False,
     )
+
+
+async def transactional_again(conn) -> None:
+    """On a connection's return to the pool: out of autocommit (the surfaced record's statement
+    switches it on for one statement, retrieval.search.record_surfaced; a request cancelled inside
+    it must not hand the next one an autocommit connection). No I/O on an idle connection."""
+    if conn.autocommit:
+        await conn.set_autocommit(False)
 
 
 def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
