@@ -149,16 +149,20 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             before_b = await rows(settings, f"SELECT (SELECT count(*) FROM gen_{strong}.surfaced_items),"
                                             f" (SELECT count(*) FROM gen_{strong}.served_contexts)")
 
-            # (live, weak) then (live, strong), side by side: the pairs' judgements are apart.
-            text, better = await asyncio.gather(cli(settings, "generations", "judge", live, weak, "--sample", "10"),
-                                                cli(settings, "generations", "judge", live, strong, "--json"))
-            assert "WORSE" in text and "10 recorded turns" in text
+            # (live, weak) then (live, strong), side by side: the pairs' judgements are apart. The
+            # sample is paced as shipped (half a core); the whole-log judgements use a whole core
+            # (--cpu-share 1: no pauses between turns; the pacing is tests/unit/test_judge.py's).
+            text, better = await asyncio.gather(
+                cli(settings, "generations", "judge", live, weak, "--sample", "10"),
+                cli(settings, "generations", "judge", live, strong, "--json", "--cpu-share", "1"))
+            assert "WORSE" in text and "10 recorded turns" in text and "paced to 0.5 of a core" in text, text
             # Every recorded turn; the last judgement of each pair is what the gate reads.
-            worse = json.loads(await cli(settings, "generations", "judge", live, weak, "--json"))
+            worse = json.loads(await cli(settings, "generations", "judge", live, weak, "--json", "--cpu-share", "1"))
             better = json.loads(better)
             for report in (worse, better):
                 o = report["overall"]
                 assert o["turns"] == served and o["errors"] == 0, o
+                assert o["cpu_share"] == 1 and o["paced_seconds"] == 0, o
                 assert o["scored_turns"] == served, o  # every turn has a continuation here
             w, s = worse["overall"], better["overall"]
             print("weak:", w, "\nstrong:", s)
@@ -179,7 +183,7 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             # The admin route judges a sample in the API process (the API's settings plus B's overrides).
             async with httpx.AsyncClient(base_url=base, headers={"X-Admin-Key": DEV_ADMIN_KEY}, timeout=300) as admin:
                 response = await admin.post(f"/v1/admin/generations/{weak}/judge",
-                                            params={"against": live, "sample": 8})
+                                            params={"against": live, "sample": 8, "cpu_share": 1})
                 assert response.status_code == 200, response.text
                 assert response.json()["overall"]["turns"] == 8
                 assert response.json()["overall"]["verdict"] == "worse", response.json()["overall"]
