@@ -127,6 +127,19 @@ async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+async def side_by_side(*commands: Awaitable, limit: int = 4) -> list:
+    """Awaits independent commands (typically CLI child processes, whose cost is mostly their
+    imports) concurrently, at most `limit` at a time (below a tenant's API connection share, so
+    none is refused with a 429); results in the order given."""
+    slots = asyncio.Semaphore(limit)
+
+    async def one(command: Awaitable):
+        async with slots:
+            return await command
+
+    return await asyncio.gather(*(one(command) for command in commands))
+
+
 async def scalar(settings: Settings, sql: str, params=()) -> object:
     async with await psycopg.AsyncConnection.connect(
         settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public"

@@ -10,7 +10,9 @@ import sys
 import orjson
 
 from core.settings import ApiSettings
-from tests.integration.conftest import API_KEYS, free_port, running_api, settings_env, wait_until, worker_process
+from tests.integration.conftest import (
+    API_KEYS, free_port, running_api, settings_env, side_by_side, wait_until, worker_process,
+)
 
 KEYS = {**API_KEYS, "nox-key": {"tenant": "tenant-a", "user": "nox"}}
 NETWORK = "Network configuration issue in the office: the mesh access point drops laptops when band steering is on."
@@ -46,68 +48,95 @@ async def test_the_memory_commands_against_the_real_stack(settings, tmp_path):
         tea = json.loads(out)
         assert code == 0 and tea["projected"] and tea["outcome"] == "stored"
 
+        # Read-only commands from here to `forget`, side by side (each is a process start).
+        shared_start = next((a[:n] for n in range(8, 0, -1) for a in (network_id,)
+                             if tea["fact_id"].startswith(a[:n])), None)
+        out_file = tmp_path / "memory.jsonl"
+        (search, search_json, listed_json, listed, shown, by_start, zzzz, no_user, exported, exported_json,
+         shared) = await side_by_side(
+            cli(settings, url, "search", "WiFi problem"),
+            cli(settings, url, "search", "WiFi problem", "--json", "--kind", "fact"),
+            cli(settings, url, "list", "--json"),
+            cli(settings, url, "list"),
+            cli(settings, url, "show", network_id),
+            cli(settings, url, "show", network_id[:8], "--json"),
+            cli(settings, url, "show", "zzzz"),
+            cli(settings, url, "list", user=None),
+            cli(settings, url, "export", "--out", str(out_file)),
+            cli(settings, url, "export", "--json"),  # one JSON document of the same items
+            cli(settings, url, "show", shared_start) if shared_start else asyncio.sleep(0))
+
         # Seed 001's check: "WiFi problem" finds the network-configuration memory (no shared word).
-        code, out, err = await cli(settings, url, "search", "WiFi problem")
+        code, out, err = search
         assert code == 0, err
         rows = out.splitlines()
         assert rows[0].split()[:3] == ["#", "score", "sim"] and network_id[:30] in rows[2]
-        code, out, _ = await cli(settings, url, "search", "WiFi problem", "--json", "--kind", "fact")
+        code, out, _ = search_json
         found = json.loads(out)
         assert code == 0 and found["items"][0]["id"] == network_id and found["items"][0]["content"] == NETWORK
         score = found["items"][0]["score"]
         assert score["final"] == score["similarity"] * score["importance_weight"] * score["recency_weight"]
 
-        code, out, _ = await cli(settings, url, "list", "--json")
+        code, out, _ = listed_json
         assert code == 0 and {f["fact_id"] for f in json.loads(out)["facts"]} == {network_id, tea["fact_id"]}
-        code, out, _ = await cli(settings, url, "list")
+        code, out, _ = listed
         assert code == 0 and "infrastructure" in out and "oolong" in out
-        code, out, _ = await cli(settings, url, "show", network_id)
+        code, out, _ = shown
         assert code == 0 and NETWORK[:40] in out and "manual" in out
         # A unique start of the id will do; a start two ids share is refused, naming them.
-        code, out, err = await cli(settings, url, "show", network_id[:8], "--json")
+        code, out, err = by_start
         assert code == 0 and json.loads(out)["fact_id"] == network_id, err
-        shared_start = next((a[:n] for n in range(8, 0, -1) for a in (network_id,)
-                             if tea["fact_id"].startswith(a[:n])), None)
         if shared_start:
-            code, _, err = await cli(settings, url, "show", shared_start)
+            code, _, err = shared
             assert code == 2 and network_id in err and tea["fact_id"] in err
-        code, _, err = await cli(settings, url, "show", "zzzz")
+        code, _, err = zzzz
         assert code == 1 and "not found" in err
         # Without an acting user a service key is told which flag or variable names one.
-        code, _, err = await cli(settings, url, "list", user=None)
+        code, _, err = no_user
         assert code == 2 and "--user" in err and "MEMORY_CLIENT__USER" in err, err
 
-        out_file = tmp_path / "memory.jsonl"
-        code, _, err = await cli(settings, url, "export", "--out", str(out_file))
+        code, _, err = exported
         lines = [orjson.loads(line) for line in out_file.read_bytes().splitlines()]
         assert code == 0 and "2 line(s)" in err
         assert {line["id"] for line in lines} == {network_id, tea["fact_id"]}
         assert all(line["event_id"] and line["valid_from"] for line in lines)
-        code, out, err = await cli(settings, url, "export", "--json")  # one JSON document of the same items
+        code, out, err = exported_json
         assert code == 0, err
         assert sorted(json.loads(out), key=lambda i: i["id"]) == sorted(lines, key=lambda i: i["id"])
 
         code, out, _ = await cli(settings, url, "forget", network_id)
         assert code == 0 and out.startswith(f"forgot {network_id}")
-        code, out, _ = await cli(settings, url, "search", "WiFi problem", "--json")
+        # After the forget; none of these changes anything (the two stores are refused), side by side.
+        (searched, deleted, wrong_key, other_user, bound_key, importance, shared_store, since,
+         unreachable) = await side_by_side(
+            cli(settings, url, "search", "WiFi problem", "--json"),
+            cli(settings, url, "show", network_id),  # deleted: gone for everyone
+            cli(settings, url, "search", "x", key="wrong-key"),
+            cli(settings, url, "search", "x", key="nox-key", user="maria"),
+            cli(settings, url, "search", "tea", "--json", key="nox-key", user=None),
+            cli(settings, url, "store", "x", "--importance", "9"),
+            cli(settings, url, "store", "x", "--shared"),
+            cli(settings, url, "search", "x", "--since", "not-a-date"),
+            cli(settings, f"http://127.0.0.1:{free_port()}", "search", "x"))
+        code, out, _ = searched
         assert network_id not in {item["id"] for item in json.loads(out)["items"]}
 
         # Exit codes mean something.
-        code, _, err = await cli(settings, url, "show", network_id)  # deleted: gone for everyone
+        code, _, err = deleted
         assert code == 1 and "not found" in err
-        code, _, err = await cli(settings, url, "search", "x", key="wrong-key")
+        code, _, err = wrong_key
         assert code == 3 and "401" in err
-        code, _, err = await cli(settings, url, "search", "x", key="nox-key", user="maria")
+        code, _, err = other_user
         assert code == 3 and "403" in err
-        code, out, _ = await cli(settings, url, "search", "tea", "--json", key="nox-key", user=None)
+        code, out, _ = bound_key
         assert code == 0 and json.loads(out)["user_id"] == "nox"
-        code, _, err = await cli(settings, url, "store", "x", "--importance", "9")
+        code, _, err = importance
         assert code == 2 and "importance" in err
-        code, _, err = await cli(settings, url, "store", "x", "--shared")
+        code, _, err = shared_store
         assert code == 2 and "--subject" in err
-        code, _, err = await cli(settings, url, "search", "x", "--since", "not-a-date")
+        code, _, err = since
         assert code == 2 and "since" in err
-    code, _, err = await cli(settings, f"http://127.0.0.1:{free_port()}", "search", "x")
+    code, _, err = unreachable
     assert code == 4 and "unreachable" in err
 
 

@@ -64,28 +64,34 @@ async def rows(settings, query: str, params=()) -> list[tuple]:
 
 
 async def serve_while_talking(settings, http: httpx.AsyncClient, conversations: int) -> int:
-    """Each round: the context at its start (what a chat service asks), then its two messages."""
-    served = 0
+    """Each round: the context at its start (what a chat service asks), then its two messages.
+    The conversations talk side by side (each in its own order), as a chat service's would: the
+    wait for one conversation's projection overlaps the others'."""
     async with MemoryClient(settings) as client:
-        for r in range(ROUNDS):
-            for c in range(conversations):
-                question, answer = conversation(c)[r]
-                if r >= 3:
-                    params = {"before_seq": 2 * r, "min_seq": 2 * r - 1, "wait_ms": 5000, "query": question}
-                    response = None
+        served = await asyncio.gather(*(talk(settings, http, client, c) for c in range(conversations)))
+    return sum(served)
 
-                    async def answered() -> bool:  # 404 until the conversation's first messages are projected
-                        nonlocal response
-                        response = await http.get(f"/v1/conversations/conv-{c}/context", params=params)
-                        return response.status_code != 404
 
-                    await wait_until(answered, 240, f"the context of conv-{c} at {2 * r}")
-                    assert response.status_code == 200, response.text
-                    served += 1
-                for seq, role, text in ((2 * r, "user", question), (2 * r + 1, "assistant", answer)):
-                    await client.append_message(tenant_id="tenant-a", conversation_id=f"conv-{c}",
-                                                user_id=f"user-{c}", seq=seq, role=role, content=text,
-                                                event_id=f"{settings.kafka.topic_prefix}-{c}-{seq}")
+async def talk(settings, http: httpx.AsyncClient, client: MemoryClient, c: int) -> int:
+    served = 0
+    for r in range(ROUNDS):
+        question, answer = conversation(c)[r]
+        if r >= 3:
+            params = {"before_seq": 2 * r, "min_seq": 2 * r - 1, "wait_ms": 5000, "query": question}
+            response = None
+
+            async def answered() -> bool:  # 404 until the conversation's first messages are projected
+                nonlocal response
+                response = await http.get(f"/v1/conversations/conv-{c}/context", params=params)
+                return response.status_code != 404
+
+            await wait_until(answered, 240, f"the context of conv-{c} at {2 * r}")
+            assert response.status_code == 200, response.text
+            served += 1
+        for seq, role, text in ((2 * r, "user", question), (2 * r + 1, "assistant", answer)):
+            await client.append_message(tenant_id="tenant-a", conversation_id=f"conv-{c}",
+                                        user_id=f"user-{c}", seq=seq, role=role, content=text,
+                                        event_id=f"{settings.kafka.topic_prefix}-{c}-{seq}")
     return served
 
 
@@ -127,10 +133,12 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
 
         await wait_until(recorded, 60, "the served contexts recorded")
         try:
-            await cli(settings, "replay", "start", "--generation", weak, "--detach",
-                      "--set", "llm.extractive_max_chars=80", "--set", "window.context_max_gap_messages=0",
-                      "--set", "retrieval.threshold=5")
-            await cli(settings, "replay", "start", "--generation", strong, "--detach")
+            # Independent commands run side by side (each is a process start, mostly imports).
+            await asyncio.gather(
+                cli(settings, "replay", "start", "--generation", weak, "--detach",
+                    "--set", "llm.extractive_max_chars=80", "--set", "window.context_max_gap_messages=0",
+                    "--set", "retrieval.threshold=5"),
+                cli(settings, "replay", "start", "--generation", strong, "--detach"))
             for name in (weak, strong):
                 await settled(settings, name)
 
@@ -141,14 +149,20 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             before_b = await rows(settings, f"SELECT (SELECT count(*) FROM gen_{strong}.surfaced_items),"
                                             f" (SELECT count(*) FROM gen_{strong}.served_contexts)")
 
-            text = await cli(settings, "generations", "judge", live, weak, "--sample", "10")
-            assert "WORSE" in text and "10 recorded turns" in text
+            # (live, weak) then (live, strong), side by side: the pairs' judgements are apart. The
+            # sample is paced as shipped (half a core); the whole-log judgements use a whole core
+            # (--cpu-share 1: no pauses between turns; the pacing is tests/unit/test_judge.py's).
+            text, better = await asyncio.gather(
+                cli(settings, "generations", "judge", live, weak, "--sample", "10"),
+                cli(settings, "generations", "judge", live, strong, "--json", "--cpu-share", "1"))
+            assert "WORSE" in text and "10 recorded turns" in text and "paced to 0.5 of a core" in text, text
             # Every recorded turn; the last judgement of each pair is what the gate reads.
-            worse = json.loads(await cli(settings, "generations", "judge", live, weak, "--json"))
-            better = json.loads(await cli(settings, "generations", "judge", live, strong, "--json"))
+            worse = json.loads(await cli(settings, "generations", "judge", live, weak, "--json", "--cpu-share", "1"))
+            better = json.loads(better)
             for report in (worse, better):
                 o = report["overall"]
                 assert o["turns"] == served and o["errors"] == 0, o
+                assert o["cpu_share"] == 1 and o["paced_seconds"] == 0, o
                 assert o["scored_turns"] == served, o  # every turn has a continuation here
             w, s = worse["overall"], better["overall"]
             print("weak:", w, "\nstrong:", s)
@@ -160,15 +174,16 @@ async def test_a_weakened_generation_is_judged_worse_and_a_stronger_one_better(s
             assert await rows(settings, f"SELECT (SELECT count(*) FROM gen_{strong}.surfaced_items),"
                                         f" (SELECT count(*) FROM gen_{strong}.served_contexts)") == before_b
 
-            refused = await cli(settings, "generations", "activate", weak, "--if-better-than", live, ok=False)
+            refused, nope = await asyncio.gather(  # both refused: neither changes anything
+                cli(settings, "generations", "activate", weak, "--if-better-than", live, ok=False),
+                cli(settings, "generations", "activate", "nope", ok=False))
             assert "worse, beyond the margin" in refused and f"{-w['delta']:.3f}" in refused, refused
-            nope = await cli(settings, "generations", "activate", "nope", ok=False)
             assert "no generation 'nope'" in nope and "processed" not in nope, nope
 
             # The admin route judges a sample in the API process (the API's settings plus B's overrides).
             async with httpx.AsyncClient(base_url=base, headers={"X-Admin-Key": DEV_ADMIN_KEY}, timeout=300) as admin:
                 response = await admin.post(f"/v1/admin/generations/{weak}/judge",
-                                            params={"against": live, "sample": 8})
+                                            params={"against": live, "sample": 8, "cpu_share": 1})
                 assert response.status_code == 200, response.text
                 assert response.json()["overall"]["turns"] == 8
                 assert response.json()["overall"]["verdict"] == "worse", response.json()["overall"]

@@ -58,6 +58,15 @@ async def summary_of(http: httpx.AsyncClient, conversation: str) -> dict | None:
     return response.json()["summary"]
 
 
+async def serving(http: httpx.AsyncClient, name: str) -> None:
+    """Polls until the API reads from generation `name` (it re-reads the active one every second;
+    /readyz and the reads share that lookup, so a read after this one comes from `name`)."""
+    async def switched() -> bool:
+        return (await http.get("/readyz")).json()["generation"] == name
+
+    await wait_until(switched, 30, f"the API to read generation {name}")
+
+
 def named(settings, suffix: str) -> str:
     """Generation names are schema names, shared by every deployment on the database."""
     return f"{settings.generation}_{suffix}"
@@ -112,19 +121,22 @@ async def test_prompt_change_replay_switch_and_rollback(settings):
 
             out = await cli(settings, fake, "generations", "activate", v2)
             assert "rollback" in out
-            await asyncio.sleep(1.2)  # the API re-reads the active generation every second
+            await serving(http, v2)
             switched = await summary_of(http, "conv-0")
             assert switched["prompt_version"] == "summary-v2"
             assert (await http.get("/readyz")).json()["generation"] == v2
 
             await cli(settings, fake, "generations", "activate", settings.generation)
-            await asyncio.sleep(1.2)
+            await serving(http, settings.generation)
             assert (await summary_of(http, "conv-0"))["prompt_version"] == "summary-v1"
 
-            status = json.loads(await cli(settings, fake, "replay", "status", v2, "--json"))
+            # Read-only commands, side by side (each is a process start, mostly imports).
+            status, diff = await asyncio.gather(
+                cli(settings, fake, "replay", "status", v2, "--json"),
+                cli(settings, fake, "generations", "diff", settings.generation, v2, "--json"))
+            status, diff = json.loads(status), json.loads(diff)
             assert status[v2]["caught_up"] is True and status[v2]["behind"] == {}
             assert status[v2]["llm_cache"]["summary"]["calls"] > 0
-            diff = json.loads(await cli(settings, fake, "generations", "diff", settings.generation, v2, "--json"))
             assert diff["summaries"]  # new prompt, new summaries
 
 
@@ -146,13 +158,15 @@ async def test_replaying_twice_without_changes_costs_no_llm_calls_and_diffs_empt
             await _summaries_settled(settings, r2)
 
             assert len(fake.chat_requests) == calls_after_first, "the second replay called the LLM"
-            status = json.loads(await cli(settings, fake, "replay", "status", r2, "--json"))
+            status, diff, text = await asyncio.gather(  # read-only commands, side by side
+                cli(settings, fake, "replay", "status", r2, "--json"),
+                cli(settings, fake, "generations", "diff", r1, r2, "--json"),
+                cli(settings, fake, "generations", "diff", r1, r2))
+            status, diff = json.loads(status), json.loads(diff)
             assert status[r2]["llm_cache"]["summary"] == {"hits": status[r2]["llm_cache"]["summary"]["hits"],
                                                             "calls": 0}
             assert status[r2]["llm_cache"]["summary"]["hits"] >= 3 * 3
-            diff = json.loads(await cli(settings, fake, "generations", "diff", r1, r2, "--json"))
             assert diff["empty"] is True, diff
-            text = await cli(settings, fake, "generations", "diff", r1, r2)
             assert "no differences" in text
 
             await cli(settings, fake, "replay", "cancel", r2)
@@ -173,8 +187,9 @@ async def test_batch_and_stream_replays_build_the_same_memory_and_the_agents_tak
                 await client.send_raw(b"not an event", key=conversation_key("tenant-a", "conv-1"))
             await live_summaries_done(settings, http, 3)
 
-            await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
-            out = await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
+            _, out = await asyncio.gather(  # both detach: they run side by side either way
+                cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach"),
+                cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach"))
             assert "batch" in out
             for name in (s1, b1):
                 await caught_up(settings, name)
@@ -253,12 +268,13 @@ async def test_a_batch_replay_killed_midway_resumes_and_loses_nothing(settings):
             os.killpg(int(replays.pid_file(state, k1).read_text()), signal.SIGKILL)
             assert not (await replays.progress(settings, k1)).caught_up
 
-            out = await cli(settings, fake, "replay", "resume", k1)
+            # The uninterrupted batch replay of the same log is built beside the resumed one.
+            out, _ = await asyncio.gather(
+                cli(settings, fake, "replay", "resume", k1),
+                cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach"))
             assert "batch replay" in out
             await caught_up(settings, k1)
             await _summaries_settled(settings, k1)
-
-            await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
             await caught_up(settings, b1)
             await _summaries_settled(settings, b1)
             diff = json.loads(await cli(settings, fake, "generations", "diff", k1, b1, "--json"))
@@ -301,8 +317,9 @@ async def test_a_batch_replay_leaves_out_what_erasures_in_the_log_cover_as_the_s
             await client.append_message(tenant_id="tenant-a", conversation_id="conv-0", user_id="alice",
                                         seq=8, role="user", content=f"late {settings.generation}")
         try:
-            await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
-            await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
+            await asyncio.gather(  # both detach: they run side by side either way
+                cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach"),
+                cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach"))
             for name in (s1, b1):
                 await caught_up(settings, name)
             for table in ("messages", "message_embeddings", "conversations"):
@@ -411,7 +428,7 @@ async def test_a_fact_deleted_before_the_replay_stays_deleted_after_it(settings)
                 )
                 out, _ = await activate.communicate()
                 assert activate.returncode == 0, out.decode()
-                await asyncio.sleep(1.2)
+                await serving(http, f2)
                 after = await facts_of(http)
                 assert (await http.get("/readyz")).json()["generation"] == f2
                 assert "Lisbon" not in " ".join(after)

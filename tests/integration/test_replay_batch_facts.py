@@ -132,8 +132,9 @@ async def test_batch_replay_of_chunks_and_facts_equals_the_stream_replay_and_han
                 await say(settings, c, range(2 * ROUNDS))
             await chunks_settled(settings, settings.pg_schema, 3 * CONVERSATIONS)
         try:
-            await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
-            out = await cli(settings, fake, "replay", "start", "--generation", b1, "--detach")  # auto
+            _, out = await asyncio.gather(  # both detach: they run side by side either way
+                cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach"),
+                cli(settings, fake, "replay", "start", "--generation", b1, "--detach"))  # auto
             assert "batch" in out, out
             for name in (s1, b1):
                 await caught_up(settings, name)

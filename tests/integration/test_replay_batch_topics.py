@@ -123,8 +123,9 @@ async def test_batch_replay_of_topics_equals_the_stream_replay_and_hands_over(se
             await placed(settings, settings.pg_schema, last)
         try:
             embedded = len(fake.embedding_requests)  # the live worker filled the embedding cache
-            await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
-            out = await cli(settings, fake, "replay", "start", "--generation", b1, "--detach")  # auto
+            _, out = await asyncio.gather(  # both detach: they run side by side either way
+                cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach"),
+                cli(settings, fake, "replay", "start", "--generation", b1, "--detach"))  # auto
             assert "batch" in out, out
             for name in (s1, b1):
                 await caught_up(settings, name)
@@ -245,8 +246,9 @@ async def test_the_batch_s_topic_fold_never_sees_what_the_log_s_erasures_cover(s
             await client.append(new_event(ee.USER_ERASED, ee.UserErased(erased_user_id="bob"), tenant_id="tenant-a",
                                           conversation_id=ee.erasure_stream("bob"), user_id="admin:ops"))
         try:
-            await cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach")
-            await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
+            await asyncio.gather(  # both detach: they run side by side either way
+                cli(settings, fake, "replay", "start", "--generation", s1, "--mode", "stream", "--detach"),
+                cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach"))
             for name in (s1, b1):
                 await caught_up(settings, name)
             await placed(settings, f"gen_{b1}", {"conv-0": 15, "conv-3": 15})
@@ -322,9 +324,10 @@ async def test_a_topic_batch_killed_midway_resumes_and_equals_an_uninterrupted_o
             os.killpg(int(replays.pid_file(state, k1).read_text()), signal.SIGKILL)
             assert not (await replays.progress(settings, k1)).caught_up
 
-            out = await cli(settings, fake, "replay", "resume", k1)
+            out, _ = await asyncio.gather(  # the uninterrupted one is built beside the resumed one
+                cli(settings, fake, "replay", "resume", k1),
+                cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach"))
             assert "batch replay" in out
-            await cli(settings, fake, "replay", "start", "--generation", b1, "--mode", "batch", "--detach")
             for name in (k1, b1):
                 await caught_up(settings, name)
                 await placed(settings, f"gen_{name}", last)
