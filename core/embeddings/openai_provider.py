@@ -6,7 +6,6 @@ import asyncio
 from typing import Sequence
 
 import numpy as np
-from openai import AsyncOpenAI
 
 from core.embeddings.port import EmbeddingError, l2_normalise
 from core.embeddings.prefixes import prefixes_for
@@ -46,6 +45,8 @@ class OpenAiEmbedder:
         self._send_dimensions = accepts_dimensions(model) if send_dimensions is None else send_dimensions
         self._policy = RetryPolicy(max_retries, backoff_base_s, backoff_max_s)
         self._semaphore = asyncio.Semaphore(concurrency)
+        from openai import AsyncOpenAI  # imported when used: ~2 CPU-s at every process start otherwise
+
         self._client = AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0
         )
