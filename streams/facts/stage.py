@@ -58,13 +58,26 @@ class ChunkStage:
         self._recent: OrderedDict[tuple[str, str], list[ExistingFact]] = OrderedDict()
 
     async def handle(self, event: Event) -> Envelope | None:
-        """The result event for a request, or None when its range is already recorded."""
+        """The result event for a request, or None when its range is already recorded and the
+        request is a first attempt (a redelivery: its chunk.recorded is in the log already, on
+        its way to the fold).
+
+        A re-issued request (attempt > 1) for a recorded range is computed and answered again:
+        the fold re-issues only when no result reached it within its timeout, so it never got the
+        one in the log (e.g. a worker stopped between recording a chunk and folding its result).
+        Answered with nothing, the fold re-issued the range until its attempts ran out and then
+        skipped it: a worker restarted mid-request resumed after max_attempts timeouts (5 x 30 s
+        in tests/integration/test_upgrade.py) instead of one. The projector and the fold ignore the
+        second chunk.recorded of a range; it costs one model call, on a re-issue only."""
         request: fe.ChunkRequested = event.payload
         cause = event.envelope
         if await self._already_recorded(cause, request):
-            log.debug("chunk %s-%s of %s already recorded", request.start_seq, request.end_seq_exclusive,
-                      cause.conversation_id)
-            return None
+            if request.attempt <= 1:
+                log.debug("chunk %s-%s of %s already recorded", request.start_seq, request.end_seq_exclusive,
+                          cause.conversation_id)
+                return None
+            log.info("chunk %s-%s of %s already recorded, re-issued (attempt %d): answered again for the fold",
+                     request.start_seq, request.end_seq_exclusive, cause.conversation_id, request.attempt)
         started = time.monotonic()
         try:
             inputs = await self._inputs(cause, request)

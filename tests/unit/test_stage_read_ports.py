@@ -79,6 +79,40 @@ def test_a_range_already_recorded_is_answered_with_nothing_and_no_model_call():
     assert run(stage.handle(chunk_request())) is None
 
 
+class OneSummary:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def extract(self, messages, existing):
+        from streams.facts.extraction import ExtractionResult
+        from streams.facts.extractor import Extraction
+
+        self.calls += 1
+        return Extraction(ExtractionResult(summary="a b c"), fe.GateVerdict(worth_remembering=False, method="off"),
+                          "m", "p")
+
+
+class TwoDims:
+    model, dimensions = "stub", 2
+
+    async def embed_documents(self, texts):
+        return np.ones((len(texts), 2), dtype=np.float32)
+
+
+def test_a_re_issued_request_for_a_recorded_range_is_answered_so_the_fold_moves_on():
+    """The fold re-issues a range only when no result reached it within its timeout; a worker
+    stopped between recording a chunk and folding its result left such a range. Answered with
+    nothing, the fold re-issued it until its attempts ran out (5 timeouts) and skipped it."""
+    extractor = OneSummary()
+    stage = ChunkStage(extractor, TwoDims(), Chunks({0: "a", 1: "b", 2: "c"}, recorded={(0, 3)}))
+    reissued = as_event(fe.CHUNK_REQUESTED, fe.ChunkRequested(start_seq=0, end_seq_exclusive=3, attempt=2,
+                                                              prompt_version="p", model="m"), 2)
+    out = run(stage.handle(reissued))
+    assert out is not None and out.type == fe.CHUNK_RECORDED, out
+    assert (out.payload["start_seq"], out.payload["end_seq_exclusive"], out.payload["attempt"]) == (0, 3, 2)
+    assert extractor.calls == 1
+
+
 def test_the_chunk_inputs_wait_for_the_projection_and_skip_erased_seqs():
     reads = Chunks({0: "a", 2: "c"}, erased={1}, arrive_after=2)
     stage = ChunkStage(NoExtractor(), None, reads, inputs_wait_s=5)
