@@ -345,6 +345,11 @@ class RetrievalSettings(BaseModel):
     # share of the query's words an item contains (0..1, see docs/retrieval.md). 1: the
     # question's rare words count as much as the cosine (0.5 until issue 24's fourth session).
     keyword_weight: float = Field(default=1.0, ge=0)
+    # An item longer than this many distinct words (a chunk: ~80) has its keyword score scaled
+    # by (this / words) ** keyword_length_power: a long text contains a question's words by its
+    # length alone (BM25's length normalisation; docs/evaluation.md, issue 24). 0: off.
+    keyword_length_lexemes: int = Field(default=35, ge=0)
+    keyword_length_power: float = Field(default=0.75, ge=0)
     # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.
     ef_search: int = Field(default=64, ge=1, le=1000)
     # A bigger budget needs more candidates: hits per search per table are
