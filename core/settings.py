@@ -362,8 +362,10 @@ class RetrievalSettings(BaseModel):
     # Messages longer than this many characters are cut to their best sentences when packed.
     message_chars: int = Field(default=400, ge=0)
     # A retrieved message that ends with a question carries the reply after it, cut to this
-    # many characters (the answer is what a caller asks about again; 0: questions alone).
-    reply_chars: int = Field(default=240, ge=0)
+    # many characters (the answer is what a caller asks about again; 0: questions alone). 400,
+    # as a message: cut to 240 on the question's words, a long reply lost the sentence that
+    # answers (it rarely echoes the question; docs/evaluation.md, issue 24's fifth session).
+    reply_chars: int = Field(default=400, ge=0)
     # The earlier messages' share of the query vector (the current message weighs 1): they
     # resolve follow-ups without drowning the question in small talk.
     context_weight: float = Field(default=0.3, ge=0, le=1)

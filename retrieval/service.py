@@ -62,7 +62,7 @@ class RetrievalConfig:
     keyword_length_power: float = 0.75
     # A message that ends with a question comes with the reply that follows it, cut to this
     # many characters (0: questions alone). The answer is what the caller asks about again.
-    reply_chars: int = 240
+    reply_chars: int = 400
     # No budget spent twice: an item whose information words are this share of an included
     # item's is left out as a duplicate (retrieval/packing.py), a date counting as information
     # (a fact that resolves "yesterday" is never a duplicate of its message). Off (0): at 0.8 it

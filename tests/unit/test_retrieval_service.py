@@ -191,3 +191,18 @@ def test_a_long_item_gets_less_keyword_credit_than_a_message_that_covers_the_sam
         "message:message", "chunk:chunk"]
     settings = RetrievalConfig.from_settings(RetrievalSettings(keyword_length_lexemes=20, keyword_length_power=1.0))
     assert (settings.keyword_length_lexemes, settings.keyword_length_power) == (20, 1.0)
+
+
+def test_a_long_reply_keeps_the_sentence_that_answers_though_it_shares_no_word_with_the_question():
+    """Cut to 240 characters on the question's words, this reply kept its first sentences (the
+    ones that echo "pottery break") and lost the answer; a reply is now cut like a message (400)."""
+    from retrieval.service import message_text
+    reply = ("Bob: Thanks for asking about my pottery break! The pottery break has been long, and I miss the"
+             " pottery studio a lot, honestly more than I expected when the break started. The doctor says"
+             " a few more weeks. Meanwhile I have been reading a novel about sailors and painting"
+             " watercolour landscapes every evening.")
+    assert 240 < len(reply) <= 400
+    question = message_row(4, 0.6, "Ana: What do you do during your pottery break?", reply=reply)
+    assert RetrievalConfig().reply_chars == RetrievalSettings().reply_chars == 400
+    assert "watercolour" in message_text(question, RetrievalConfig(), ["pottery", "break"])
+    assert "watercolour" not in message_text(question, RetrievalConfig(reply_chars=240), ["pottery", "break"])
