@@ -349,6 +349,8 @@ class RetrievalSettings(BaseModel):
     # by (this / words) ** keyword_length_power: a long text contains a question's words by its
     # length alone (BM25's length normalisation; docs/evaluation.md, issue 24). 0: off.
     keyword_length_lexemes: int = Field(default=35, ge=0)
+    # The power of that length weight: (keyword_length_lexemes / words) ** this (1: coverage
+    # per keyword_length_lexemes words).
     keyword_length_power: float = Field(default=0.75, ge=0)
     # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.
     ef_search: int = Field(default=64, ge=1, le=1000)
