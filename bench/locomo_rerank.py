@@ -196,6 +196,33 @@ def chunk_cut(chars: int) -> Order:
     return lambda items: [cut(i) for i in by(seed001)(items)]
 
 
+def lexeme_counts(rows: list[dict], dsn: str) -> dict[str, int]:
+    """Each item's distinct English lexemes (PostgreSQL's to_tsvector, as memory_items keeps
+    them: a message without the reply its line carries), by kind and id. One statement."""
+    import psycopg
+
+    items = {f"{i['kind']}:{i['id']}": (i.get("content") or "").split(" → ")[0]
+             for row in rows for i in ((row.get("retrieved") or {}).get("items")) or []}
+    with psycopg.connect(dsn) as conn:
+        cur = conn.execute("SELECT k, length(to_tsvector('english', t)) FROM unnest(%s::text[], %s::text[]) AS u(k, t)",
+                           (list(items), list(items.values())))
+        return dict(cur.fetchall())
+
+
+def length_weighted(counts: dict[str, int], typical: int, power: float) -> Callable[[Item], float]:
+    """The run's final with the keyword coverage of an item longer than `typical` lexemes scaled
+    by (typical / lexemes) ** power (retrieval.scoring.length_weight), for a run made without it."""
+    def value(item: Item) -> float:
+        sc = item["score"]
+        plain = sc["cosine"] + sc["keyword_score"]
+        if plain <= 0:
+            return 0.0
+        lexemes = counts.get(f"{item['kind']}:{item['id']}", 0)
+        weight = (typical / lexemes) ** power if typical and lexemes > typical else 1.0
+        return sc["final"] * (sc["cosine"] + sc["keyword_score"] * weight) / plain
+    return value
+
+
 def variants() -> dict[str, Order]:
     sc = lambda i: i["score"]  # noqa: E731
     return {
@@ -225,11 +252,18 @@ def main() -> None:
     parser.add_argument("dump", type=Path)
     parser.add_argument("--budget", type=int, default=500)
     parser.add_argument("--only", help="only the variants whose name contains this")
+    parser.add_argument("--dsn", help="a PostgreSQL to count each item's lexemes with: adds the length-weight grid"
+                                      " (for a dump made with keyword_length_lexemes 0, e.g. main before it)")
     args = parser.parse_args()
     rows = [json.loads(text) for text in args.dump.read_text().splitlines() if text.strip()]
+    extra: dict[str, Order] = {}
+    if args.dsn:
+        counts = lexeme_counts(rows, args.dsn)
+        extra = {f"length weight {typical}, {power}": by(length_weighted(counts, typical, power))
+                 for typical, power in ((20, 0.5), (25, 0.5), (30, 0.5), (30, 1.0), (35, 0.75), (40, 0.5), (50, 1.0))}
     print("| order | answer words | hit | " + " | ".join(f"{k} hit" for k in KINDS) + " |")
     print("|" + "---|" * (3 + len(KINDS)))
-    for name, order in variants().items():
+    for name, order in {**variants(), **extra}.items():
         if args.only is None or args.only in name or name == "seed001":
             print(line(name, evaluate(rows, order, args.budget)), flush=True)
     for overlap in (0.8, 0.9) if args.only is None else ():

@@ -345,6 +345,13 @@ class RetrievalSettings(BaseModel):
     # share of the query's words an item contains (0..1, see docs/retrieval.md). 1: the
     # question's rare words count as much as the cosine (0.5 until issue 24's fourth session).
     keyword_weight: float = Field(default=1.0, ge=0)
+    # An item longer than this many distinct words (a chunk: ~80) has its keyword score scaled
+    # by (this / words) ** keyword_length_power: a long text contains a question's words by its
+    # length alone (BM25's length normalisation; docs/evaluation.md, issue 24). 0: off.
+    keyword_length_lexemes: int = Field(default=35, ge=0)
+    # The power of that length weight: (keyword_length_lexemes / words) ** this (1: coverage
+    # per keyword_length_lexemes words).
+    keyword_length_power: float = Field(default=0.75, ge=0)
     # pgvector HNSW search breadth (>= candidate_k); iterative scans keep filtered searches full.
     ef_search: int = Field(default=64, ge=1, le=1000)
     # A bigger budget needs more candidates: hits per search per table are
@@ -357,8 +364,10 @@ class RetrievalSettings(BaseModel):
     # Messages longer than this many characters are cut to their best sentences when packed.
     message_chars: int = Field(default=400, ge=0)
     # A retrieved message that ends with a question carries the reply after it, cut to this
-    # many characters (the answer is what a caller asks about again; 0: questions alone).
-    reply_chars: int = Field(default=240, ge=0)
+    # many characters (the answer is what a caller asks about again; 0: questions alone). 400,
+    # as a message: cut to 240 on the question's words, a long reply lost the sentence that
+    # answers (it rarely echoes the question; docs/evaluation.md, issue 24's fifth session).
+    reply_chars: int = Field(default=400, ge=0)
     # The earlier messages' share of the query vector (the current message weighs 1): they
     # resolve follow-ups without drowning the question in small talk.
     context_weight: float = Field(default=0.3, ge=0, le=1)

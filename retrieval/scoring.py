@@ -85,6 +85,18 @@ def importance_weight(importance: int | None, config: ScoringConfig = ScoringCon
     return (value / config.importance_scale) ** config.importance_power
 
 
+def length_weight(distinct_lexemes: int, typical: int, power: float) -> float:
+    """How much of an item's keyword coverage counts: 1 for an item of at most `typical`
+    distinct lexemes, (typical / lexemes) ** power for a longer one. A long text contains any
+    query word by chance in proportion to its length (BM25 normalises its term frequencies for
+    the same reason): a chunk of ~80 lexemes that covers a question's words spread over ten
+    messages is not as much about the question as one message that covers them (issue 24,
+    docs/evaluation.md). `typical` 0: off."""
+    if typical <= 0 or distinct_lexemes <= typical:
+        return 1.0
+    return (typical / distinct_lexemes) ** power
+
+
 def recency_weight(age_s: float, config: ScoringConfig = ScoringConfig()) -> float:
     """1.0 for age <= fresh_days, stale_weight for age >= stale_days, linear in between.
     A negative age (clock skew) counts as brand new."""

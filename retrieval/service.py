@@ -20,7 +20,8 @@ from core.settings import RetrievalSettings, Settings
 from retrieval.items import EXACT_SCAN_MAX_ITEMS, Prepared, prepare_items, search_items
 from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack
-from retrieval.scoring import Candidate, ScoredItem, ScoringConfig, rank_key, score, score_candidates, still_visible
+from retrieval.scoring import (Candidate, ScoredItem, ScoringConfig, length_weight, rank_key, score, score_candidates,
+                               still_visible)
 from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, SideConnection, record_surfaced
 from retrieval.snippets import snippet
 from retrieval.tokens import load_tokenizer, min_tokens
@@ -54,9 +55,14 @@ class RetrievalConfig:
     # its similarity is scaled by (words / informative_lexemes) ** informative_power.
     informative_lexemes: int = 6
     informative_power: float = 0.5
+    # An item longer than this many distinct words has its keyword coverage scaled by
+    # (this / words) ** keyword_length_power (scoring.length_weight: a chunk covers a question's
+    # words by its length alone). 0: off.
+    keyword_length_lexemes: int = 35
+    keyword_length_power: float = 0.75
     # A message that ends with a question comes with the reply that follows it, cut to this
     # many characters (0: questions alone). The answer is what the caller asks about again.
-    reply_chars: int = 240
+    reply_chars: int = 400
     # No budget spent twice: an item whose information words are this share of an included
     # item's is left out as a duplicate (retrieval/packing.py), a date counting as information
     # (a fact that resolves "yesterday" is never a duplicate of its message). Off (0): at 0.8 it
@@ -75,7 +81,8 @@ class RetrievalConfig:
                    s.keyword_max_terms, s.keyword_max_doc_fraction, s.keyword_weight,
                    max(s.ef_search, s.candidate_k), method, s.candidates_per_100_tokens, s.max_candidate_k,
                    s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes,
-                   reply_chars=s.reply_chars)
+                   reply_chars=s.reply_chars, keyword_length_lexemes=s.keyword_length_lexemes,
+                   keyword_length_power=s.keyword_length_power)
 
     def k_for(self, budget_tokens: int) -> int:
         """Hits per search per table for this budget (a bigger budget needs more candidates)."""
@@ -144,15 +151,23 @@ def informativeness(distinct_lexemes: int, full: int, power: float = 0.5) -> flo
 
 
 def relevance(row: SearchRow, method: Method, keyword_weight: float, full_lexemes: int = 0,
-              power: float = 0.5) -> float:
+              power: float = 0.5, typical_lexemes: int = 0, length_power: float = 0.75) -> float:
     """The `similarity` of seed 001's formula. vector: the cosine; keyword: the IDF-weighted
-    share of the query's words the item contains; hybrid: the cosine plus that share x weight,
+    share of the query's words the item contains; hybrid: the cosine plus that share x weight
+    (the share scaled down for an item longer than `typical_lexemes`: scoring.length_weight),
     scaled down for items of very few words (informativeness)."""
     if method == "vector":
         return row.cosine
     if method == "keyword":
         return row.keyword_score
-    return (row.cosine + keyword_weight * row.keyword_score) * informativeness(row.doc_lexemes, full_lexemes, power)
+    coverage = row.keyword_score * length_weight(row.doc_lexemes, typical_lexemes, length_power)
+    return (row.cosine + keyword_weight * coverage) * informativeness(row.doc_lexemes, full_lexemes, power)
+
+
+def config_relevance(row: SearchRow, config: "RetrievalConfig") -> float:
+    """`relevance` with the config's settings."""
+    return relevance(row, config.method, config.keyword_weight, config.informative_lexemes,
+                     config.informative_power, config.keyword_length_lexemes, config.keyword_length_power)
 
 
 def key(kind: str, item_id: str) -> str:
@@ -193,8 +208,7 @@ def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Sea
     by_key = {key(r.kind, r.item_id): r for r in rows}
 
     def rel(row: SearchRow) -> float:
-        return relevance(row, config.method, config.keyword_weight, config.informative_lexemes,
-                         config.informative_power)
+        return config_relevance(row, config)
 
     carried: set[str] = set()
     out: list[SearchRow] = []
@@ -212,8 +226,7 @@ def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: S
     return [
         Candidate(key(r.kind, r.item_id), r.kind,
                   message_text(r, config, lexemes) if r.kind == "message" else r.content,
-                  relevance(r, config.method, config.keyword_weight, config.informative_lexemes,
-                            config.informative_power), r.timestamp.timestamp(), r.importance,
+                  config_relevance(r, config), r.timestamp.timestamp(), r.importance,
                   r.category, r.visibility, r.range_start, r.range_end, _ts(r.occurred_start), _ts(r.occurred_end),
                   r.role)
         for r in rows

@@ -25,7 +25,8 @@ MAX_EXCLUDED = 20  # the best-scoring ones; `excluded_total` counts them all
 class ScoreOut(BaseModel):
     """Seed 001: final = similarity x importance_weight x recency_weight."""
 
-    similarity: float = Field(description="cosine + keyword_weight x keyword_score (hybrid relevance)")
+    similarity: float = Field(description="cosine + keyword_weight x keyword_score (x a length weight for an item of"
+                              " many words; hybrid relevance)")
     importance_weight: float
     recency_weight: float
     final: float

@@ -171,3 +171,38 @@ def test_replies_can_be_turned_off():
     question = message_row(4, 0.6, "Which database?", reply="PostgreSQL.")
     assert message_text(pair_replies([question], config)[0], config) == "Which database?"
     assert RetrievalConfig.from_settings(RetrievalSettings(reply_chars=0)).reply_chars == 0
+
+
+def test_a_long_item_gets_less_keyword_credit_than_a_message_that_covers_the_same_words():
+    """A chunk of ~80 distinct words covers a question's words spread over ten messages by its
+    length alone: its coverage counts (35 / words) ** 0.75; an item of up to 35 words keeps it."""
+    from retrieval.scoring import length_weight
+
+    assert length_weight(10, 35, 0.75) == length_weight(35, 35, 0.75) == 1.0
+    assert length_weight(70, 35, 0.75) == pytest.approx(0.5 ** 0.75)
+    assert length_weight(70, 0, 0.75) == 1.0  # switched off
+    message, chunk = row("message", 0.5, 1.0, words=12, kind="message"), row("chunk", 0.5, 1.0, words=80, kind="chunk")
+    config = RetrievalConfig()
+    assert (config.keyword_length_lexemes, config.keyword_length_power) == (35, 0.75)
+    assert relevance(message, "hybrid", 1.0, 6, 0.5, 35, 0.75) == pytest.approx(1.5)
+    assert relevance(chunk, "hybrid", 1.0, 6, 0.5, 35, 0.75) == pytest.approx(0.5 + (35 / 80) ** 0.75)
+    assert relevance(chunk, "hybrid", 1.0, 6, 0.5, 0) == pytest.approx(1.5)  # off: the same credit
+    assert [s.candidate.item_id for s in rank_all([chunk, message], NOW.timestamp(), config)] == [
+        "message:message", "chunk:chunk"]
+    settings = RetrievalConfig.from_settings(RetrievalSettings(keyword_length_lexemes=20, keyword_length_power=1.0))
+    assert (settings.keyword_length_lexemes, settings.keyword_length_power) == (20, 1.0)
+
+
+def test_a_long_reply_keeps_the_sentence_that_answers_though_it_shares_no_word_with_the_question():
+    """Cut to 240 characters on the question's words, this reply kept its first sentences (the
+    ones that echo "pottery break") and lost the answer; a reply is now cut like a message (400)."""
+    from retrieval.service import message_text
+    reply = ("Bob: Thanks for asking about my pottery break! The pottery break has been long, and I miss the"
+             " pottery studio a lot, honestly more than I expected when the break started. The doctor says"
+             " a few more weeks. Meanwhile I have been reading a novel about sailors and painting"
+             " watercolour landscapes every evening.")
+    assert 240 < len(reply) <= 400
+    question = message_row(4, 0.6, "Ana: What do you do during your pottery break?", reply=reply)
+    assert RetrievalConfig().reply_chars == RetrievalSettings().reply_chars == 400
+    assert "watercolour" in message_text(question, RetrievalConfig(), ["pottery", "break"])
+    assert "watercolour" not in message_text(question, RetrievalConfig(reply_chars=240), ["pottery", "break"])
