@@ -4,6 +4,7 @@ tenant, user and subject."""
 from __future__ import annotations
 
 import asyncio
+from operator import itemgetter
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -65,6 +66,7 @@ class SearchRow:
 
 
 _FIELDS = [f.name for f in fields(SearchRow)]
+_SCORE_AT = _FIELDS.index("keyword_score")
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -373,13 +375,15 @@ def rows_with_coverage(weights: Mapping[str, float]):
 
     def factory(cursor: psycopg.AsyncCursor):
         names = [column.name for column in cursor.description or ()]
-        order = [names.index(name) for name in _FIELDS]  # the statement's columns in field order
-        score_at, lexemes_at = _FIELDS.index("keyword_score"), _FIELDS.index("lexemes")
+        # The statement's columns in field order, the keyword score left out (it is computed here).
+        before = itemgetter(*(names.index(name) for name in _FIELDS[:_SCORE_AT]))
+        after = itemgetter(*(names.index(name) for name in _FIELDS[_SCORE_AT + 1:]))
+        lexemes_at = names.index("lexemes")
 
         def make(values: Sequence) -> SearchRow:
-            row = [values[i] for i in order]
-            row[score_at] = coverage(row[lexemes_at] or (), weights, total)
-            return SearchRow(*row)
+            matched = values[lexemes_at]
+            return SearchRow(*before(values), coverage(matched, weights, total) if matched and total > 0 else 0.0,
+                             *after(values))
 
         return make
 

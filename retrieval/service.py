@@ -203,7 +203,7 @@ def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Sea
     """Each reply is shown once: a question row that carries a reply which the searches found
     on its own too keeps it only if the question is the more relevant of the two (the reply's
     own row goes); otherwise the reply stands alone and the question goes without it."""
-    if config.reply_chars <= 0:
+    if config.reply_chars <= 0 or not any(r.reply for r in rows):  # no question carries a reply
         return list(rows)
     by_key = {key(r.kind, r.item_id): r for r in rows}
 
@@ -222,15 +222,18 @@ def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Sea
     return [r for r in out if key(r.kind, r.item_id) not in carried]
 
 
-def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: Sequence[str] = ()) -> list[Candidate]:
-    return [
-        Candidate(key(r.kind, r.item_id), r.kind,
-                  message_text(r, config, lexemes) if r.kind == "message" else r.content,
-                  config_relevance(r, config), r.timestamp.timestamp(), r.importance,
-                  r.category, r.visibility, r.range_start, r.range_end, _ts(r.occurred_start), _ts(r.occurred_end),
-                  r.role)
-        for r in rows
-    ]
+def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: Sequence[str] = (),
+                  keys: Sequence[str] | None = None) -> list[Candidate]:
+    """One Candidate per row (`keys`: the rows' candidate keys, if the caller made them already)."""
+    out = []
+    for i, r in enumerate(rows):
+        start, end = r.occurred_start, r.occurred_end
+        out.append(Candidate(
+            keys[i] if keys is not None else f"{r.kind}:{r.item_id}", r.kind,
+            message_text(r, config, lexemes) if r.kind == "message" else r.content, config_relevance(r, config),
+            r.timestamp.timestamp(), r.importance, r.category, r.visibility, r.range_start, r.range_end,
+            None if start is None else start.timestamp(), None if end is None else end.timestamp(), r.role))
+    return out
 
 
 def rank_all(rows: Sequence[SearchRow], now: float, config: RetrievalConfig = RetrievalConfig()) -> list[ScoredItem]:
@@ -390,10 +393,13 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
         prepared if current is not None else None, then_commit)), config)
     if keep is not None:
         rows = [r for r in rows if keep(r)]
-    by_key = {key(r.kind, r.item_id): r for r in rows}
-    visible = {k for k, r in by_key.items() if still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
-    lexemes = sorted({lexeme for r in rows for lexeme in (r.lexemes or ())})
-    scored = score_candidates(to_candidates(rows, config, lexemes), turn.time.timestamp(), visible, config.scoring)
+    keys = [f"{r.kind}:{r.item_id}" for r in rows]  # key(kind, item_id), made once
+    by_key = dict(zip(keys, rows))
+    visible = {k for k, r in by_key.items()
+               if r.surfaced_seqs and still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
+    lexemes = sorted({lexeme for r in rows if r.lexemes for lexeme in r.lexemes})
+    scored = score_candidates(to_candidates(rows, config, lexemes, keys), turn.time.timestamp(), visible,
+                              config.scoring)
     # What the model still sees from an earlier turn is not dropped, only put last: it fills
     # the room new items leave (seed 001 avoids repetition; it does not want an empty section).
     repeats = [ScoredItem(e.candidate, e.score) for e in scored.excluded

@@ -3,7 +3,9 @@
 Every caller of a process (stages, message index, topic recall, API queries) submits its texts
 here; a single model thread takes what is pending (lingering briefly when it was idle), sorts the
 texts by length (little padding), runs them in batches of `batch_size` and hands each request its
-own rows back as soon as they are done. Requests may come from any thread or event loop. A failing
+own rows back as soon as they are done. A request marked `urgent` (a query a person waits on:
+the context endpoint's) is never lingered for: an idle model runs it at once, a busy one takes it
+with whatever queued meanwhile. Requests may come from any thread or event loop. A failing
 batch is retried text by text, so one bad request fails alone. The queue is bounded: a caller
 waits (without blocking its event loop) while `max_pending` texts are not yet embedded.
 """
@@ -34,6 +36,7 @@ class _Request:
     left: int = 0
     error: BaseException | None = None
     rows: list[int] = field(default_factory=list)
+    urgent: bool = False
 
 
 class EmbeddingQueue:
@@ -50,6 +53,7 @@ class EmbeddingQueue:
         self._requests: deque[_Request] = deque()
         self._queued_texts = 0  # texts of self._requests
         self._pending_texts = 0  # submitted and not yet answered (what max_pending bounds)
+        self._urgent = 0  # queued requests marked urgent: the model thread does not linger for them
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._closed = False
         self.batches_run = 0  # model calls (for tests and metrics)
@@ -60,8 +64,9 @@ class EmbeddingQueue:
     def pending(self) -> int:
         return self._pending_texts
 
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """(len(texts), dimensions) rows in the order of `texts`; waits while the queue is full."""
+    async def embed(self, texts: Sequence[str], *, urgent: bool = False) -> np.ndarray:
+        """(len(texts), dimensions) rows in the order of `texts`; waits while the queue is full.
+        `urgent`: someone waits on it now (a query), so an idle model does not linger for company."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimensions), dtype=np.float32)
@@ -71,17 +76,18 @@ class EmbeddingQueue:
                 if self._closed:
                     raise EmbeddingError("the embedding queue is closed", retryable=False)
                 if self._pending_texts == 0 or self._pending_texts + len(texts) <= self.max_pending:
-                    future = self._enqueue(texts)
+                    future = self._enqueue(texts, urgent)
                     break
                 waiter = loop.create_future()
                 self._waiters.append((loop, waiter))
             await waiter  # woken when texts are answered or the queue closes
         return await asyncio.wrap_future(future)
 
-    def _enqueue(self, texts: list[str]) -> Future:
-        request = _Request(texts, Future(), left=len(texts))
+    def _enqueue(self, texts: list[str], urgent: bool = False) -> Future:
+        request = _Request(texts, Future(), left=len(texts), urgent=urgent)
         self._pending_texts += len(texts)
         self._queued_texts += len(texts)
+        self._urgent += urgent
         self._requests.append(request)
         self._lock.notify_all()
         return request.future
@@ -116,12 +122,14 @@ class EmbeddingQueue:
                 if self._closed:
                     return None
                 self._lock.wait()
-            if self._queued_texts < self.batch_size and self.linger_s and not self._closed:
-                self._lock.wait_for(lambda: self._queued_texts >= self.batch_size or self._closed, self.linger_s)
+            if self._queued_texts < self.batch_size and self.linger_s and not self._closed and not self._urgent:
+                self._lock.wait_for(lambda: self._queued_texts >= self.batch_size or self._closed or self._urgent,
+                                    self.linger_s)
             cycle, texts = [], 0
             while self._requests and (not cycle or texts + len(self._requests[0].texts) <= self.pool_texts):
                 request = self._requests.popleft()
                 self._queued_texts -= len(request.texts)
+                self._urgent -= request.urgent
                 texts += len(request.texts)
                 if request.future.set_running_or_notify_cancel():
                     cycle.append(request)

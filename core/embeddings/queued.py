@@ -70,7 +70,8 @@ class QueuedEmbedder:
         return await self._shared.queue.embed([prefix + t for t in texts])
 
     async def embed_query(self, text: str) -> np.ndarray:
-        return (await self._shared.queue.embed([self._shared.provider.prefixes.query + text]))[0]
+        # urgent: a person waits on a query (the context endpoint), so an idle model runs it at once
+        return (await self._shared.queue.embed([self._shared.provider.prefixes.query + text], urgent=True))[0]
 
     async def aclose(self) -> None:
         """Releases this handle; the last one closes the queue (what it holds is answered first)."""

@@ -202,3 +202,18 @@ async def test_make_embedder_shares_one_model_and_queue_per_process_until_the_la
     fresh = make_embedder(settings)  # a new one after the last closed
     assert fresh.inner.queue is not queue
     await fresh.aclose()
+
+
+async def test_an_urgent_request_is_not_lingered_for_and_wakes_a_lingering_model():
+    # An hour's linger: a request that waited for company would not be answered within the 10 s.
+    model = GatedModel(hold_first=False)
+    queue = EmbeddingQueue(model, 8, batch_size=32, linger_s=3600)
+    first = await asyncio.wait_for(queue.embed(["a question"], urgent=True), 10)
+    np.testing.assert_array_equal(first, expected(["a question"]))
+    background = asyncio.ensure_future(queue.embed(["a message"]))  # lingered for, until...
+    await until(lambda: queue.pending == 1)
+    answer = await asyncio.wait_for(queue.embed(["another question"], urgent=True), 10)  # ...a query comes
+    np.testing.assert_array_equal(answer, expected(["another question"]))
+    np.testing.assert_array_equal(await asyncio.wait_for(background, 10), expected(["a message"]))
+    assert model.calls == [["a question"], ["a message", "another question"]]  # still batched together
+    await queue.aclose()

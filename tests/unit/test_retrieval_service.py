@@ -206,3 +206,33 @@ def test_a_long_reply_keeps_the_sentence_that_answers_though_it_shares_no_word_w
     assert RetrievalConfig().reply_chars == RetrievalSettings().reply_chars == 400
     assert "watercolour" in message_text(question, RetrievalConfig(), ["pottery", "break"])
     assert "watercolour" not in message_text(question, RetrievalConfig(reply_chars=240), ["pottery", "break"])
+
+
+@pytest.mark.parametrize("method", ["hybrid", "vector", "keyword"])
+def test_to_candidates_gives_each_row_exactly_its_relevance_and_key(method):
+    from retrieval.service import config_relevance, to_candidates
+    config = RetrievalConfig(method=method)
+    rng = random.Random(7)
+    rows = [row(f"r{i}", rng.uniform(-0.2, 0.9), rng.choice([0.0, rng.random()]), words=words, kind=kind)
+            for i, (words, kind) in enumerate([(0, "fact"), (1, "chunk"), (5, "fact"), (6, "chunk"), (40, "fact")])]
+    candidates = to_candidates(rows, config)
+    assert [c.similarity for c in candidates] == [  # the same floats, bit for bit
+        config_relevance(r, config) for r in rows]
+    assert [c.item_id for c in candidates] == [f"{r.kind}:{r.item_id}" for r in rows]
+    assert [c.timestamp for c in candidates] == [r.timestamp.timestamp() for r in rows]
+
+
+def test_the_row_factory_puts_columns_in_field_order_and_scores_coverage_only_from_matches():
+    from dataclasses import fields
+    from types import SimpleNamespace
+    from retrieval.search import rows_with_coverage
+    names = [f.name for f in fields(SearchRow)]
+    shuffled = names[::-1]  # the statement's column order need not be the dataclass's
+    cursor = SimpleNamespace(description=[SimpleNamespace(name=n) for n in shuffled])
+    make = rows_with_coverage({"wifi": 2.0, "router": 1.0})(cursor)
+    base = row("a", 0.4)
+    values = {**{n: getattr(base, n) for n in names}, "keyword_score": 99.0}
+    for matched, expected_score in [(["wifi"], 2 / 3), (["wifi", "router", "wifi"], 1.0), ([], 0.0), (None, 0.0)]:
+        made = make([{**values, "lexemes": matched}[n] for n in shuffled])
+        assert made == SearchRow(**{**values, "lexemes": matched, "keyword_score": expected_score})
+    assert rows_with_coverage({})(cursor)([{**values, "lexemes": ["wifi"]}[n] for n in shuffled]).keyword_score == 0.0
