@@ -5,12 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 import httpx
-import psycopg
-import pytest
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from memory_agent.worker_metrics import LagReader
 from runtime.client import MemoryClient
 from tests.integration.conftest import free_port, wait_until, worker_process
 
@@ -74,29 +71,3 @@ async def test_worker_metrics_are_served_with_values_after_traffic(settings):
     assert any(labels["consumer"].startswith("group:") for labels, _ in samples["memory_consumer_lag_records"])
     assert "memory_summaries_in_flight" in samples and samples["memory_summaries_in_flight"][0][1] >= 0
     assert all(value >= 0 for _, value in samples["memory_consumer_lag_records"])
-
-
-async def test_the_lag_gauge_keeps_its_clients_and_reopens_them_after_a_failure(settings):
-    """One PostgreSQL connection, admin client and consumer for the process (not a new set every
-    refresh); a failed refresh closes them and the next one opens them again."""
-    async with MemoryClient(settings) as client:
-        await client.append_message(tenant_id="tenant-a", conversation_id="lag", user_id="alice", seq=0,
-                                    role="user", content="hello")
-    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
-        await conn.execute(f'INSERT INTO "{settings.pg_schema}".projector_offsets (projector, topic, partition,'
-                           " next_offset) VALUES ('messages', %s, 0, 0)", (settings.kafka.conversation_topic,))
-    reader = LagReader(settings)
-    try:
-        first = await reader.lag()
-        consumer = reader._consumer
-        assert ("projector:messages", f"{settings.kafka.conversation_topic}/0") in first and consumer is not None
-        await reader.lag()
-        assert reader.opened == 1 and reader._consumer is consumer
-        await reader._conn.close()  # PostgreSQL went away under it
-        with pytest.raises(psycopg.OperationalError):
-            await reader.lag()
-        assert reader._conn is None and reader._consumer is None
-        await reader.lag()
-        assert reader.opened == 2
-    finally:
-        await reader.close()
