@@ -92,6 +92,7 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     states = States(table)
     relevant = frozenset().union(*(part.relevant for part in slices))
     warming = [part for part in slices if part.warm is not None]
+    beginning = [part.begin for part in slices if part.begin is not None]
     for part in slices:
         ctx.stages.extend(part.stages)
 
@@ -110,6 +111,8 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
                 event = ctx.decode(record.value, key=record.key)
                 if event is not None and event.type in relevant:
                     batch.append((record, event))
+            for begin in beginning:
+                begin()
             await _warm(states, warming, batch)
             for record, event in batch:
                 # The task-local current event faust's own iteration sets: a table write goes to

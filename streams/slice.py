@@ -34,6 +34,9 @@ Prepare = Callable[[Any, Event], Awaitable[Any]]
 # and must never be needed: `prepare` stays the authority (what warming missed or failed to get,
 # it gets itself), so warming changes the cost, never the fold's inputs.
 Warm = Callable[[list[tuple[bytes, Any, Event]]], Awaitable[None]]
+# When the processor starts a batch (before `warm`): what a slice asks once a batch is asked
+# again (the topic fold's erasure probe: streams/topics_memory/erased.py).
+Begin = Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Slice:
     admit: Admit | None = None
     prepare: Prepare | None = None
     warm: Warm | None = None
+    begin: Begin | None = None
     # The batch replay (memory_agent/batch_replay) writes the final state of each conversation with
     # the same `dump`, into the same record, under `name`.
     meta: Mapping[str, Any] = field(default_factory=dict)

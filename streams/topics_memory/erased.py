@@ -21,6 +21,20 @@ query per message this replaces, at about a third of its cost (docs/topics.md, "
 A count that went down (a row deleted, which the code never does) also reloads; a delete and an
 insert between two probes would go unseen, which is why the table must stay insert-only.
 
+One probe per processor batch. The processor takes its records in batches (faust's `take_events`) and
+the slice probes once a batch, at its first message (`erasure_of(..., probe=False)` for the
+others). Every record of the batch was fetched before that probe was sent, so each message is
+still checked against every erasure committed before the fold took it (the batch). What a later
+message of the batch no longer sees is an erasure committed between the batch's probe and its
+own fold (the batch's fold time, milliseconds). That is the case the per-message probe already
+had between its probe and the fold's effects reaching the read model (fold, events, topic
+projector): the erasure was applied after the message was taken, so it is handled as every
+erasure of a message placed before it is: the erasure projector deletes what the fold placed
+from the messages it covers, a placement projected after the erasure is dropped on insert
+(migration 0046: its seq is recorded as erased), and a mixed conversation's topics are derived
+again (`conversation.rederive.requested`). The batch only widens that window by the fold time
+of the records ahead in the batch; no new kind of race comes with it.
+
 While PostgreSQL does not answer, the fold waits (and says so): going on without the check could
 bring erased words back, and failing would stop the fold.
 
@@ -158,10 +172,12 @@ class ErasedCheck:
         self.snapshot: ErasureSnapshot | None = None
         self.reloads = 0
 
-    async def erasure_of(self, event: Event, record) -> str | None:
-        """The id of the applied erasure that covers this message, or None."""
+    async def erasure_of(self, event: Event, record, *, probe: bool = True) -> str | None:
+        """The id of the applied erasure that covers this message, or None. `probe=False`: the
+        snapshot of this batch's probe decides (one probe per processor batch, "Cost" above)."""
         e = event.envelope
-        snapshot = await self._current(e.conversation_id, e.seq)
+        snapshot = self.snapshot if not probe and self.snapshot is not None else \
+            await self._current(e.conversation_id, e.seq)
         return snapshot.erasure_of(e.tenant_id, e.conversation_id, e.user_id, position(record))
 
     async def moot_rederive(self, erasure_id: str) -> bool:

@@ -44,6 +44,10 @@ def make_slice(ctx: StreamContext) -> Slice:
     # The local ONNX model already uses every core per call: one caller, batched, is fastest.
     embed_concurrency = 1 if settings.embedding.provider == "local" else settings.embedding.concurrency
     erased_check = Lazy(lambda: _erased_check(ctx))
+    probed = [False]  # this batch's erasure probe was sent (erased.py, "One probe per processor batch")
+
+    def begin() -> None:
+        probed[0] = False
 
     async def admit(event, record) -> bool:
         """The message race: a message an erasure already covers must not come back (erased.py)."""
@@ -51,7 +55,8 @@ def make_slice(ctx: StreamContext) -> Slice:
             return not await (await erased_check.get()).moot_rederive(event.payload.erasure_event_id)
         if event.type != MESSAGE_APPENDED or event.payload.role not in PLACED_ROLES:
             return True
-        erasure = await (await erased_check.get()).erasure_of(event, record)
+        erasure = await (await erased_check.get()).erasure_of(event, record, probe=not probed[0])
+        probed[0] = True
         if erasure is not None:
             log.info("topic fold: %s seq %d is covered by erasure %s; left out",
                      event.envelope.conversation_id, event.envelope.seq, erasure)
@@ -117,7 +122,7 @@ def make_slice(ctx: StreamContext) -> Slice:
     ]
     interval = max(1.0, min(settings.topics.embedding_timeout_s, settings.topics.compaction_timeout_s) / 4)
     return Slice(NAME, RELEVANT, load, dump, fold, stages, ticks=[Ticks(interval, due)], admit=admit,
-                 prepare=prepare, warm=warm)
+                 prepare=prepare, warm=warm, begin=begin)
 
 
 def _async(build):

@@ -224,9 +224,10 @@ def test_a_gap_read_takes_the_ranges_rows_and_gives_up_the_seqs_the_log_does_not
 class Erasures:
     def __init__(self) -> None:
         self.erasures: list[AppliedErasure] = []
-        self.loads = 0
+        self.loads = self.probes = 0
 
     async def count(self):
+        self.probes += 1
         return len(self.erasures)
 
     async def applied(self):
@@ -246,6 +247,19 @@ def test_the_erasure_check_reads_the_erasures_again_only_when_their_count_moved(
     assert run(check.erasure_of(message, record)) is None and reads.loads == 1  # same count: the snapshot decides
     reads.erasures.append(AppliedErasure("e1", "t", "alice", frozenset(), LogPosition(0, 11, 6_000)))
     assert run(check.erasure_of(message, record)) == "e1" and reads.loads == 2 and check.reloads == 2
+
+
+def test_the_erasure_check_probes_once_a_batch_when_asked_to():
+    """The processor's batch: the topic slice probes at its first message and lets that snapshot
+    decide for the rest of the batch (erased.py, "One probe per processor batch")."""
+    reads = Erasures()
+    check = ErasedCheck(reads)
+    message = as_event(MESSAGE_APPENDED, MessageAppended(role="user", content="hi"), 3)
+    record = SimpleNamespace(partition=0, offset=10, timestamp=5.0)
+    assert run(check.erasure_of(message, record, probe=False)) is None and reads.probes == 1  # no snapshot yet
+    reads.erasures.append(AppliedErasure("e1", "t", "alice", frozenset(), LogPosition(0, 11, 6_000)))
+    assert run(check.erasure_of(message, record, probe=False)) is None and reads.probes == 1  # the batch's snapshot
+    assert run(check.erasure_of(message, record)) == "e1" and reads.probes == 2  # the next batch's probe
 
 
 # --- the re-derive sender (streams/rederive.py) -------------------------------------------------
