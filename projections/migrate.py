@@ -61,7 +61,13 @@ def migrate(settings: Settings, schema: str | None = None) -> list[Migration]:
             done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             pending = [m for m in available_migrations() if m.version not in done]
             if pending:
-                conn.execute(script(pending, settings).as_string(conn))
+                try:
+                    conn.execute(script(pending, settings).as_string(conn))
+                except psycopg.Error as error:
+                    failed = migration_at(pending, settings, error.diag.statement_position)
+                    if failed is not None:
+                        error.add_note(f"in migration {failed.version:04d}_{failed.name} (applied: none, rolled back)")
+                    raise
     for migration in pending:
         log.info("applied migration %04d_%s to %s", migration.version, migration.name, schema)
     return pending
@@ -111,6 +117,19 @@ def register_generation_statements(settings: Settings, schema: str) -> list[sql.
             "  SELECT 1 FROM public.memory_generations WHERE topic_prefix = {} AND is_active)"
         ).format(prefix, name, prefix),
     ]
+
+
+def migration_at(pending: list[Migration], settings: Settings, position: str | None) -> Migration | None:
+    """The migration of `script` that holds 1-based character `position` (PostgreSQL's error
+    position), so an error names its migration although they were sent as one script."""
+    if not position:
+        return None
+    end = 0
+    for migration in pending:
+        end += len(render(migration.sql, settings)) + len(";\n")
+        if int(position) <= end:
+            return migration
+    return None
 
 
 def pending_migrations(conn: psycopg.Connection) -> list[int]:
