@@ -82,26 +82,32 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str], timeou
     log.warning("topics %s still have partitions without a leader after %ss", names, timeout_s)
 
 
-async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:
-    """Create missing topics; return the names created. Existing ones are left alone."""
+async def ensure_topics(
+    settings: Settings, specs: list[TopicSpec] | None = None, admin: AIOKafkaAdminClient | None = None
+) -> list[str]:
+    """Create missing topics; return the names created. Existing ones are left alone. A started
+    `admin` client is used as it is (and left open); without one, a client lives for the call."""
     specs = specs if specs is not None else topic_specs(settings)
+    if admin is not None:
+        return await _create_missing(admin, settings, specs)
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
     await admin.start()
     try:
-        existing = set(await admin.list_topics())
-        missing = [s for s in specs if s.name not in existing]
-        if missing:
-            try:
-                await admin.create_topics(
-                    [
-                        NewTopic(s.name, s.partitions, settings.kafka.replication_factor, topic_configs=s.config)
-                        for s in missing
-                    ]
-                )
-            except TopicAlreadyExistsError:
-                pass  # created concurrently by another process
-            log.info("created topics %s", [s.name for s in missing])
-            await _wait_for_leaders(admin, [s.name for s in missing])
-        return [s.name for s in missing]
+        return await _create_missing(admin, settings, specs)
     finally:
         await admin.close()
+
+
+async def _create_missing(admin: AIOKafkaAdminClient, settings: Settings, specs: list[TopicSpec]) -> list[str]:
+    existing = set(await admin.list_topics())
+    missing = [s for s in specs if s.name not in existing]
+    if missing:
+        try:
+            await admin.create_topics(
+                [NewTopic(s.name, s.partitions, settings.kafka.replication_factor, topic_configs=s.config) for s in missing]
+            )
+        except TopicAlreadyExistsError:
+            pass  # created concurrently by another process
+        log.info("created topics %s", [s.name for s in missing])
+        await _wait_for_leaders(admin, [s.name for s in missing])
+    return [s.name for s in missing]

@@ -39,14 +39,25 @@ def make_settings(stack, **overrides) -> Settings:
     return Settings(**fields)
 
 
+@pytest.fixture(scope="session")
+async def kafka_admin(stack) -> AsyncIterator[AIOKafkaAdminClient]:
+    """One admin client for every test's topics (a client per test cost a connection each)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    await admin.start()
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
 @pytest.fixture
-async def settings(stack) -> AsyncIterator[Settings]:
+async def settings(stack, kafka_admin) -> AsyncIterator[Settings]:
     settings = make_settings(stack)
     privacy.install(settings)  # this test's sealing (MEMORY_PRIVACY__ENCRYPT_CONTENT=true runs the suite sealed)
     await asyncio.to_thread(migrate, settings)
-    await ensure_topics(settings)
+    await ensure_topics(settings, admin=kafka_admin)
     yield settings
-    await drop_everything(settings)
+    await drop_everything(settings, kafka_admin)
 
 
 SEALING = pytest.mark.parametrize("sealed", [False, True], ids=["clear", "sealed"])
@@ -60,7 +71,8 @@ def sealed_variant(settings: Settings, sealed: bool) -> Settings:
     return settings
 
 
-async def drop_everything(settings: Settings) -> None:
+async def drop_everything(settings: Settings, admin: AIOKafkaAdminClient | None = None) -> None:
+    """Drops the test's generation schemas (one statement) and rows, then its topics."""
     with contextlib.suppress(Exception):
         async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
             # This generation and the replays a test built beside it (named after it).
@@ -68,20 +80,23 @@ async def drop_everything(settings: Settings) -> None:
                 "SELECT nspname FROM pg_namespace WHERE nspname = %s OR nspname LIKE %s",
                 (settings.pg_schema, settings.pg_schema + "\\_%"),
             )
-            for (schema,) in await cur.fetchall():
-                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            schemas = [psycopg.sql.Identifier(schema) for (schema,) in await cur.fetchall()]
+            if schemas:
+                await conn.execute(
+                    psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(psycopg.sql.SQL(", ").join(schemas))
+                )
             await conn.execute(
                 "DELETE FROM public.memory_generations WHERE topic_prefix = %s", (settings.kafka.topic_prefix,)
             )
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
-    await admin.start()
-    try:
+    async with contextlib.AsyncExitStack() as own:
+        if admin is None:
+            admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+            await admin.start()
+            own.push_async_callback(admin.close)
         ours = [t for t in await admin.list_topics() if t.startswith(settings.kafka.topic_prefix + ".")]
         if ours:
             with contextlib.suppress(Exception):
                 await admin.delete_topics(ours)
-    finally:
-        await admin.close()
 
 
 @contextlib.asynccontextmanager
