@@ -227,12 +227,11 @@ def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: S
     """One Candidate per row (`keys`: the rows' candidate keys, if the caller made them already)."""
     out = []
     for i, r in enumerate(rows):
-        start, end = r.occurred_start, r.occurred_end
         out.append(Candidate(
-            keys[i] if keys is not None else f"{r.kind}:{r.item_id}", r.kind,
+            keys[i] if keys is not None else key(r.kind, r.item_id), r.kind,
             message_text(r, config, lexemes) if r.kind == "message" else r.content, config_relevance(r, config),
             r.timestamp.timestamp(), r.importance, r.category, r.visibility, r.range_start, r.range_end,
-            None if start is None else start.timestamp(), None if end is None else end.timestamp(), r.role))
+            _ts(r.occurred_start), _ts(r.occurred_end), r.role))
     return out
 
 
@@ -393,7 +392,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
         prepared if current is not None else None, then_commit)), config)
     if keep is not None:
         rows = [r for r in rows if keep(r)]
-    keys = [f"{r.kind}:{r.item_id}" for r in rows]  # key(kind, item_id), made once
+    keys = [key(r.kind, r.item_id) for r in rows]  # made once, for the map and the candidates
     by_key = dict(zip(keys, rows))
     visible = {k for k, r in by_key.items()
                if r.surfaced_seqs and still_visible(r.surfaced_seqs, turn.seq, config.surfaced_window_seqs)}
