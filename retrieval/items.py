@@ -98,10 +98,12 @@ _COLUMNS = (
     " t.user_id AS owner_user_id, t.conversation_id, t.range_start, t.range_end, t.occurred_start,"
     " t.occurred_end, t.role"
 )
-# A message that ends with a question is found with its answer: the next message of the
-# conversation (memory_items holds only people's messages), unless that one is in the
-# response's verbatim gap or at/after the turn (the model sees it there already).
-_QUESTION = r"t.content ~ '\?[\s\"'')\]]*$'"
+# A message that asks something (a sentence of it ends with "?": "Got any paintings to show?
+# I'd love to see them.") is found with its answer: the next message of the conversation
+# (memory_items holds only people's messages), unless that one is in the response's verbatim
+# gap or at/after the turn (the model sees it there already). In a dialogue the reply to a
+# question means the question plus itself; the reply rarely repeats the question's words.
+_QUESTION = r"t.content ~ '\?([\s\"'')\]]|$)'"
 _REPLY = (
     f" LEFT JOIN memory_items r ON t.kind = 'message' AND {_QUESTION} AND r.tenant_id = t.tenant_id"
     " AND r.kind = 'message' AND r.item_id = t.conversation_id || ':' || (t.seq + 1) AND r.content IS NOT NULL"
