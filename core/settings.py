@@ -363,8 +363,9 @@ class RetrievalSettings(BaseModel):
     surfaced_window_seqs: int = Field(default=14, ge=0)
     # Messages longer than this many characters are cut to their best sentences when packed.
     message_chars: int = Field(default=400, ge=0)
-    # A retrieved message that ends with a question carries the reply after it, cut to this
-    # many characters (the answer is what a caller asks about again; 0: questions alone). 400,
+    # A retrieved message that asks something carries the reply after it, cut to this many
+    # characters, and is scored with the words of both (the answer is what a caller asks about
+    # again; 0: questions alone, scored on their own words). 400,
     # as a message: cut to 240 on the question's words, a long reply lost the sentence that
     # answers (it rarely echoes the question; docs/evaluation.md, issue 24's fifth session).
     reply_chars: int = Field(default=400, ge=0)

@@ -113,11 +113,17 @@ _SURFACED = (
     " LEFT JOIN surfaced_items s ON s.tenant_id = %(tenant)s AND s.conversation_id = %(conversation)s"
     " AND s.item_kind = t.kind AND s.item_id = t.item_id"
 )
+# A question that carries its reply is scored as the pair: the query's words the reply holds
+# count for its keyword coverage too (`reply_lexemes`; a short reply, "It happened at yoga in
+# the park.", means its question plus itself). NULL for a row without a reply.
 _TAIL = (
     " r.content AS reply, r.role AS reply_role,"
     " CASE WHEN s.item_id IS NULL THEN NULL ELSE ARRAY[s.surfaced_seq, s.previous_seq] END AS surfaced_seqs,"
     " ARRAY(SELECT u.lexeme FROM unnest(t.content_tsv) u WHERE u.lexeme = ANY(%(lexemes)s::text[])) AS lexemes,"
-    " length(t.content_tsv) AS doc_lexemes"
+    " length(t.content_tsv) AS doc_lexemes,"
+    " CASE WHEN r.content_tsv IS NOT NULL THEN"
+    " ARRAY(SELECT u.lexeme FROM unnest(r.content_tsv) u WHERE u.lexeme = ANY(%(lexemes)s::text[])) END"
+    " AS reply_lexemes"
 )
 _TSQUERY = "%(keywords)s::tsquery"
 

@@ -61,12 +61,18 @@ class SearchRow:
     role: str | None = None  # messages
     lexemes: list[str] | None = None  # the query's lexemes the row contains (keyword scoring)
     doc_lexemes: int = 0  # distinct lexemes of the row (its length, for keyword scoring)
-    reply: str | None = None  # messages that end with a question: the next message of the conversation
+    reply: str | None = None  # messages that ask something: the next message of the conversation
     reply_role: str | None = None
+    # A question carrying its reply is scored as the pair: keyword_score covers the query's
+    # lexemes either holds; `reply_lexemes` are the reply's, `own_keyword_score` the
+    # question's coverage alone (for when the reply stands alone: service.pair_replies).
+    reply_lexemes: list[str] | None = None
+    own_keyword_score: float | None = None
 
 
 _FIELDS = [f.name for f in fields(SearchRow)]
 _SCORE_AT = _FIELDS.index("keyword_score")
+_PAIR_AT = _FIELDS.index("reply_lexemes")  # the last two fields: made by rows_with_coverage
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -377,13 +383,18 @@ def rows_with_coverage(weights: Mapping[str, float]):
         names = [column.name for column in cursor.description or ()]
         # The statement's columns in field order, the keyword score left out (it is computed here).
         before = itemgetter(*(names.index(name) for name in _FIELDS[:_SCORE_AT]))
-        after = itemgetter(*(names.index(name) for name in _FIELDS[_SCORE_AT + 1:]))
+        after = itemgetter(*(names.index(name) for name in _FIELDS[_SCORE_AT + 1:_PAIR_AT]))
         lexemes_at = names.index("lexemes")
+        reply_at = names.index("reply_lexemes") if "reply_lexemes" in names else None
 
         def make(values: Sequence) -> SearchRow:
             matched = values[lexemes_at]
-            return SearchRow(*before(values), coverage(matched, weights, total) if matched and total > 0 else 0.0,
-                             *after(values))
+            own = coverage(matched, weights, total) if matched and total > 0 else 0.0
+            pair = values[reply_at] if reply_at is not None else None
+            if pair is None:
+                return SearchRow(*before(values), own, *after(values))
+            both = coverage({*(matched or ()), *pair}, weights, total) if total > 0 else 0.0
+            return SearchRow(*before(values), both, *after(values), pair, own)
 
         return make
 

@@ -60,8 +60,9 @@ class RetrievalConfig:
     # words by its length alone). 0: off.
     keyword_length_lexemes: int = 35
     keyword_length_power: float = 0.75
-    # A message that ends with a question comes with the reply that follows it, cut to this
-    # many characters (0: questions alone). The answer is what the caller asks about again.
+    # A message that asks something comes with the reply that follows it, cut to this many
+    # characters, and is scored with the words of both (0: questions alone, scored on their own
+    # words). The answer is what the caller asks about again.
     reply_chars: int = 400
     # No budget spent twice: an item whose information words are this share of an included
     # item's is left out as a duplicate (retrieval/packing.py), a date counting as information
@@ -199,12 +200,21 @@ def reply_key(row: SearchRow) -> str | None:
     return key("message", f"{row.conversation_id}:{row.range_start + 1}")
 
 
+def alone(row: SearchRow) -> SearchRow:
+    """A question row without the reply it carried, scored on its own words."""
+    score = row.keyword_score if row.own_keyword_score is None else row.own_keyword_score
+    return replace(row, reply=None, reply_role=None, reply_lexemes=None, keyword_score=score, own_keyword_score=None)
+
+
 def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[SearchRow]:
     """Each reply is shown once: a question row that carries a reply which the searches found
-    on its own too keeps it only if the question is the more relevant of the two (the reply's
-    own row goes); otherwise the reply stands alone and the question goes without it."""
-    if config.reply_chars <= 0 or not any(r.reply for r in rows):  # no question carries a reply
+    on its own too keeps it only if the pair (scored with the words of both) is the more
+    relevant; otherwise the reply stands alone and the question goes without it, scored on its
+    own words. With replies off (`reply_chars` 0) every question is scored and shown alone."""
+    if not any(r.reply for r in rows):  # no question carries a reply
         return list(rows)
+    if config.reply_chars <= 0:
+        return [alone(r) if r.reply else r for r in rows]
     by_key = {key(r.kind, r.item_id): r for r in rows}
 
     def rel(row: SearchRow) -> float:
@@ -215,7 +225,7 @@ def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Sea
     for row in rows:
         reply = by_key.get(reply_key(row) or "")
         if reply is not None and rel(reply) > rel(row):
-            row = replace(row, reply=None, reply_role=None)
+            row = alone(row)
         elif reply is not None:
             carried.add(key(reply.kind, reply.item_id))
         out.append(row)

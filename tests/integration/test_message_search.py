@@ -257,7 +257,10 @@ async def test_a_retrieved_question_comes_with_its_answer_once_and_never_from_th
     lines = FILLER * 2 + [
         "Melanie: Which database did your team pick for the bookshop orders?",
         "Caroline: Postgres, because the order history needs real transactions.",
-    ] + FILLER * 3 + [
+    ] + FILLER + [
+        "Melanie: Got any sketches from the lake trip to show? I'd love to see them.",
+        "Caroline: Yes, a watercolour of the old boathouse at dawn.",
+    ] + FILLER * 2 + [
         "Melanie: And which city did your sister Priya move to last spring?",
         "Caroline: Porto, she works at the aquarium there.",
     ]
@@ -273,6 +276,16 @@ async def test_a_retrieved_question_comes_with_its_answer_once_and_never_from_th
         assert question["message_range"] == [8, 9]
         assert question["line"].endswith("→ Caroline: Postgres, because the order history needs real transactions.")
         assert ("c1", 9) not in messages_in(retrieved)  # carried by the question, not an item of its own
+        # A message that asks before it ends ("...to show? I'd love to see them.") carries its
+        # reply too, and the pair is scored with the words of both: every searched word of this
+        # query ("watercolour" only in the reply, "lake", "trip" only in the question) is covered.
+        sketch = (await context(base, "c1", query="Which watercolour from the lake trip?",
+                                before_seq=last + 1))["retrieved"]
+        pair = next(i for i in sketch["items"] if i["kind"] == "message" and "lake trip" in i["content"])
+        assert pair["message_range"] == [14, 15]
+        assert pair["line"].endswith("→ Caroline: Yes, a watercolour of the old boathouse at dawn.")
+        assert pair["score"]["keyword_score"] == pytest.approx(1.0)
+        assert ("c1", 15) not in messages_in(sketch)
         sister = (await context(base, "c1", query="Which city did Priya move to?", before_seq=last + 1))["retrieved"]
         asked = next(i for i in sister["items"] if i["kind"] == "message" and "Priya" in i["content"])
         assert "→" not in asked["line"] and "aquarium" not in sister["text"]

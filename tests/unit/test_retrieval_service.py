@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -163,6 +164,25 @@ def test_a_reply_more_relevant_than_its_question_stands_alone():
     rows = pair_replies([question, answer], config)
     assert [r.item_id for r in rows] == ["c1:0", "c1:1"]
     assert message_text(rows[0], config) == "How was your day?"
+
+
+def test_a_pair_is_scored_with_both_words_and_a_question_shown_alone_with_its_own():
+    """The search scores a question that carries its reply as the pair (keyword_score covers
+    the query's words either holds, own_keyword_score the question's alone): shown with its
+    reply it keeps the pair's; shown without it (the reply stands alone, or replies are off) it
+    goes back to its own words."""
+    from retrieval.service import config_relevance, pair_replies
+    config = RetrievalConfig()
+    question = replace(message_row(3, 0.4, "Ana: How did you two meet?", reply="Bo: It happened at yoga in the park."),
+                       keyword_score=0.9, own_keyword_score=0.3, reply_lexemes=["yoga", "park"])
+    [paired] = pair_replies([question], config)
+    assert paired.keyword_score == 0.9 and paired.reply is not None
+    alone = replace(message_row(4, 0.95, "Bo: It happened at yoga in the park."), keyword_score=0.9)
+    assert config_relevance(alone, config) > config_relevance(question, config)
+    shown = pair_replies([question, alone], config)
+    assert [(r.item_id, r.reply, r.keyword_score) for r in shown] == [("c1:3", None, 0.3), ("c1:4", None, 0.9)]
+    [off] = pair_replies([question], RetrievalConfig(reply_chars=0))
+    assert (off.reply, off.keyword_score, off.reply_lexemes) == (None, 0.3, None)
 
 
 def test_replies_can_be_turned_off():
