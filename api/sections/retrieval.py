@@ -31,7 +31,8 @@ class ScoreOut(BaseModel):
     recency_weight: float
     final: float
     cosine: float
-    keyword_score: float = Field(description="IDF-weighted share of the query's words the item contains (0..1)")
+    keyword_score: float = Field(description="IDF-weighted share of the query's words the item contains (0..1;"
+                                 " a question shown with its reply: the words either holds)")
     found_by: list[Literal["vector", "keyword"]]
 
 
