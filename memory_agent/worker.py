@@ -15,6 +15,7 @@ from projections.catalog import NO_LINGER, consumer_groups, projectors  # noqa: 
 from projections.runner import ProjectorGroup
 from projections.scrub import run_scrubs
 from runtime.kafka_topics import changelog_specs, ensure_topics, topic_specs
+from runtime.llm_factory import preload_llm_client
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,7 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     if role == "projectors":
         asyncio.run(run_projectors(settings, lag=True))
         return
+    preload_llm_client(settings)  # the stages' client, before the first record (agents: harmless)
     if role == "stages":
         asyncio.run(run_stages_only(settings))
         return

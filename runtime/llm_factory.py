@@ -27,3 +27,10 @@ def make_json_completer(settings: Settings) -> OpenAiLlm | CachedJsonCompleter |
         llm = OpenAiLlm.from_settings(settings.llm)
         return CachedJsonCompleter(llm, _cache(settings)) if settings.llm.cache_enabled else llm
     return None
+
+
+def preload_llm_client(settings: Settings) -> None:
+    """Import the `openai` client at a worker's start when it will call the LLM: ~1 CPU-s once,
+    otherwise paid by the first summary's call in the middle of the stream (docs/scaling.md)."""
+    if settings.llm.provider == "openai":
+        import openai  # noqa: F401

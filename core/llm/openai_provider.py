@@ -8,6 +8,8 @@ import logging
 import re
 from typing import Any, Callable, Mapping
 
+import orjson
+
 from core.llm.port import (
     ChatMessage,
     JsonOutput,
@@ -15,6 +17,7 @@ from core.llm.port import (
     MalformedOutput,
     SummaryOutput,
 )
+from core.llm import shared_client
 from core.llm.prompts import format_messages, load_prompt
 from core import telemetry
 from core.metrics import LLM_CLOCK
@@ -55,7 +58,7 @@ class OpenAiLlm:
         self._temperature = temperature
         self._json_mode = json_mode
         self._client_options = dict(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
-        self._client = None  # made on the first call: importing `openai` takes ~1.3 s
+        self._client = None  # the loop's shared client, taken on the first call (core/llm/shared_client.py)
 
     @classmethod
     def from_settings(cls, settings: LlmSettings) -> "OpenAiLlm":
@@ -128,55 +131,59 @@ class OpenAiLlm:
         model: str | None = None,
         json_object: bool = False,
     ) -> str:
-        """One chat completion; the non-empty content of its first choice."""
-        kwargs: dict[str, Any] = {
+        """One chat completion; the non-empty content of its first choice.
+
+        Sent with the client's own `post` (its auth, headers, timeouts, HTTP errors and keep-alive
+        pool), the body encoded once by orjson and the answer read as bytes: the SDK's typed
+        `chat.completions.create` walks every message through its params transform and builds a
+        pydantic model of the answer, ~40 % of a call's CPU for nothing we read (docs/scaling.md,
+        "The LLM client's CPU")."""
+        body: dict[str, Any] = {
             "model": model or self._model,
             "messages": messages,
             "temperature": self._temperature,
         }
         if json_object and self._json_mode:
-            kwargs["response_format"] = {"type": "json_object"}
+            body["response_format"] = {"type": "json_object"}
+        encoded = orjson.dumps(body)
 
-        async def attempt() -> Any:
+        async def attempt() -> bytes:
             async with self._semaphore:
                 with LLM_CLOCK:  # the client's CPU while the call is in flight (bench/system_bench.py)
-                    return await self._openai().chat.completions.create(**kwargs)
+                    return await self._openai().post("/chat/completions", body=encoded, cast_to=bytes)
 
-        try:
-            with telemetry.span("llm chat", {"gen_ai.operation.name": "chat", "gen_ai.request.model": kwargs["model"]},
-                                kind="client"):
-                response = await call_with_retries(
-                    attempt,
-                    self._policy,
-                    what=f"chat completion ({kwargs['model']})",
-                    wrap=lambda message, retryable: LlmError(message, retryable=retryable),
-                )
-        except LlmError as error:
-            import openai
-
-            if isinstance(error.__cause__, openai.APIResponseValidationError):
-                raise MalformedOutput(f"response failed validation: {error.__cause__}") from error
-            raise
-        return _first_content(response)
+        with telemetry.span("llm chat", {"gen_ai.operation.name": "chat", "gen_ai.request.model": body["model"]},
+                            kind="client"):
+            answer = await call_with_retries(
+                attempt,
+                self._policy,
+                what=f"chat completion ({body['model']})",
+                wrap=lambda message, retryable: LlmError(message, retryable=retryable),
+            )
+        return _first_content(answer)
 
     def _openai(self):
         if self._client is None:
-            from openai import AsyncOpenAI
-
-            self._client = AsyncOpenAI(**self._client_options)
+            self._client = shared_client.acquire(self._client_options)
         return self._client
 
     async def aclose(self) -> None:
         if self._client is not None:
-            await self._client.close()
+            client, self._client = self._client, None
+            await shared_client.release(self._client_options, client)
 
 
-def _first_content(response: Any) -> str:
-    choices = getattr(response, "choices", None)
+def _first_content(answer: bytes) -> str:
+    """The stripped content of the first choice of a chat completion's JSON body."""
+    try:
+        response = orjson.loads(answer)
+    except orjson.JSONDecodeError as error:
+        raise MalformedOutput(f"chat completion is not JSON: {answer[:200]!r}") from error
+    choices = response.get("choices") if isinstance(response, dict) else None
     if not isinstance(choices, list) or not choices:
         raise MalformedOutput("chat completion has no choices")
-    message = getattr(choices[0], "message", None)
-    content = getattr(message, "content", None)
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(content, str) or not content.strip():
         raise MalformedOutput("chat completion has empty content")
     return content.strip()

@@ -158,3 +158,20 @@ async def test_without_a_tight_limit_the_server_sees_parallel_calls(fake_openai)
     llm = make_llm(fake_openai, concurrency=6)
     await asyncio.gather(*(llm.summarize_window(None, MESSAGES, 0, 15) for _ in range(6)))
     assert fake_openai.max_in_flight > 2
+
+
+async def test_the_providers_of_one_endpoint_share_one_client_until_the_last_closes(fake_openai):
+    window, facts, other = make_llm(fake_openai), make_llm(fake_openai), make_llm(fake_openai, timeout_s=9.0)
+    await window.summarize_window(None, MESSAGES, 0, 15)
+    fake_openai.json_response = {"ok": True}
+    await facts.complete_json("gate-v1", {"messages": "x"})
+    await other.summarize_window(None, MESSAGES, 0, 15)
+    client = window._client
+    assert facts._client is client and other._client is not client  # other options: a client of its own
+    await window.aclose()
+    assert not client.is_closed()  # facts still holds it
+    await facts.complete_json("gate-v1", {"messages": "x"})
+    await facts.aclose()
+    assert client.is_closed()
+    await other.aclose()
+    assert len(fake_openai.chat_requests) == 4
