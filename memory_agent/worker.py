@@ -11,7 +11,7 @@ import signal
 from core import privacy, telemetry
 from core.settings import Settings
 from memory_agent.worker_metrics import report_lag, serve_metrics
-from projections.catalog import NO_LINGER, consumer_groups, projectors  # noqa: F401 - tests import them here
+from projections.catalog import NO_LINGER, consumer_groups, group_name, projectors  # noqa: F401 - tests import them here
 from projections.runner import ProjectorGroup
 from projections.scrub import run_scrubs
 from runtime.kafka_topics import changelog_specs, ensure_topics, topic_specs
@@ -31,7 +31,8 @@ async def run_projectors(settings: Settings, stop: asyncio.Event | None = None, 
             asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     runners = [ProjectorGroup(settings, group, fetch_min_bytes=1 if any(p.name in NO_LINGER for p in group)
                               else settings.kafka.projector_fetch_min_bytes,
-                              time_ordered=any(p.name == "erasure" for p in group))  # on a consumer of its own
+                              time_ordered=any(p.name == "erasure" for p in group),  # on a consumer of its own
+                              group_name=group_name(group))
                for group in consumer_groups(settings, projectors(settings))]
     tasks = [asyncio.create_task(r.run(), name=f"projectors-{r.name}") for r in runners]
     tasks.append(asyncio.create_task(run_scrubs(settings), name="erasure-scrub"))  # erasure on disk

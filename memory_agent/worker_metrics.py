@@ -2,7 +2,10 @@
 
 `memory_consumer_lag_records{consumer, partition}` = the log end offset minus where a consumer
 stands: each projector's stored offsets (PostgreSQL, written with its rows) and the committed
-offsets of this generation's consumer groups (the stream agents and the stages).
+offsets of this generation's consumer groups (the stream agents and the stages). The projectors'
+Kafka groups are left out: their commits only mirror the stored offsets, and a group a regrouping
+retired (docs/scaling.md, "One consumer for the lingering projectors") would show a lag that grows
+until Kafka expires its offsets.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ async def _group_positions(settings: Settings) -> dict[str, dict[TopicPartition,
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
     await admin.start()
     try:
-        groups = [g[0] for g in await admin.list_consumer_groups() if g[0].startswith(prefix)]
+        groups = [g[0] for g in await admin.list_consumer_groups()
+                  if g[0].startswith(prefix) and not g[0].startswith((f"{prefix}projector.", f"{prefix}projectors."))]
         positions = {}
         for group in sorted(groups):
             committed = await admin.list_consumer_group_offsets(group)

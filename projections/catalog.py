@@ -33,10 +33,31 @@ OWN_CONSUMER = frozenset({"message_index", "erasure"})
 NO_LINGER = frozenset({"messages", "erasure", "message_index"})
 
 
+# The group of every lingering projector (derived events, facts, the served-context lineage): one
+# consumer for their topics together. Its Kafka group id is new with this grouping; the positions
+# are the projectors' own in PostgreSQL, so a deployment that ran one group per topic set resumes
+# exactly where each projector stood (docs/scaling.md, "One consumer for the lingering projectors").
+LINGERING = ("lingering",)
+
+
+def group_name(group: list) -> str | None:
+    """The stable Kafka group name of the lingering projectors' group; None for the others (their
+    group id comes from their names, as before)."""
+    lingering = all(p.name not in OWN_CONSUMER and p.name not in NO_LINGER for p in group)
+    return LINGERING[0] if lingering and len(group) > 1 else None
+
+
 def consumer_groups(settings: Settings, chosen: list) -> list[list]:
-    """Projectors that read the same topics share one consumer (projections/runner.py)."""
+    """Which projectors share one consumer (projections/runner.py): those with a consumer of their
+    own (OWN_CONSUMER) alone; those projected as soon as fetched (NO_LINGER) by the topics they
+    read; every other one (they linger while records flow) in one group, whatever its topics."""
     groups: dict[tuple, list] = {}
     for projector in chosen:
-        key = (projector.name,) if projector.name in OWN_CONSUMER else tuple(sorted(projector.topics(settings)))
+        if projector.name in OWN_CONSUMER:
+            key = (projector.name,)
+        elif projector.name in NO_LINGER:
+            key = tuple(sorted(projector.topics(settings)))
+        else:
+            key = LINGERING
         groups.setdefault(key, []).append(projector)
     return list(groups.values())

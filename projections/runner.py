@@ -1,10 +1,11 @@
 """Runs projectors: Kafka batches -> one Postgres transaction per projector with rows + offsets.
 
-Every projector runs in a `ProjectorGroup` (of one, when no other reads the same topics): one
-fetch, then the group's projectors apply the batch in one transaction with every projector's
-stored offsets (each in a transaction of its own when that fails). Sharing changes who fetches,
-not what is applied: a partition is read from the lowest position any of them stored, and each
-skips what it applied already (`applied_up_to`), so exactly-once projection holds per projector."""
+Every projector runs in a `ProjectorGroup` (of one, when it keeps a consumer of its own): one
+fetch of the union of their topics, then the group's projectors apply the batch (each the records
+of its own topics) in one transaction with every projector's stored offsets (each in a transaction
+of its own when that fails). Sharing changes who fetches, not what is applied: a partition is read
+from the lowest position any of its readers stored, and each skips what it applied already
+(`applied_up_to`), so exactly-once projection holds per projector."""
 
 from __future__ import annotations
 
@@ -181,6 +182,7 @@ class ProjectorRunner:
         self.projector = projector
         self.max_batch = max_batch
         self.group_id = f"{settings.kafka.topic_prefix}.{settings.generation}.projector.{projector.name}"
+        self.topics = frozenset(projector.topics(settings))  # of its group's records, only these
         self.producer: AIOKafkaProducer | None = None
         self.conn: psycopg.AsyncConnection | None = None
         self.ready = asyncio.Event()
@@ -213,9 +215,10 @@ class ProjectorRunner:
         await ProjectorGroup(self.settings, [self.projector], runners=[self]).run()
 
     def fresh(self, records: Sequence[ConsumerRecord]) -> list[ConsumerRecord]:
-        """The records this projector has not applied yet."""
-        applied = self.applied_up_to
-        return [r for r in records if r.offset >= applied.get(TopicPartition(r.topic, r.partition), 0)]
+        """The records of its topics this projector has not applied yet."""
+        applied, topics = self.applied_up_to, self.topics
+        return [r for r in records
+                if r.topic in topics and r.offset >= applied.get(TopicPartition(r.topic, r.partition), 0)]
 
     async def process(self, records: Sequence[ConsumerRecord]) -> None:
         """The records not applied yet, in a transaction of this projector's own."""
@@ -276,6 +279,8 @@ class _SeekShared(ConsumerRebalanceListener):
             for runner, stored in zip(self.group.runners, stored_by_runner):
                 runner.applied_up_to.update(stored)
                 for tp in assigned:
+                    if tp.topic not in runner.topics:  # a topic only others of the group read
+                        continue
                     offset = stored.get(tp)
                     lowest[tp] = None if offset is None or (tp in lowest and lowest[tp] is None) \
                         else min(offset, lowest.get(tp, offset))
@@ -321,8 +326,9 @@ async def _all_or_none(calls: list) -> None:
 
 
 class ProjectorGroup:
-    """Projectors that read the same topics, on one consumer: one fetch per batch, then every
-    projector applies it (skipping what it applied already) in **one transaction** on the first
+    """Projectors on one consumer (subscribed to the union of their topics): one fetch per batch,
+    then every projector applies the records of its topics (skipping what it applied already) in
+    **one transaction** on the first
     projector's connection, with every projector's stored offsets in it: one BEGIN/COMMIT and
     one offsets statement per batch for the whole group. When that transaction fails (a record
     one of them refuses, an outage), the batch is applied again the careful way: each projector
@@ -333,22 +339,22 @@ class ProjectorGroup:
 
     def __init__(self, settings: Settings, projectors: Sequence[Projector], *, max_batch: int = 2000,
                  runners: Sequence[ProjectorRunner] | None = None, fetch_min_bytes: int = 1,
-                 time_ordered: bool | None = None) -> None:
+                 time_ordered: bool | None = None, group_name: str | None = None) -> None:
         """`fetch_min_bytes` > 1: a linger while records flow (`FetchPace`), for projectors whose
         rows may come up to `fetch_max_wait_ms` later. `time_ordered`: hold each erasure until the
         messages projector (wherever it runs: its positions are read from PostgreSQL) has passed
         it (time_order.py); by default when the group has both the messages and the erasure
         projector."""
-        topics = {tuple(sorted(p.topics(settings))) for p in projectors}
-        if len(topics) != 1:
-            raise ValueError(f"projectors sharing a consumer must read the same topics: {sorted(topics)}")
         self.settings, self.max_batch, self.fetch_min_bytes = settings, max_batch, fetch_min_bytes
-        self.topics = list(topics.pop())
+        # The union of their topics: each projector is handed the records of its own (`fresh`).
+        self.topics = sorted({topic for p in projectors for topic in p.topics(settings)})
         self.runners = list(runners) if runners is not None else [
             ProjectorRunner(settings, p, max_batch=max_batch) for p in projectors]
         self.name = "+".join(p.name for p in projectors)
         prefix = f"{settings.kafka.topic_prefix}.{settings.generation}"
-        self.group_id = self.runners[0].group_id if len(projectors) == 1 else f"{prefix}.projectors.{self.name}"
+        # `group_name`: a Kafka group id that stays when its members change (catalog.LINGERING).
+        self.group_id = (f"{prefix}.projectors.{group_name}" if group_name else
+                         self.runners[0].group_id if len(projectors) == 1 else f"{prefix}.projectors.{self.name}")
         self.consumer: AIOKafkaConsumer | None = None
         self._to_commit: dict[TopicPartition, int] = {}
         self._next_commit = 0.0
