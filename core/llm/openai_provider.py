@@ -58,7 +58,7 @@ class OpenAiLlm:
         self._temperature = temperature
         self._json_mode = json_mode
         self._client_options = dict(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
-        self._client = None  # the loop's shared client, taken on the first call (core/llm/shared_client.py)
+        self._shared = None  # the loop's shared client, taken on the first call (core/llm/shared_client.py)
 
     @classmethod
     def from_settings(cls, settings: LlmSettings) -> "OpenAiLlm":
@@ -163,14 +163,14 @@ class OpenAiLlm:
         return _first_content(answer)
 
     def _openai(self):
-        if self._client is None:
-            self._client = shared_client.acquire(self._client_options)
-        return self._client
+        if self._shared is None:
+            self._shared = shared_client.acquire(self._client_options)
+        return self._shared.client
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            await shared_client.release(self._client_options, client)
+        if self._shared is not None:
+            shared, self._shared = self._shared, None
+            await shared_client.release(shared)
 
 
 def _first_content(answer: bytes) -> str:

@@ -6,36 +6,37 @@ import asyncio
 import weakref
 from typing import Any
 
-# loop -> {client options: [client, holders]}. Keyed by loop because an httpx pool belongs to the
-# loop it was used on (tests run many loops in one process); weak, so a loop that ends forgets it.
-_CLIENTS: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, list[Any]]]" = weakref.WeakKeyDictionary()
+
+class SharedClient:
+    """An `AsyncOpenAI` and how many providers hold it; the last `release` closes it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: Any) -> None:
+        self.loop, self.client, self.holders, self.closed = loop, client, 0, False
 
 
-def _key(options: dict[str, Any]) -> tuple:
-    return tuple(sorted(options.items()))
+# (loop, client options) -> the shared client while some provider holds it: weak values, so a
+# client no provider holds any more (one never closed, e.g. in a test) is not kept alive here.
+# Per loop, because an httpx pool belongs to the loop it was used on (tests run many loops).
+_SHARED: "weakref.WeakValueDictionary[tuple, SharedClient]" = weakref.WeakValueDictionary()
 
 
-def acquire(options: dict[str, Any]) -> Any:
-    """The loop's `AsyncOpenAI` for these options (base URL, key, timeout), built on first use;
-    the window, facts and topic stages then share one client and one keep-alive pool."""
+def acquire(options: dict[str, Any]) -> SharedClient:
+    """The loop's client for these options (base URL, key, timeout), built on first use: the window,
+    facts and topic stages of a worker share one client and one keep-alive pool."""
     from openai import AsyncOpenAI  # ~1 s to import: the worker preloads it (runtime/llm_factory.py)
 
-    by_options = _CLIENTS.setdefault(asyncio.get_running_loop(), {})
-    entry = by_options.get(_key(options))
-    if entry is None:
-        entry = by_options[_key(options)] = [AsyncOpenAI(**options), 0]
-    entry[1] += 1
-    return entry[0]
+    loop = asyncio.get_running_loop()
+    key = (id(loop), tuple(sorted(options.items())))
+    shared = _SHARED.get(key)
+    if shared is None or shared.closed or shared.loop is not loop:
+        shared = _SHARED[key] = SharedClient(loop, AsyncOpenAI(**options))
+    shared.holders += 1
+    return shared
 
 
-async def release(options: dict[str, Any], client: Any) -> None:
+async def release(shared: SharedClient) -> None:
     """One holder fewer; the last one closes the client (its connections)."""
-    by_options = _CLIENTS.get(asyncio.get_running_loop(), {})
-    entry = by_options.get(_key(options))
-    if entry is None or entry[0] is not client:  # acquired on another loop: close it alone
-        await client.close()
-        return
-    entry[1] -= 1
-    if entry[1] <= 0:
-        del by_options[_key(options)]
-        await client.close()
+    shared.holders -= 1
+    if shared.holders <= 0 and not shared.closed:
+        shared.closed = True
+        await shared.client.close()

@@ -166,8 +166,8 @@ async def test_the_providers_of_one_endpoint_share_one_client_until_the_last_clo
     fake_openai.json_response = {"ok": True}
     await facts.complete_json("gate-v1", {"messages": "x"})
     await other.summarize_window(None, MESSAGES, 0, 15)
-    client = window._client
-    assert facts._client is client and other._client is not client  # other options: a client of its own
+    client = window._openai()
+    assert facts._openai() is client and other._openai() is not client  # other options: a client of its own
     await window.aclose()
     assert not client.is_closed()  # facts still holds it
     await facts.complete_json("gate-v1", {"messages": "x"})
