@@ -141,7 +141,8 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     if role == "projectors":
         asyncio.run(run_projectors(settings, lag=True))
         return
-    preload_llm_client(settings)  # the stages' client, before the first record (agents: harmless)
+    if role in ("all", "stages"):
+        preload_llm_client(settings)  # the stages' LLM client before the first record, not mid-stream
     if role == "stages":
         asyncio.run(run_stages_only(settings))
         return
