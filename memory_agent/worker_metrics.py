@@ -4,8 +4,8 @@
 stands: each projector's stored offsets (PostgreSQL, written with its rows) and the committed
 offsets of this generation's consumer groups (the stream agents and the stages). The projectors'
 Kafka groups are left out: their commits only mirror the stored offsets, and a group a regrouping
-retired (docs/scaling.md, "One consumer for the lingering projectors") would show a lag that grows
-until Kafka expires its offsets.
+retired would show a lag that grows until Kafka expires its offsets (docs/scaling.md, "The LLM
+client's CPU and one consumer for the lingering projectors").
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ NO_LINGER = frozenset({"messages", "erasure", "message_index"})
 # The group of every lingering projector (derived events, facts, the served-context lineage): one
 # consumer for their topics together. Its Kafka group id is new with this grouping; the positions
 # are the projectors' own in PostgreSQL, so a deployment that ran one group per topic set resumes
-# exactly where each projector stood (docs/scaling.md, "One consumer for the lingering projectors").
+# exactly where each projector stood (docs/scaling.md, "The LLM client's CPU and one consumer for
+# the lingering projectors").
 LINGERING = ("lingering",)
 
 

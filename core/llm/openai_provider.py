@@ -136,8 +136,8 @@ class OpenAiLlm:
         Sent with the client's own `post` (its auth, headers, timeouts, HTTP errors and keep-alive
         pool), the body encoded once by orjson and the answer read as bytes: the SDK's typed
         `chat.completions.create` walks every message through its params transform and builds a
-        pydantic model of the answer, ~40 % of a call's CPU for nothing we read (docs/scaling.md,
-        "The LLM client's CPU")."""
+        pydantic model of the answer, ~40 % of a call's CPU for nothing we read (docs/scaling.md, "The
+        LLM client's CPU and one consumer for the lingering projectors")."""
         body: dict[str, Any] = {
             "model": model or self._model,
             "messages": messages,
