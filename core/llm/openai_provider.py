@@ -150,7 +150,7 @@ class OpenAiLlm:
         async def attempt() -> bytes:
             async with self._semaphore:
                 with LLM_CLOCK:  # the client's CPU while the call is in flight (bench/system_bench.py)
-                    return await self._openai().post("/chat/completions", body=encoded, cast_to=bytes)
+                    return await self._openai().post("/chat/completions", content=encoded, cast_to=bytes)
 
         with telemetry.span("llm chat", {"gen_ai.operation.name": "chat", "gen_ai.request.model": body["model"]},
                             kind="client"):
