@@ -13,6 +13,7 @@ from core import telemetry
 from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
 from retrieval.items import PREPARE_SQL, Prepared, one_query, prepare_params, prepared_from
 from retrieval.request import ContextRequest
+from retrieval.search import column_names
 from retrieval.service import RetrievalConfig, embedder_for, prepare_plan, query_text
 from api.sections.retrieval import retrieval_section
 from api.sections.topic import PLACED_SQL, placed_params, topic_section
@@ -95,7 +96,7 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
     ]
     async with conn.cursor() as cur:
         await cur.execute(one_query(conn, statements))  # one round trip; results in statement order
-        names = [column.name for column in cur.description]
+        names = column_names(cur)
         memory = [queries.MemoryRow(**dict(zip(names, row))) for row in await cur.fetchall()]
         cur.nextset()
         gap = await cur.fetchall()

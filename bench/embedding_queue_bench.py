@@ -2,6 +2,7 @@
 
     python -m bench.embedding_queue_bench --workload locomo --messages 1500
     python -m bench.embedding_queue_bench --workload locomo --messages 600 --models stub
+    python -m bench.embedding_queue_bench --workload locomo --messages 300 --integer-matmul
 
 The processor folds a conversation's records in log order; the topic fold needs each user
 message's vector. Two ways, run in one process, alternating (`--rounds` of each), each round on
@@ -130,10 +131,14 @@ async def main() -> None:
     parser.add_argument("--messages", type=int, default=1500)
     parser.add_argument("--models", choices=["offline", "stub"], default="offline")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each way, alternating")
+    parser.add_argument("--integer-matmul", action="store_true",
+                        help="the local model's weights as int8 integer products (embedding.integer_matmul): what the"
+                             " write path would gain; its vectors are not the float graph's (a new generation)")
     args = parser.parse_args()
     base = get_settings()
     settings = Settings(environment="test", postgres=base.postgres, kafka=base.kafka,
-                        embedding=EmbeddingSettings(provider="local" if args.models == "offline" else "stub"),
+                        embedding=EmbeddingSettings(provider="local" if args.models == "offline" else "stub",
+                                                    integer_matmul=args.integer_matmul),
                         systems=["topics"])
     await asyncio.to_thread(migrate, settings)  # public.embedding_cache
     print(f"machine: {machine()}", flush=True)

@@ -14,7 +14,10 @@ client asks them; per way the wall time and the process CPU per question:
 * `queue, lingering`: through the process's embedding queue as a document is (a request the idle
   model thread lingers `--linger-ms` for, hoping for company), one thread hop each way;
 * `queue, urgent`: through the queue as the context endpoint's query is (`embed_query`: an idle
-  model runs it at once).
+  model runs it at once);
+* `integer floor` and `integer embed_sync`: the same two with the weights run as int8 integer
+  products (`retrieval.query_integer_matmul`, core/embeddings/integer_graph.py); and once, the
+  cosine of each question's integer vector to its float one.
 
 With `--threads` the ONNX session's intra-op threads (the API's query embedder uses
 `retrieval.query_embedding_threads`, 1). The process's CPU includes every thread (ONNX's pool too).
@@ -42,6 +45,8 @@ async def measure(args: argparse.Namespace) -> dict:
     model.embed_sync(["warm up"])
     queue = EmbeddingQueue(model.embed_sync, model.dimensions, linger_s=args.linger_ms / 1000)
     await queue.embed(["warm up"])
+    integer = LocalOnnxEmbedder(intra_op_threads=args.threads, integer_matmul=True)
+    integer.embed_sync(["warm up"])
     tokenizer, session = model._tokenizer, model._session
     tokens = {text: np.array([tokenizer.encode(text).ids], dtype=np.int64) for text in QUESTIONS}
     feeds = {text: {name: value for name, value in {"input_ids": ids, "attention_mask": np.ones_like(ids),
@@ -50,6 +55,12 @@ async def measure(args: argparse.Namespace) -> dict:
 
     async def floor(text: str) -> None:
         session.run(["last_hidden_state"], feeds[text])
+
+    async def integer_floor(text: str) -> None:
+        integer._session.run(["last_hidden_state"], feeds[text])
+
+    async def integer_direct(text: str) -> None:
+        integer.embed_sync([text])
 
     async def tokenize(text: str) -> None:
         tokenizer.encode_batch([text])
@@ -64,7 +75,7 @@ async def measure(args: argparse.Namespace) -> dict:
         await queue.embed([text], urgent=True)
 
     ways = {"model floor": floor, "tokenizer": tokenize, "embed_sync": direct, "queue, lingering": lingering,
-            "queue, urgent": urgent}
+            "queue, urgent": urgent, "integer floor": integer_floor, "integer embed_sync": integer_direct}
     per: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
     for round_ in range(args.rounds):
         for name, way in ways.items():
@@ -88,6 +99,8 @@ async def measure(args: argparse.Namespace) -> dict:
                         "cpu_vs_floor": round(float(np.mean([c for _, c in v])) / floor_cpu, 3)}
                  for name, v in per.items()},
         "max_abs_difference_queue_vs_direct": max(same),
+        "cosine_integer_vs_float": [round(float(a @ b), 5) for a, b in zip(model.embed_sync(list(QUESTIONS)),
+                                                                           integer.embed_sync(list(QUESTIONS)))],
     }
 
 

@@ -374,13 +374,20 @@ async def _fetch(conn: psycopg.AsyncConnection, sql: str, params: Mapping, weigh
         return await cur.fetchall()
 
 
+def column_names(cursor: psycopg.AsyncCursor) -> list[str]:
+    """The current result's column names, read from libpq: `cursor.description` builds a `Column`
+    (with its type lookups) per column on every call, ~10 times the cost, on every context."""
+    result = cursor.pgresult
+    return [] if result is None else [result.fname(i).decode() for i in range(result.nfields)]
+
+
 def rows_with_coverage(weights: Mapping[str, float]):
     """A row factory: SearchRow with keyword_score = coverage of the row's lexemes, set as the
     row is built (no copy of a few hundred rows afterwards)."""
     total = sum(weights.values())
 
     def factory(cursor: psycopg.AsyncCursor):
-        names = [column.name for column in cursor.description or ()]
+        names = column_names(cursor)
         # The statement's columns in field order, the keyword score left out (it is computed here).
         before = itemgetter(*(names.index(name) for name in _FIELDS[:_SCORE_AT]))
         after = itemgetter(*(names.index(name) for name in _FIELDS[_SCORE_AT + 1:_PAIR_AT]))

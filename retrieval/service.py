@@ -449,12 +449,17 @@ def embedder_for(app_state: Any) -> Embedder:
 
 def query_embedding_settings(settings: Settings) -> Settings:
     """The settings the API's query embedder is made with: `retrieval.query_embedding_threads`
-    ONNX Runtime threads per query unless the embedding settings name a number themselves."""
+    ONNX Runtime threads per query unless the embedding settings name a number themselves, and
+    the weights as integer products when `retrieval.query_integer_matmul` says so."""
+    update: dict[str, Any] = {}
     threads = settings.retrieval.query_embedding_threads
-    if not threads or settings.embedding.intra_op_threads:
+    if threads and not settings.embedding.intra_op_threads:
+        update["intra_op_threads"] = threads
+    if settings.retrieval.query_integer_matmul and not settings.embedding.integer_matmul:
+        update["integer_matmul"] = True
+    if not update:
         return settings
-    return settings.model_copy(update={"embedding": settings.embedding.model_copy(
-        update={"intra_op_threads": threads})})
+    return settings.model_copy(update={"embedding": settings.embedding.model_copy(update=update)})
 
 
 def common_lexemes_for(app_state: Any) -> CommonLexemes:

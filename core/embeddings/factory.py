@@ -44,5 +44,5 @@ def make_provider(settings: Settings) -> Embedder:
         raise ValueError(f"all-MiniLM-L6-v2 has {DIMENSIONS} dimensions, not {config.dimensions}")
     local = dict(max_length=config.max_length, batch_size=config.batch_size,
                  intra_op_threads=config.intra_op_threads, query_prefix=config.query_prefix,
-                 document_prefix=config.document_prefix)
+                 document_prefix=config.document_prefix, integer_matmul=config.integer_matmul)
     return shared_queued(("local", *local.values(), *queue.values()), lambda: LocalOnnxEmbedder(**local), **queue)

@@ -76,3 +76,35 @@ def test_factory_builds_the_local_model_by_default():
 def test_factory_refuses_local_models_it_does_not_ship(config):
     with pytest.raises(ValueError):
         make_embedder(Settings(embedding=config))
+
+
+async def test_the_integer_graph_is_cheaper_integer_products_close_to_the_float_vectors(embedder, tmp_path: Path):
+    from core.embeddings.integer_graph import integer_matmul_model
+    from core.embeddings.local_onnx import default_model_path
+
+    import onnx
+
+    ops = [node.op_type for node in onnx.load_from_string(integer_matmul_model(default_model_path())).graph.node]
+    assert ops.count("MatMulInteger") == 36 and ops.count("DynamicQuantizeLinear") == 36  # 6 layers x 6
+    assert ops.count("MatMul") == 12  # left as they were: attention's activation x activation products
+    integer = LocalOnnxEmbedder(intra_op_threads=1, integer_matmul=True)
+    texts = ["Does Caroline have a pet?", "network configuration issue on the router", "apple pie " * 30]
+    floats, ints = embedder.embed_sync(texts), integer.embed_sync(texts)
+    cosines = np.sum(floats * ints, axis=1)
+    assert cosines.min() > 0.98 and cosines.max() < 0.99999  # close, and really another graph
+    assert (integer.model, integer.integer_matmul, embedder.integer_matmul) == (embedder.model, True, False)
+    with pytest.raises(ValueError, match="no int8 weight"):
+        integer_matmul_model(_a_float_model(tmp_path))
+
+
+def _a_float_model(tmp_path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "f",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+                              [numpy_helper.from_array(np.eye(2, dtype=np.float32), "w")])
+    path = tmp_path / "float.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    return path

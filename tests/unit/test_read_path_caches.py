@@ -131,3 +131,15 @@ def test_the_api_embeds_a_query_on_one_thread_unless_the_embedding_settings_say_
     assert query_embedding_settings(named).embedding.intra_op_threads == 2
     off = Settings(retrieval=RetrievalSettings(query_embedding_threads=0))
     assert query_embedding_settings(off).embedding.intra_op_threads == 0
+
+
+def test_the_api_embeds_queries_with_integer_products_only_when_retrieval_says_so():
+    from core.settings import RetrievalSettings, Settings
+    from retrieval.service import query_embedding_settings
+
+    assert query_embedding_settings(Settings()).embedding.integer_matmul is RetrievalSettings().query_integer_matmul
+    on = Settings(retrieval=RetrievalSettings(query_integer_matmul=True))
+    assert query_embedding_settings(on).embedding.integer_matmul is True
+    assert on.embedding.integer_matmul is False  # the documents' settings are untouched
+    off = Settings(retrieval=RetrievalSettings(query_integer_matmul=False))
+    assert query_embedding_settings(off).embedding.integer_matmul is False

@@ -248,7 +248,8 @@ def test_the_row_factory_puts_columns_in_field_order_and_scores_coverage_only_fr
     from retrieval.search import rows_with_coverage
     names = [f.name for f in fields(SearchRow)]
     shuffled = names[::-1]  # the statement's column order need not be the dataclass's
-    cursor = SimpleNamespace(description=[SimpleNamespace(name=n) for n in shuffled])
+    # the names as libpq's result gives them (retrieval.search.column_names)
+    cursor = SimpleNamespace(pgresult=SimpleNamespace(nfields=len(shuffled), fname=lambda i: shuffled[i].encode()))
     make = rows_with_coverage({"wifi": 2.0, "router": 1.0})(cursor)
     base = row("a", 0.4)
     values = {**{n: getattr(base, n) for n in names}, "keyword_score": 99.0}
