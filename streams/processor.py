@@ -19,6 +19,7 @@ from schemas.codec import Event, encode, peek_type
 from schemas.envelope import parse_conversation_key
 from streams.context import StreamContext
 from streams.slice import Slice, Ticks, pack, unpack
+from streams import store
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,11 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     """The processor's table, agent and the slices' timers on `app`; the slices' stages into `ctx`."""
     settings = ctx.settings
     raw_bytes = faust.Schema(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
-    # key_type/value_type bytes make the changelog recovery decode raw too (not JSON).
+    # key_type/value_type bytes make the changelog recovery decode raw too (not JSON). The store is
+    # faust's in-memory one, except that a rebalance does not restore a partition this process
+    # held through it (streams/store.py: the restore race of issue 22).
     table = app.Table(CONVERSATION_TABLE, default=None, partitions=settings.kafka.partitions, schema=raw_bytes,
-                      key_type=bytes, value_type=bytes)
+                      key_type=bytes, value_type=bytes, store=store.URL)
     states = States(table)
     relevant = frozenset().union(*(part.relevant for part in slices))
     warming = [part for part in slices if part.warm is not None]

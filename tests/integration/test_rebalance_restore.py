@@ -105,7 +105,6 @@ async def say(client: MemoryClient, seqs: range) -> dict[str, int]:
     return partitions
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22: a rebalance restores the worker's own partitions from the changelog's beginning")
 @pytest.mark.asyncio
 async def test_a_rebalance_keeps_the_state_of_a_partition_the_worker_held(settings):
     with FakeOpenAI() as fake:
