@@ -18,6 +18,8 @@ When a worker takes over partitions (a peer was SIGKILLed, tests/integration/tes
   lose those changes while the partition's next owner starts after the events that made them.
   `_Producer.flush` empties the buffer first.
 
+- Acks: a record fetched before a rebalance is never acknowledged (`_Consumer.ack`, `in_turn`).
+
 Used through the `memkafka://` broker scheme that `make_app` sets.
 """
 
@@ -64,6 +66,26 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 class _Consumer(faust_aiokafka.Consumer):
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def ack(self, message) -> bool:
+        """faust's ack, refused for a record that was not applied in turn (`in_turn`): fetched
+        before the rebalance under way or the last one. faust acknowledges the records its reader
+        skips during a rebalance ("ack the filtered message", `Stream._py_aiter`), and
+        `take_events` the records of a batch the processor let go: acknowledged, a commit could
+        pass them before they are folded again, and a crash then lost them. Refused, they stay
+        uncommitted, and the seek to the committed offsets that ends the rebalance delivers them
+        again (to this worker or to the partition's new owner)."""
+        if not in_turn(self.app, message):
+            return False
+        return super().ack(message)
+
+
+def in_turn(app, message) -> bool:
+    """The record may be applied (and acknowledged) now: fetched in the consumer's current
+    generation, and no rebalance has suspended the flow (faust suspends it when partitions are
+    revoked and resumes it once the new assignment is being restored; a record of the current
+    generation met while it is suspended is delivered again by the seek that ends the rebalance)."""
+    return message.generation_id == app.consumer_generation_id and app.flow_control.is_active()
 
 
 async def seek_to_committed_or_beginning(consumer, changelog_topics) -> dict:

@@ -6,7 +6,7 @@ import logging
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from runtime.outage import is_transient
 from schemas.codec import Event, encode, peek_type
 from schemas.envelope import parse_conversation_key
 from streams.context import StreamContext
+from streams.kafka_transport import in_turn
 from streams.slice import Slice, Ticks, pack, unpack
 from streams import store
 
@@ -118,13 +119,21 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
                 begin()
             await _warm(states, warming, batch)
             for record, event in batch:
+                # A rebalance cut the batch off here: this record and the rest are left unwritten and
+                # unacknowledged (streams/kafka_transport.py refuses their acks), and the seek that
+                # ends the rebalance delivers them again, to this worker or the partition's new owner.
+                if not in_turn(app, record.message):
+                    _cut_off(record, batch)
+                    break
                 # The task-local current event faust's own iteration sets: a table write goes to
                 # this record's partition of the changelog. Not `stream.current_event`: faust's
                 # buffering task sets that one for the next batch meanwhile and reads it back.
                 _current_event.set(weakref.ref(record))
                 with telemetry.span(f"{AGENT} {event.type}", kind="consumer",  # the append's trace (docs/observability.md)
                                     parent=telemetry.context_of(record.message.headers)):
-                    await _process(ctx, record, states, slices, event)
+                    if not await _process(ctx, record, states, slices, event, lambda: in_turn(app, record.message)):
+                        _cut_off(record, batch)
+                        break
 
     for part in slices:
         for ticks in part.ticks:
@@ -132,14 +141,17 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     return table
 
 
-async def _process(ctx: StreamContext, record, states: States, slices: Sequence[Slice], event: Event) -> None:
-    """One record (a faust event) of the batch: its slices' folds, their events, one state write."""
+async def _process(ctx: StreamContext, record, states: States, slices: Sequence[Slice], event: Event,
+                   still_in_turn: Callable[[], bool] = lambda: True) -> bool:
+    """One record (a faust event) of the batch: its slices' folds, their events, one state write.
+    False when a rebalance began meanwhile (`still_in_turn`): the state is not written, and the
+    record is left to its redelivery (the events that went out are sent again, the same)."""
     key, refused = record.key, _Refused(record)
     entry = None
     async with ctx.applying(refused, AGENT):  # a record that is not a state record (never written here)
         entry = states.entry(key)
     if entry is None:
-        return
+        return True
     now = time.time()
     outgoing, encoded, changed = [], {}, {}
     for part in slices:
@@ -163,8 +175,19 @@ async def _process(ctx: StreamContext, record, states: States, slices: Sequence[
     # sends them again (every consumer ignores what it already has), instead of losing them.
     for envelope in outgoing:
         await ctx.memory_events.send(key=key, value=encode(envelope), headers=telemetry.headers())
+    # No await from this check to the write: a state written is in the producer's buffer before the
+    # rebalance's revocation flushes it (faust suspends the flow there, on this event loop).
+    if not still_in_turn():
+        return False
     if encoded:
         states.write(key, entry, encoded, changed)
+    return True
+
+
+def _cut_off(record, batch: list) -> None:
+    left = len(batch) - [r for r, _ in batch].index(record)
+    log.info("a rebalance cut the batch off at %s[%d]@%d; %d record(s) left to their redelivery",
+             record.message.topic, record.message.partition, record.message.offset, left)
 
 
 @dataclass(frozen=True)
