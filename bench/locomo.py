@@ -3,6 +3,7 @@
 
     python bench/locomo.py [--data FILE] [--budget 500] [--keep] [--out FILE.json]
     python bench/locomo.py --reuse GENERATION:TOPIC_PREFIX [--first-turn-only]   # ask again, no ingest
+    python bench/locomo.py --reuse GENERATION:TOPIC_PREFIX --load-clients 32    # contexts/s against /healthz
 
 Runs the set exactly as its README says (bench/locomo_data.py): ingests every message as
 `message.appended` through the SDK into the real stack (a worker process and the API under
@@ -21,6 +22,11 @@ The data is CC BY-NC: it is read at run time ($MEMORY_LOCOMO_DEV or
 `--keep` keeps the run's schema and topics; `--reuse` then measures another checkout's read
 path (ranking, packing) on the same derived memory in minutes, without ingesting again: the
 API of the code under test is started on the kept schema.
+
+`--load-clients N` (with --reuse) asks no quality passes: N clients in a closed loop ask the set's
+questions at random (each at its conversation's end, the budget above) for `--load-requests`
+contexts, then the same N clients call GET /healthz on the same server: contexts/s, their p50/p99
+and the ratio to the /healthz rate measured in the same run (issue 25's aim on long conversations).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import random
 import sys
 import time
 from collections import Counter
@@ -156,6 +163,46 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
     return result
 
 
+async def load_pass(port: int, conversations, clients: int, requests: int, budget: int, seed: int = 5) -> dict:
+    """`clients` in a closed loop on random questions of the set, then on /healthz: the same server,
+    the same minutes (nothing surfaced is cleared: a conversation's questions pile up as in use)."""
+    rng, questions = random.Random(seed), [(conv, q) for conv in conversations for q in conv.questions]
+
+    async def closed_loop(count: int, call) -> tuple[float, list[float], Counter]:
+        todo, latencies, statuses = iter(range(count)), [], Counter()
+
+        async def client() -> None:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": cq.API_KEY},
+                                         timeout=120) as http:
+                for _ in todo:
+                    started = time.perf_counter()
+                    statuses[(await call(http)).status_code] += 1
+                    latencies.append((time.perf_counter() - started) * 1000)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        return time.perf_counter() - started, latencies, statuses
+
+    async def context(http: httpx.AsyncClient) -> httpx.Response:
+        conv, question = rng.choice(questions)
+        return await http.get(f"/v1/conversations/{conv.conversation_id}/context",
+                              params={"before_seq": conv.end_seq, "query": question.question, "budget_tokens": budget})
+
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": cq.API_KEY},
+                                 timeout=120) as http:
+        await cq.wait_healthy(http, timeout_s=180.0)
+        for _ in range(2 * clients):  # warm up: the model, the pool, the plans (not counted)
+            await context(http)
+    seconds, latencies, statuses = await closed_loop(requests, context)
+    health_seconds, health_latencies, _ = await closed_loop(requests * 4, lambda http: http.get("/healthz"))
+    contexts_per_s, healthz_per_s = requests / seconds, requests * 4 / health_seconds
+    return {"clients": clients, "requests": requests, "statuses": dict(statuses),
+            "contexts_per_s": round(contexts_per_s, 1), "p50_ms": round(common.percentile(latencies, 50), 1),
+            "p99_ms": round(common.percentile(latencies, 99), 1), "healthz_per_s": round(healthz_per_s, 1),
+            "healthz_p50_ms": round(common.percentile(health_latencies, 50), 1),
+            "contexts_per_healthz": round(contexts_per_s / healthz_per_s, 4)}
+
+
 def write_wide(path: Path, diagnosis) -> None:
     """One JSON line per question: its large-budget `retrieved` section (items with their
     score breakdowns and tokens), for re-ranking and re-packing offline (bench/locomo_rerank.py).
@@ -219,6 +266,10 @@ async def run(args) -> dict:
             api = cq.start_api(settings, port)
             async with cq.Db(settings) as db:
                 result["settle"] = {"reused": True, **{k: await db.value(sql) for k, sql in cq.COUNTS.items()}}
+                if args.load_clients:
+                    result["load"] = await load_pass(port, conversations, args.load_clients, args.load_requests,
+                                                     args.budget)
+                    return result
                 result.update(await measure(db, conversations, port, args.budget, args.diag_budget,
                                             not args.first_turn_only, args.dump_wide))
         else:
@@ -265,13 +316,21 @@ def main() -> None:
     parser.add_argument("--quiet", type=float, default=30.0, help="seconds without change that count as settled")
     parser.add_argument("--slack", type=int, default=45,
                         help="settled only when chunks and summaries reach this close to each conversation's end")
+    parser.add_argument("--load-clients", type=int, default=0,
+                        help="with --reuse: no quality passes; N clients in a closed loop, then /healthz (above)")
+    parser.add_argument("--load-requests", type=int, default=600, help="contexts asked by --load-clients")
     args = parser.parse_args()
+    if args.load_clients and not args.reuse:
+        parser.error("--load-clients measures a kept run: give --reuse GENERATION:TOPIC_PREFIX")
     print(f"machine: {common.machine()}\ncommand: {' '.join(sys.argv)}\nmeasuring: {cq.measured_code()}",
           flush=True)
     result = asyncio.run(run(args))
     out = args.out or Path(f"/tmp/memory-agent-bench/locomo-{result['generation']}-{int(time.time())}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
+    if "load" in result:
+        print(f"load: {json.dumps(result['load'])}\nmachine after: {common.machine()}\nJSON: {out}")
+        return
     print("\n" + D.table(result, args.budget) + "\n")
     if result["diagnosis"]:
         print(D.diagnosis_table(result) + "\n")
