@@ -447,6 +447,21 @@ def embedder_for(app_state: Any) -> Embedder:
     return embedder
 
 
+def document_embedder_for(app_state: Any) -> Embedder:
+    """The API's embedder for documents (a stored memory, an edited fact): made with the embedding
+    settings the worker has, so a document's vector, in its event and in public.embedding_cache
+    under the model's name, is the one the worker makes. The query embedder when both graphs are
+    the same; one of its own, made on first use, when questions run as integer products
+    (`retrieval.query_integer_matmul`) and documents do not."""
+    settings = app_state.settings
+    if query_embedding_settings(settings).embedding.integer_matmul == settings.embedding.integer_matmul:
+        return embedder_for(app_state)
+    embedder = getattr(app_state, "document_embedder", None)
+    if embedder is None:
+        embedder = app_state.document_embedder = make_embedder(settings)
+    return embedder
+
+
 def query_embedding_settings(settings: Settings) -> Settings:
     """The settings the API's query embedder is made with: `retrieval.query_embedding_threads`
     ONNX Runtime threads per query unless the embedding settings name a number themselves, and

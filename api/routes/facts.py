@@ -20,7 +20,7 @@ from api.auth import Principal, named_user
 from api.deps import ConnDep, PrincipalDep, append_or_503
 from api.routes.context import named_in
 from projections import fact_queries as q
-from retrieval.service import embedder_for
+from retrieval.service import document_embedder_for
 from schemas import facts_events as fe
 from schemas.codec import new_event
 from schemas.envelope import IDENTIFIER
@@ -182,7 +182,7 @@ async def edit_fact(fact_id: str, body: ContentIn, request: Request, principal: 
     user = _acting_user(principal, "edit fact", x_user_id)
     row = await _owned(conn, principal.tenant, fact_id, user)
     content = one_line(body.content, "content")
-    embedder = embedder_for(request.app.state)  # the one retrieval uses: one model per API process
+    embedder = document_embedder_for(request.app.state)  # the worker's graph (retrieval/service.py)
     try:
         vector = to_vector((await embedder.embed_documents([content]))[0], embedder.model)
     except Exception as exc:  # noqa: BLE001 - embedding provider down

@@ -20,7 +20,7 @@ from api.auth import named_user
 from api.deps import ConnDep, PrincipalDep, append_or_503
 from api.routes.search import UserHeader
 from projections import surface_queries as sq
-from retrieval.service import embedder_for
+from retrieval.service import document_embedder_for
 from schemas import facts_events as fe
 from schemas.codec import new_event
 from schemas.envelope import IDENTIFIER, InvalidEvent
@@ -77,7 +77,7 @@ async def store_memory(body: MemoryIn, request: Request, principal: PrincipalDep
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="X-User-Id and user_id name different users")
     user, tenant = named_user(principal, x_user_id or body.user_id, "store memory"), principal.tenant
     content = one_line(body.content, "content")
-    embedder = embedder_for(request.app.state)
+    embedder = document_embedder_for(request.app.state)  # the worker's graph (retrieval/service.py)
     try:
         vector = to_vector((await embedder.embed_documents([content]))[0], embedder.model)
     except Exception as exc:  # noqa: BLE001 - embedding provider down

@@ -143,3 +143,24 @@ def test_the_api_embeds_queries_with_integer_products_only_when_retrieval_says_s
     assert on.embedding.integer_matmul is False  # the documents' settings are untouched
     off = Settings(retrieval=RetrievalSettings(query_integer_matmul=False))
     assert query_embedding_settings(off).embedding.integer_matmul is False
+
+
+def test_the_api_embeds_documents_with_the_workers_graph_when_questions_run_as_integer_products():
+    """A stored memory's or an edited fact's vector goes into its event and public.embedding_cache
+    under the model's name: it must be the worker's (float) graph's, not the questions' one."""
+    from types import SimpleNamespace
+
+    from core.settings import RetrievalSettings, Settings
+    from retrieval.service import document_embedder_for, embedder_for
+
+    def graph(embedder) -> bool:
+        while hasattr(embedder, "inner"):  # the caches around the process's queue
+            embedder = embedder.inner
+        return embedder.provider.integer_matmul  # the queue's model (loaded on its first call)
+
+    on = SimpleNamespace(settings=Settings(retrieval=RetrievalSettings(query_integer_matmul=True)))
+    assert graph(embedder_for(on)) is True
+    assert graph(document_embedder_for(on)) is False
+    assert document_embedder_for(on) is document_embedder_for(on)  # made once
+    off = SimpleNamespace(settings=Settings(retrieval=RetrievalSettings(query_integer_matmul=False)))
+    assert document_embedder_for(off) is embedder_for(off)  # one graph: one embedder
