@@ -380,6 +380,11 @@ class RetrievalSettings(BaseModel):
     # as a message: cut to 240 on the question's words, a long reply lost the sentence that
     # answers (it rarely echoes the question; docs/evaluation.md, issue 24's fifth session).
     reply_chars: int = Field(default=400, ge=0)
+    # A message's thread (the two messages of its session before it) often holds a short
+    # reply's subject ("I met my new neighbor Anna!" -> "How did you two meet?" -> "At yoga in
+    # the park."): the query words only the thread holds count for the message at this weight,
+    # and the messages after a keyword hit are candidates (0: off; docs/retrieval.md).
+    thread_weight: float = Field(default=0.5, ge=0, le=1)
     # The earlier messages' share of the query vector (the current message weighs 1): they
     # resolve follow-ups without drowning the question in small talk.
     context_weight: float = Field(default=0.3, ge=0, le=1)

@@ -64,6 +64,10 @@ class RetrievalConfig:
     # characters, and is scored with the words of both (0: questions alone, scored on their own
     # words). The answer is what the caller asks about again.
     reply_chars: int = 400
+    # A message's thread (the two messages of its session before it) holds a short reply's
+    # subject: the query words only the thread holds count for the message at this weight,
+    # and the messages after a keyword hit are candidates (retrieval/items.py; 0: off).
+    thread_weight: float = 0.5
     # No budget spent twice: an item whose information words are this share of an included
     # item's is left out as a duplicate (retrieval/packing.py), a date counting as information
     # (a fact that resolves "yesterday" is never a duplicate of its message). Off (0): at 0.8 it
@@ -83,7 +87,7 @@ class RetrievalConfig:
                    max(s.ef_search, s.candidate_k), method, s.candidates_per_100_tokens, s.max_candidate_k,
                    s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes,
                    reply_chars=s.reply_chars, keyword_length_lexemes=s.keyword_length_lexemes,
-                   keyword_length_power=s.keyword_length_power)
+                   keyword_length_power=s.keyword_length_power, thread_weight=s.thread_weight)
 
     def k_for(self, budget_tokens: int) -> int:
         """Hits per search per table for this budget (a bigger budget needs more candidates)."""
@@ -210,7 +214,8 @@ def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Sea
     """Each reply is shown once: a question row that carries a reply which the searches found
     on its own too keeps it only if the pair (scored with the words of both) is the more
     relevant; otherwise the reply stands alone and the question goes without it, scored on its
-    own words. With replies off (`reply_chars` 0) every question is scored and shown alone."""
+    own words. A reply that asks something in turn stays a row of its own, with its own reply
+    ("See how happy they are? -> How long do you walk them for?" -> "About an hour."). With replies off (`reply_chars` 0) every question is scored and shown alone."""
     if not any(r.reply for r in rows):  # no question carries a reply
         return list(rows)
     if config.reply_chars <= 0:
@@ -226,7 +231,7 @@ def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Sea
         reply = by_key.get(reply_key(row) or "")
         if reply is not None and rel(reply) > rel(row):
             row = alone(row)
-        elif reply is not None:
+        elif reply is not None and not reply.reply:  # a reply that asks in turn is the next exchange's row
             carried.add(key(reply.kind, reply.item_id))
         out.append(row)
     return [r for r in out if key(r.kind, r.item_id) not in carried]
@@ -355,7 +360,7 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
     return await search_items(conn, scope, embedding, prepared, k or config.candidate_k,
                               use_vector=config.method != "keyword", use_keyword=config.method != "vector",
                               exact_max_items=config.exact_scan_max_items, side=side, ef_search=ef_search,
-                              then_commit=then_commit)
+                              then_commit=then_commit, thread_weight=config.thread_weight)
 
 
 async def both(first: Awaitable[Any], second: Awaitable[Any]) -> tuple[Any, Any]:

@@ -260,7 +260,11 @@ async def test_a_retrieved_question_comes_with_its_answer_once_and_never_from_th
     ] + FILLER + [
         "Melanie: Got any sketches from the lake trip to show? I'd love to see them.",
         "Caroline: Yes, a watercolour of the old boathouse at dawn.",
-    ] + FILLER * 2 + [
+    ] + FILLER + [
+        "Caroline: Oh, by the way, I met my new neighbour Anna yesterday!",
+        "Melanie: How did you two get to know each other?",
+        "Caroline: It happened at a pottery class.",
+    ] + FILLER + [
         "Melanie: And which city did your sister Priya move to last spring?",
         "Caroline: Porto, she works at the aquarium there.",
     ]
@@ -286,6 +290,13 @@ async def test_a_retrieved_question_comes_with_its_answer_once_and_never_from_th
         assert pair["line"].endswith("→ Caroline: Yes, a watercolour of the old boathouse at dawn.")
         assert pair["score"]["keyword_score"] == pytest.approx(1.0)
         assert ("c1", 15) not in messages_in(sketch)
+        # A short reply whose subject is two messages back (its thread) is found with the
+        # thread's words: "neighbour" and "Anna" are in neither the question nor its reply.
+        anna = (await context(base, "c1", query="Where did Caroline meet her new neighbour Anna?",
+                              before_seq=last + 1))["retrieved"]
+        met = next(i for i in anna["items"] if i["kind"] == "message" and "pottery class" in i["line"])
+        told = next(i for i in anna["items"] if i["kind"] == "message" and "Anna yesterday" in i["content"])
+        assert met["score"]["keyword_score"] > 0.5 * told["score"]["keyword_score"] > 0
         sister = (await context(base, "c1", query="Which city did Priya move to?", before_seq=last + 1))["retrieved"]
         asked = next(i for i in sister["items"] if i["kind"] == "message" and "Priya" in i["content"])
         assert "→" not in asked["line"] and "aquarium" not in sister["text"]

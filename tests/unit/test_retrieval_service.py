@@ -185,6 +185,18 @@ def test_a_pair_is_scored_with_both_words_and_a_question_shown_alone_with_its_ow
     assert (off.reply, off.keyword_score, off.reply_lexemes) == (None, 0.3, None)
 
 
+def test_a_reply_that_asks_in_turn_stays_the_next_exchanges_row():
+    """"See how happy they are? -> How long do you walk them for?" -> "About an hour.": the
+    second question is the first one's reply, and the row that carries the answer."""
+    from retrieval.service import message_text, pair_replies
+    config = RetrievalConfig()
+    first = message_row(3, 0.6, "Bo: See how happy they are?", reply="Ana: How long do you walk them for?")
+    second = message_row(4, 0.5, "Ana: How long do you walk them for?", reply="Bo: Usually for about an hour.")
+    rows = pair_replies([first, second], config)
+    assert [r.item_id for r in rows] == ["c1:3", "c1:4"]
+    assert message_text(rows[1], config).endswith("→ Bo: Usually for about an hour.")
+
+
 def test_replies_can_be_turned_off():
     from retrieval.service import message_text, pair_replies
     config = RetrievalConfig(reply_chars=0)
