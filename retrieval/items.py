@@ -136,11 +136,27 @@ THREAD_GAP = "1 hour"
 _BACK_IDS = ", ".join(f"t.conversation_id || ':' || (t.seq - {d})" for d in range(1, THREAD_BACK + 1))
 _THREAD = (
     " LEFT JOIN LATERAL (SELECT ARRAY(SELECT DISTINCT u.lexeme FROM memory_items p, unnest(p.content_tsv) u"
-    " WHERE t.kind = 'message' AND p.tenant_id = t.tenant_id AND p.kind = 'message'"
+    " WHERE r.item_id IS NOT NULL AND p.tenant_id = t.tenant_id AND p.kind = 'message'"
     f" AND p.item_id IN ({_BACK_IDS}) AND p.ts >= t.ts - interval '{THREAD_GAP}'"
     " AND u.lexeme = ANY(%(lexemes)s::text[])) AS a) th ON true"
 )
 _THREAD_TAIL = ", th.a AS thread_lexemes"
+# An answer often goes on in the same speaker's next turn, after a short reaction or a
+# follow-up question of the other ("I'm into "Sapiens"." -> "Any recent ones?" -> "I read
+# "Avalanche"."): a message row (its reply, if it carries one) comes with that turn, when it is
+# in the same session and visible; the service shows it on the best message line
+# (service.continue_best).
+_SHORT = r"array_length(regexp_split_to_array(btrim(n1.content), '\s+'), 1) <= 13"
+_CONTINUED = (
+    " LEFT JOIN memory_items n1 ON t.kind = 'message' AND n1.tenant_id = t.tenant_id AND n1.kind = 'message'"
+    " AND n1.item_id = t.conversation_id || ':' || (t.seq + CASE WHEN r.item_id IS NULL THEN 1 ELSE 2 END)"
+    f" AND n1.content IS NOT NULL AND (n1.content ~ '\\?([\\s\"'')\\]]|$)' OR {_SHORT})"
+    " LEFT JOIN memory_items n2 ON n1.item_id IS NOT NULL AND n2.tenant_id = t.tenant_id AND n2.kind = 'message'"
+    " AND n2.item_id = t.conversation_id || ':' || (n1.seq + 1) AND n2.role = COALESCE(r.role, t.role)"
+    f" AND n2.content IS NOT NULL AND n2.ts <= t.ts + interval '{THREAD_GAP}'"
+    " AND (n2.conversation_id <> %(conversation)s OR n2.seq < %(before)s)"
+)
+_CONTINUED_TAIL = ", n2.content AS continued"
 
 
 # The messages right after a keyword top-k message (within THREAD_BACK of it, same conversation).
@@ -155,11 +171,13 @@ _CARRIED = ("t.tenant_id, t.kind, t.item_id, t.content, t.content_tsv, t.ts, t.i
             " t.occurred_end, t.role")
 
 
-def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False) -> str:
+def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False,
+              continued: bool = False) -> str:
     """A small scope, read once: every item's exact cosine and keyword match, the top k of each
     kind by either, its columns carried along (no second visit of the table). `thread`: the
     two messages after a keyword top-k message are candidates too, and every message row
-    carries the query's lexemes of its thread (`_THREAD`)."""
+    carries the query's lexemes of its thread (`_THREAD`). `continued`: each message row with
+    the next turn its answer may go on in (`_CONTINUED`)."""
     distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
     hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
     rank = f"CASE WHEN {hit} THEN ts_rank(t.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
@@ -175,13 +193,16 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
         " CASE WHEN t.hit THEN t.rank::float8 ELSE 0.0::float8 END AS keyword_score,"
         " (t.distance IS NOT NULL AND t.by_vector <= %(k)s) AS in_vector,"
         f" (t.hit AND t.by_keyword <= %(k)s) AS in_keyword, {_TAIL}{_THREAD_TAIL if thread else ''}"
+        f"{_CONTINUED_TAIL if continued else ''}"
         f" FROM near t{_REPLY}{_SURFACED}{_THREAD if thread else ''}"
+        f"{_CONTINUED if continued else ''}"
         " WHERE (t.distance IS NOT NULL AND t.by_vector <= %(k)s) OR (t.hit AND t.by_keyword <= %(k)s) OR t.follows"
         " ORDER BY array_position(%(kinds)s::text[], t.kind::text), t.item_id"
     )
 
 
-def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False) -> str:
+def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False,
+                continued: bool = False) -> str:
     """A large scope: per kind, the top k by the HNSW index (an iterative scan keeps reading
     while the scope filter rejects hits) and the top k by the GIN index, then their rows
     (`thread`: as in exact_sql, the messages after a keyword hit too, each message with its
@@ -213,7 +234,9 @@ def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: 
         f" SELECT {_COLUMNS}, COALESCE(1 - (t.embedding <=> %(vector)s::vector), 0.0)::float8 AS cosine,"
         f" {rank} AS keyword_score, (t.kind, t.item_id) IN (SELECT * FROM vec) AS in_vector,"
         f" (t.kind, t.item_id) IN (SELECT * FROM kw) AS in_keyword, {_TAIL}{_THREAD_TAIL if thread else ''}"
+        f"{_CONTINUED_TAIL if continued else ''}"
         f" FROM memory_items t{_REPLY}{_SURFACED}{_THREAD if thread else ''}"
+        f"{_CONTINUED if continued else ''}"
         " WHERE t.tenant_id = %(tenant)s AND t.content IS NOT NULL"
         " AND (t.kind <> 'message' OR t.conversation_id IS DISTINCT FROM %(conversation)s OR t.seq < %(before)s)"
         " AND (t.kind, t.item_id) IN (SELECT * FROM vec UNION SELECT * FROM kw UNION SELECT * FROM fol)"
@@ -225,7 +248,8 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
                        k: int, *, kinds: Sequence[Kind] = KINDS, use_vector: bool = True,
                        use_keyword: bool = True, exact_max_items: int = EXACT_SCAN_MAX_ITEMS,
                        side: SideConnection | None = None, ef_search: int | None = None,
-                       then_commit: bool = False, thread_weight: float = 0.0) -> list[SearchRow]:
+                       then_commit: bool = False, thread_weight: float = 0.0,
+                       continued: bool = False) -> list[SearchRow]:
     """The candidates of every kind in one statement: per kind the top k by cosine and the top
     k by ts_rank, each row with both scores (keyword_score: its IDF-weighted coverage of the
     searched lexemes), kind by kind in the order of `kinds`. A scope of at most
@@ -234,12 +258,13 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     same time, each side statement with the same HNSW settings (`ef_search`). `then_commit`:
     the transaction of `conn` ends with the statement, the COMMIT sent with it (one round trip;
     for a read whose transaction holds nothing else to do). `thread_weight` > 0: a message's
-    thread counts (`_THREAD`, search.rows_with_coverage)."""
+    thread counts (`_THREAD`, search.rows_with_coverage). `continued`: message rows carry the
+    next turn their answer may go on in (`_CONTINUED`)."""
     keywords = prepared.keywords
     keyword = use_keyword and keywords.fact is not None
     exact = prepared.scope_items <= exact_max_items
     sql = (exact_sql if exact else indexed_sql)(scope.subject_id, vector=use_vector, keyword=keyword,
-                                                 thread=thread_weight > 0)
+                                                 thread=thread_weight > 0, continued=continued)
     params = {
         "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
         "conversation": scope.conversation_id, "before": scope.messages_before_seq, "k": k,

@@ -71,11 +71,14 @@ class SearchRow:
     # A message's thread (items._THREAD: the messages of its session just before it): the
     # query's lexemes it holds; those the row lacks count at the search's thread weight.
     thread_lexemes: list[str] | None = None
+    # The same speaker's next turn after a short reaction or question of the other's, in which
+    # the answer may go on (items._CONTINUED; shown on the best message line only).
+    continued: str | None = None
 
 
 _FIELDS = [f.name for f in fields(SearchRow)]
 _SCORE_AT = _FIELDS.index("keyword_score")
-_PAIR_AT = _FIELDS.index("reply_lexemes")  # the last three fields: made by rows_with_coverage
+_PAIR_AT = _FIELDS.index("reply_lexemes")  # the last four fields: made by rows_with_coverage
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -407,16 +410,18 @@ def rows_with_coverage(weights: Mapping[str, float], thread_weight: float = 0.0)
         lexemes_at = names.index("lexemes")
         reply_at = names.index("reply_lexemes") if "reply_lexemes" in names else None
         thread_at = names.index("thread_lexemes") if "thread_lexemes" in names else None
+        continued_at = names.index("continued") if "continued" in names else None
 
         def make(values: Sequence) -> SearchRow:
             matched = set(values[lexemes_at] or ())
             thread = values[thread_at] if thread_at is not None else None
             pair = values[reply_at] if reply_at is not None else None
+            goes_on = values[continued_at] if continued_at is not None else None
             own = covered(matched, thread)
             if pair is None:
-                return SearchRow(*before(values), own, *after(values), None, None, thread or None)
+                return SearchRow(*before(values), own, *after(values), None, None, thread or None, goes_on)
             both = covered(matched | set(pair), thread)
-            return SearchRow(*before(values), both, *after(values), pair, own, thread or None)
+            return SearchRow(*before(values), both, *after(values), pair, own, thread or None, goes_on)
 
         return make
 

@@ -68,6 +68,9 @@ class RetrievalConfig:
     # subject: the query words only the thread holds count for the message at this weight,
     # and the messages after a keyword hit are candidates (retrieval/items.py; 0: off).
     thread_weight: float = 0.5
+    # The best message line goes on with the same speaker's next turn (after a short reaction
+    # or question of the other's, same session): an answer spread over two turns is one line.
+    continued_lines: int = 1
     # No budget spent twice: an item whose information words are this share of an included
     # item's is left out as a duplicate (retrieval/packing.py), a date counting as information
     # (a fact that resolves "yesterday" is never a duplicate of its message). Off (0): at 0.8 it
@@ -87,7 +90,8 @@ class RetrievalConfig:
                    max(s.ef_search, s.candidate_k), method, s.candidates_per_100_tokens, s.max_candidate_k,
                    s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes,
                    reply_chars=s.reply_chars, keyword_length_lexemes=s.keyword_length_lexemes,
-                   keyword_length_power=s.keyword_length_power, thread_weight=s.thread_weight)
+                   keyword_length_power=s.keyword_length_power, thread_weight=s.thread_weight,
+                   continued_lines=s.continued_lines)
 
     def k_for(self, budget_tokens: int) -> int:
         """Hits per search per table for this budget (a bigger budget needs more candidates)."""
@@ -195,6 +199,27 @@ def message_text(row: SearchRow, config: RetrievalConfig, lexemes: Sequence[str]
     named = split_prefix(row.content)[0] is not None and split_prefix(reply)[0] is not None
     speaker = "" if named or not row.reply_role else f"{row.reply_role}: "
     return f"{text} → {speaker}{reply}"
+
+
+def continue_best(kept: Sequence[ScoredItem], rows: Mapping[str, SearchRow], lines: int,
+                  chars: int) -> list[ScoredItem]:
+    """The best `lines` message lines whose row carries the turn the answer may go on in
+    (`SearchRow.continued`) show it after theirs ("… Jolene: I read "Avalanche" too."), cut to
+    `chars` from its start; the rank is unchanged (the line is longer: packing counts it)."""
+    if lines <= 0:
+        return list(kept)
+    out: list[ScoredItem] = []
+    for item in kept:
+        row = rows.get(item.candidate.item_id)
+        if lines > 0 and row is not None and row.kind == "message" and row.continued:
+            text = " ".join(snippet(row.continued, (), chars).split())
+            named = split_prefix(row.content)[0] is not None and split_prefix(text)[0] is not None
+            speaker = "" if named or not row.role else f"{row.reply_role or row.role}: "
+            item = ScoredItem(replace(item.candidate, content=f"{item.candidate.content} … {speaker}{text}"),
+                              item.score)
+            lines -= 1
+        out.append(item)
+    return out
 
 
 def reply_key(row: SearchRow) -> str | None:
@@ -360,7 +385,8 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
     return await search_items(conn, scope, embedding, prepared, k or config.candidate_k,
                               use_vector=config.method != "keyword", use_keyword=config.method != "vector",
                               exact_max_items=config.exact_scan_max_items, side=side, ef_search=ef_search,
-                              then_commit=then_commit, thread_weight=config.thread_weight)
+                              then_commit=then_commit, thread_weight=config.thread_weight,
+                              continued=config.continued_lines > 0)
 
 
 async def both(first: Awaitable[Any], second: Awaitable[Any]) -> tuple[Any, Any]:
@@ -414,6 +440,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     lexemes = sorted({lexeme for r in rows if r.lexemes for lexeme in r.lexemes})
     scored = score_candidates(to_candidates(rows, config, lexemes, keys), turn.time.timestamp(), visible,
                               config.scoring)
+    kept = continue_best(scored.kept, by_key, config.continued_lines, config.message_chars)
     # What the model still sees from an earlier turn is not dropped, only put last: it fills
     # the room new items leave (seed 001 avoids repetition; it does not want an empty section).
     repeats = [ScoredItem(e.candidate, e.score) for e in scored.excluded
@@ -423,7 +450,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # Lines counted one by one, and only those whose lower bound still fits: once the budget is
     # nearly full most candidates are left out without running the tokenizer.
     with telemetry.span("retrieval pack"):
-        packed = pack(scored.kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
+        packed = pack(kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
                       lower_bound=min_tokens, duplicate_overlap=config.duplicate_overlap)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
