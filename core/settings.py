@@ -385,10 +385,10 @@ class RetrievalSettings(BaseModel):
     # the park."): the query words only the thread holds count for the message at this weight,
     # and the messages after a keyword hit are candidates (0: off; docs/retrieval.md).
     thread_weight: float = Field(default=0.5, ge=0, le=1)
-    # The best message lines (this many) go on with the same speaker's next turn, after a short
-    # reaction or question of the other's in the same session: an answer spread over two turns
+    # The best message lines (this many) go on with the same speaker's next turn, after a
+    # question of the other's in the same session (asking for more): an answer spread over two turns
     # ("Sapiens" in one reply, "Avalanche" in the next) is one line (0: off; docs/retrieval.md).
-    continued_lines: int = Field(default=1, ge=0)
+    continued_lines: int = Field(default=2, ge=0)
     # The earlier messages' share of the query vector (the current message weighs 1): they
     # resolve follow-ups without drowning the question in small talk.
     context_weight: float = Field(default=0.3, ge=0, le=1)

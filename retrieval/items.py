@@ -141,16 +141,16 @@ _THREAD = (
     " AND u.lexeme = ANY(%(lexemes)s::text[])) AS a) th ON true"
 )
 _THREAD_TAIL = ", th.a AS thread_lexemes"
-# An answer often goes on in the same speaker's next turn, after a short reaction or a
-# follow-up question of the other ("I'm into "Sapiens"." -> "Any recent ones?" -> "I read
-# "Avalanche"."): a message row (its reply, if it carries one) comes with that turn, when it is
-# in the same session and visible; the service shows it on the best message line
-# (service.continue_best).
-_SHORT = r"array_length(regexp_split_to_array(btrim(n1.content), '\s+'), 1) <= 13"
+# An answer often goes on in the same speaker's next turn when the other asks for more ("I'm
+# into "Sapiens"." -> "Any recent ones that struck you?" -> "I read "Avalanche"."): a message
+# row (its reply, if it carries one) comes with that turn, when the message between asks
+# something and the turn is in the same session and visible; the service shows it on the best
+# message line (service.continue_best). After a mere reaction ("Wow!") a speaker as often
+# changes the subject (measured: docs/evaluation.md).
 _CONTINUED = (
     " LEFT JOIN memory_items n1 ON t.kind = 'message' AND n1.tenant_id = t.tenant_id AND n1.kind = 'message'"
     " AND n1.item_id = t.conversation_id || ':' || (t.seq + CASE WHEN r.item_id IS NULL THEN 1 ELSE 2 END)"
-    f" AND n1.content IS NOT NULL AND (n1.content ~ '\\?([\\s\"'')\\]]|$)' OR {_SHORT})"
+    " AND n1.content IS NOT NULL AND n1.content ~ '\\?([\\s\"'')\\]]|$)'"
     " LEFT JOIN memory_items n2 ON n1.item_id IS NOT NULL AND n2.tenant_id = t.tenant_id AND n2.kind = 'message'"
     " AND n2.item_id = t.conversation_id || ':' || (n1.seq + 1) AND n2.role = COALESCE(r.role, t.role)"
     f" AND n2.content IS NOT NULL AND n2.ts <= t.ts + interval '{THREAD_GAP}'"

@@ -68,9 +68,9 @@ class RetrievalConfig:
     # subject: the query words only the thread holds count for the message at this weight,
     # and the messages after a keyword hit are candidates (retrieval/items.py; 0: off).
     thread_weight: float = 0.5
-    # The best message line goes on with the same speaker's next turn (after a short reaction
-    # or question of the other's, same session): an answer spread over two turns is one line.
-    continued_lines: int = 1
+    # The best message lines (this many) go on with the same speaker's next turn (after a
+    # question of the other's, same session): an answer spread over two turns is one line.
+    continued_lines: int = 2
     # No budget spent twice: an item whose information words are this share of an included
     # item's is left out as a duplicate (retrieval/packing.py), a date counting as information
     # (a fact that resolves "yesterday" is never a duplicate of its message). Off (0): at 0.8 it
@@ -203,21 +203,21 @@ def message_text(row: SearchRow, config: RetrievalConfig, lexemes: Sequence[str]
 
 def continue_best(kept: Sequence[ScoredItem], rows: Mapping[str, SearchRow], lines: int,
                   chars: int) -> list[ScoredItem]:
-    """The best `lines` message lines whose row carries the turn the answer may go on in
-    (`SearchRow.continued`) show it after theirs ("… Jolene: I read "Avalanche" too."), cut to
-    `chars` from its start; the rank is unchanged (the line is longer: packing counts it)."""
-    if lines <= 0:
-        return list(kept)
+    """Of the best `lines` message lines, those whose row carries the turn the answer may go on
+    in (`SearchRow.continued`) show it after theirs ("… Jolene: I read "Avalanche" too."), cut
+    to `chars` from its start; the rank is unchanged (the line is longer: packing counts it).
+    A lower line is never continued: its longer line would take the room of the next items."""
     out: list[ScoredItem] = []
     for item in kept:
-        row = rows.get(item.candidate.item_id)
-        if lines > 0 and row is not None and row.kind == "message" and row.continued:
-            text = " ".join(snippet(row.continued, (), chars).split())
-            named = split_prefix(row.content)[0] is not None and split_prefix(text)[0] is not None
-            speaker = "" if named or not row.role else f"{row.reply_role or row.role}: "
-            item = ScoredItem(replace(item.candidate, content=f"{item.candidate.content} … {speaker}{text}"),
-                              item.score)
+        row = rows.get(item.candidate.item_id) if lines > 0 and item.candidate.kind == "message" else None
+        if row is not None:
             lines -= 1
+            if row.continued:
+                text = " ".join(snippet(row.continued, (), chars).split())
+                named = split_prefix(row.content)[0] is not None and split_prefix(text)[0] is not None
+                speaker = "" if named or not row.role else f"{row.reply_role or row.role}: "
+                item = ScoredItem(replace(item.candidate, content=f"{item.candidate.content} … {speaker}{text}"),
+                                  item.score)
         out.append(item)
     return out
 

@@ -198,8 +198,8 @@ def test_a_reply_that_asks_in_turn_stays_the_next_exchanges_row():
 
 
 def test_the_best_message_line_goes_on_with_the_next_turn_of_its_speaker():
-    """"Sapiens" in one reply, "Avalanche" in the same speaker's next turn: the best message
-    line whose row carries that turn shows it; the others, and a config with it off, do not."""
+    """"Sapiens" in one reply, "Avalanche" in the same speaker's next turn: of the best message
+    lines, one whose row carries that turn shows it; lower lines, and a config with it off, do not."""
     from retrieval.scoring import Candidate, ScoreBreakdown, ScoredItem
     from retrieval.service import continue_best
 
@@ -209,9 +209,12 @@ def test_the_best_message_line_goes_on_with_the_next_turn_of_its_speaker():
     rows = {f"message:c1:{s}": replace(message_row(s, 0.5, f"Bo: line {s}."),
                                        continued=f"Bo: more after {s}.")
             for s in (2, 8)}
+    rows["message:c1:5"] = message_row(5, 0.5, "Bo: line 5.")
     kept = [item(5, 0.9), item(2, 0.8), item(8, 0.7)]  # 5 carries no next turn
-    shown = continue_best(kept, rows, 1, 400)
+    shown = continue_best(kept, rows, 2, 400)
     assert [i.candidate.content for i in shown] == ["Bo: line 5.", "Bo: line 2. … Bo: more after 2.", "Bo: line 8."]
+    # only the best lines: the third is not continued, nor the second when one line is
+    assert [i.candidate.content for i in continue_best(kept, rows, 1, 400)] == [i.candidate.content for i in kept]
     assert [i.score for i in shown] == [i.score for i in kept]
     assert continue_best(kept, rows, 0, 400) == kept
 
