@@ -384,7 +384,7 @@ class RetrievalSettings(BaseModel):
     # reply's subject ("I met my new neighbor Anna!" -> "How did you two meet?" -> "At yoga in
     # the park."): the query words only the thread holds count for the message at this weight,
     # and the messages after a keyword hit are candidates (0: off; docs/retrieval.md).
-    thread_weight: float = Field(default=0.5, ge=0, le=1)
+    thread_weight: float = Field(default=0.0, ge=0, le=1)
     # The best message lines (this many) go on with the same speaker's next turn, after a
     # question of the other's in the same session (asking for more): an answer spread over two turns
     # ("Sapiens" in one reply, "Avalanche" in the next) is one line (0: off; docs/retrieval.md).

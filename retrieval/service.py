@@ -67,7 +67,7 @@ class RetrievalConfig:
     # A message's thread (the two messages of its session before it) holds a short reply's
     # subject: the query words only the thread holds count for the message at this weight,
     # and the messages after a keyword hit are candidates (retrieval/items.py; 0: off).
-    thread_weight: float = 0.5
+    thread_weight: float = 0.0
     # The best message lines (this many) go on with the same speaker's next turn (after a
     # question of the other's, same session): an answer spread over two turns is one line.
     continued_lines: int = 2
