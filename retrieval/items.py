@@ -126,11 +126,12 @@ _TAIL = (
     " AS reply_lexemes"
 )
 _TSQUERY = "%(keywords)s::tsquery"
-# The thread a message belongs to: the two messages of the same session just before it (same
-# conversation, at most THREAD_GAP earlier). In a dialogue a short reply's subject is often
-# there ("I met my new neighbor Anna!" -> "How did you two meet?" -> "It happened at yoga in
-# the park."): the query's words the thread holds count for the message at `thread_weight`
-# (search.rows_with_coverage), and the messages after a keyword hit are candidates too.
+# The thread of a question carrying its reply: the two messages of the same session just
+# before it (same conversation, at most THREAD_GAP earlier). In a dialogue the pair's subject
+# is often there ("I met my new neighbor Anna!" -> "How did you two meet?" -> "It happened at
+# yoga in the park."): the query's words the thread holds count for the pair at
+# `thread_weight` (search.rows_with_coverage), and the messages after a keyword hit are
+# candidates too. Off by default (RetrievalSettings.thread_weight: measured, docs/evaluation.md).
 THREAD_BACK = 2
 THREAD_GAP = "1 hour"
 _BACK_IDS = ", ".join(f"t.conversation_id || ':' || (t.seq - {d})" for d in range(1, THREAD_BACK + 1))

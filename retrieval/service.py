@@ -64,9 +64,9 @@ class RetrievalConfig:
     # characters, and is scored with the words of both (0: questions alone, scored on their own
     # words). The answer is what the caller asks about again.
     reply_chars: int = 400
-    # A message's thread (the two messages of its session before it) holds a short reply's
-    # subject: the query words only the thread holds count for the message at this weight,
-    # and the messages after a keyword hit are candidates (retrieval/items.py; 0: off).
+    # A question-reply pair's thread (the two messages of its session before it) holds its
+    # subject: the query words only the thread holds count for the pair at this weight, and the
+    # messages after a keyword hit are candidates (retrieval/items.py; 0: off, measured).
     thread_weight: float = 0.0
     # The best message lines (this many) go on with the same speaker's next turn (after a
     # question of the other's, same session): an answer spread over two turns is one line.
