@@ -380,6 +380,16 @@ class RetrievalSettings(BaseModel):
     # as a message: cut to 240 on the question's words, a long reply lost the sentence that
     # answers (it rarely echoes the question; docs/evaluation.md, issue 24's fifth session).
     reply_chars: int = Field(default=400, ge=0)
+    # A question-reply pair's thread (the two messages of its session before it) often holds
+    # its subject ("I met my new neighbor Anna!" -> "How did you two meet?" -> "At yoga in the
+    # park."): the query words only the thread holds count for the pair at this weight, and the
+    # messages after a keyword hit are candidates. 0 (off): with continued_lines it added no
+    # hit on the development set and lost one on the generator (docs/evaluation.md).
+    thread_weight: float = Field(default=0.0, ge=0, le=1)
+    # The best message lines (this many) go on with the same speaker's next turn, after a
+    # question of the other's in the same session (asking for more): an answer spread over two turns
+    # ("Sapiens" in one reply, "Avalanche" in the next) is one line (0: off; docs/retrieval.md).
+    continued_lines: int = Field(default=2, ge=0)
     # The earlier messages' share of the query vector (the current message weighs 1): they
     # resolve follow-ups without drowning the question in small talk.
     context_weight: float = Field(default=0.3, ge=0, le=1)

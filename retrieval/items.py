@@ -126,16 +126,59 @@ _TAIL = (
     " AS reply_lexemes"
 )
 _TSQUERY = "%(keywords)s::tsquery"
+# The thread of a question carrying its reply: the two messages of the same session just
+# before it (same conversation, at most THREAD_GAP earlier). In a dialogue the pair's subject
+# is often there ("I met my new neighbor Anna!" -> "How did you two meet?" -> "It happened at
+# yoga in the park."): the query's words the thread holds count for the pair at
+# `thread_weight` (search.rows_with_coverage), and the messages after a keyword hit are
+# candidates too. Off by default (RetrievalSettings.thread_weight: measured, docs/evaluation.md).
+THREAD_BACK = 2
+THREAD_GAP = "1 hour"
+_BACK_IDS = ", ".join(f"t.conversation_id || ':' || (t.seq - {d})" for d in range(1, THREAD_BACK + 1))
+_THREAD = (
+    " LEFT JOIN LATERAL (SELECT ARRAY(SELECT DISTINCT u.lexeme FROM memory_items p, unnest(p.content_tsv) u"
+    " WHERE r.item_id IS NOT NULL AND p.tenant_id = t.tenant_id AND p.kind = 'message'"
+    f" AND p.item_id IN ({_BACK_IDS}) AND p.ts >= t.ts - interval '{THREAD_GAP}'"
+    " AND u.lexeme = ANY(%(lexemes)s::text[])) AS a) th ON true"
+)
+_THREAD_TAIL = ", th.a AS thread_lexemes"
+# An answer often goes on in the same speaker's next turn when the other asks for more ("I'm
+# into "Sapiens"." -> "Any recent ones that struck you?" -> "I read "Avalanche"."): a message
+# row (its reply, if it carries one) comes with that turn, when the message between asks
+# something and the turn is in the same session and visible; the service shows it on the best
+# message line (service.continue_best). After a mere reaction ("Wow!") a speaker as often
+# changes the subject (measured: docs/evaluation.md).
+_CONTINUED = (
+    " LEFT JOIN memory_items n1 ON t.kind = 'message' AND n1.tenant_id = t.tenant_id AND n1.kind = 'message'"
+    " AND n1.item_id = t.conversation_id || ':' || (t.seq + CASE WHEN r.item_id IS NULL THEN 1 ELSE 2 END)"
+    " AND n1.content IS NOT NULL AND n1.content ~ '\\?([\\s\"'')\\]]|$)'"
+    " LEFT JOIN memory_items n2 ON n1.item_id IS NOT NULL AND n2.tenant_id = t.tenant_id AND n2.kind = 'message'"
+    " AND n2.item_id = t.conversation_id || ':' || (n1.seq + 1) AND n2.role = COALESCE(r.role, t.role)"
+    f" AND n2.content IS NOT NULL AND n2.ts <= t.ts + interval '{THREAD_GAP}'"
+    " AND (n2.conversation_id <> %(conversation)s OR n2.seq < %(before)s)"
+)
+_CONTINUED_TAIL = ", n2.content AS continued"
 
+
+# The messages right after a keyword top-k message (within THREAD_BACK of it, same conversation).
+_FOLLOWS = (
+    ", near AS (SELECT ranked.*, COALESCE(CASE WHEN ranked.kind = 'message' THEN bool_or(ranked.hit"
+    " AND ranked.by_keyword <= %(k)s) OVER (PARTITION BY ranked.kind, ranked.conversation_id ORDER BY ranked.seq"
+    f" ROWS BETWEEN {THREAD_BACK} PRECEDING AND 1 PRECEDING) END, false) AS follows FROM ranked)"
+)
 
 _CARRIED = ("t.tenant_id, t.kind, t.item_id, t.content, t.content_tsv, t.ts, t.importance, t.category, t.memory_type,"
             " t.visibility, t.user_id, t.conversation_id, t.seq, t.range_start, t.range_end, t.occurred_start,"
             " t.occurred_end, t.role")
 
 
-def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
+def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False,
+              continued: bool = False) -> str:
     """A small scope, read once: every item's exact cosine and keyword match, the top k of each
-    kind by either, its columns carried along (no second visit of the table)."""
+    kind by either, its columns carried along (no second visit of the table). `thread`: the
+    two messages after a keyword top-k message are candidates too, and every message row
+    carries the query's lexemes of its thread (`_THREAD`). `continued`: each message row with
+    the next turn its answer may go on in (`_CONTINUED`)."""
     distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
     hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
     rank = f"CASE WHEN {hit} THEN ts_rank(t.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
@@ -146,19 +189,25 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
         " FROM c)"
+        f"{_FOLLOWS if thread and keyword else ', near AS (SELECT ranked.*, false AS follows FROM ranked)'}"
         f" SELECT {_COLUMNS}, COALESCE(1 - t.distance, 0.0)::float8 AS cosine,"
         " CASE WHEN t.hit THEN t.rank::float8 ELSE 0.0::float8 END AS keyword_score,"
         " (t.distance IS NOT NULL AND t.by_vector <= %(k)s) AS in_vector,"
-        f" (t.hit AND t.by_keyword <= %(k)s) AS in_keyword, {_TAIL}"
-        f" FROM ranked t{_REPLY}{_SURFACED}"
-        " WHERE (t.distance IS NOT NULL AND t.by_vector <= %(k)s) OR (t.hit AND t.by_keyword <= %(k)s)"
+        f" (t.hit AND t.by_keyword <= %(k)s) AS in_keyword, {_TAIL}{_THREAD_TAIL if thread else ''}"
+        f"{_CONTINUED_TAIL if continued else ''}"
+        f" FROM near t{_REPLY}{_SURFACED}{_THREAD if thread else ''}"
+        f"{_CONTINUED if continued else ''}"
+        " WHERE (t.distance IS NOT NULL AND t.by_vector <= %(k)s) OR (t.hit AND t.by_keyword <= %(k)s) OR t.follows"
         " ORDER BY array_position(%(kinds)s::text[], t.kind::text), t.item_id"
     )
 
 
-def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
+def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False,
+                continued: bool = False) -> str:
     """A large scope: per kind, the top k by the HNSW index (an iterative scan keeps reading
-    while the scope filter rejects hits) and the top k by the GIN index, then their rows."""
+    while the scope filter rejects hits) and the top k by the GIN index, then their rows
+    (`thread`: as in exact_sql, the messages after a keyword hit too, each message with its
+    thread's lexemes)."""
     scope = scope_sql(subject_id)
     vec = (
         "SELECT v.kind, v.item_id FROM unnest(%(kinds)s::text[]) AS kk(kind), LATERAL ("
@@ -175,13 +224,23 @@ def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
     )
     rank = (f"CASE WHEN t.content_tsv @@ {_TSQUERY} THEN ts_rank(t.content_tsv, {_TSQUERY})::float8"
             " ELSE 0.0::float8 END" if keyword else "0.0::float8")
+    follows = (
+        ", fol(kind, item_id) AS MATERIALIZED (SELECT 'message'::text, m.conversation_id || ':' || (m.seq + d)"
+        " FROM kw JOIN memory_items m ON m.tenant_id = %(tenant)s AND m.kind = kw.kind AND m.item_id = kw.item_id"
+        f" CROSS JOIN generate_series(1, {THREAD_BACK}) d WHERE kw.kind = 'message')"
+        if thread and keyword else ", fol(kind, item_id) AS (SELECT NULL::text, NULL::text WHERE false)"
+    )
     return (
-        f"WITH vec(kind, item_id) AS MATERIALIZED ({vec}), kw(kind, item_id) AS MATERIALIZED ({kw})"
+        f"WITH vec(kind, item_id) AS MATERIALIZED ({vec}), kw(kind, item_id) AS MATERIALIZED ({kw}){follows}"
         f" SELECT {_COLUMNS}, COALESCE(1 - (t.embedding <=> %(vector)s::vector), 0.0)::float8 AS cosine,"
         f" {rank} AS keyword_score, (t.kind, t.item_id) IN (SELECT * FROM vec) AS in_vector,"
-        f" (t.kind, t.item_id) IN (SELECT * FROM kw) AS in_keyword, {_TAIL}"
-        f" FROM memory_items t{_REPLY}{_SURFACED}"
-        " WHERE t.tenant_id = %(tenant)s AND (t.kind, t.item_id) IN (SELECT * FROM vec UNION SELECT * FROM kw)"
+        f" (t.kind, t.item_id) IN (SELECT * FROM kw) AS in_keyword, {_TAIL}{_THREAD_TAIL if thread else ''}"
+        f"{_CONTINUED_TAIL if continued else ''}"
+        f" FROM memory_items t{_REPLY}{_SURFACED}{_THREAD if thread else ''}"
+        f"{_CONTINUED if continued else ''}"
+        " WHERE t.tenant_id = %(tenant)s AND t.content IS NOT NULL"
+        " AND (t.kind <> 'message' OR t.conversation_id IS DISTINCT FROM %(conversation)s OR t.seq < %(before)s)"
+        " AND (t.kind, t.item_id) IN (SELECT * FROM vec UNION SELECT * FROM kw UNION SELECT * FROM fol)"
         " ORDER BY array_position(%(kinds)s::text[], t.kind::text), t.item_id"
     )
 
@@ -190,7 +249,8 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
                        k: int, *, kinds: Sequence[Kind] = KINDS, use_vector: bool = True,
                        use_keyword: bool = True, exact_max_items: int = EXACT_SCAN_MAX_ITEMS,
                        side: SideConnection | None = None, ef_search: int | None = None,
-                       then_commit: bool = False) -> list[SearchRow]:
+                       then_commit: bool = False, thread_weight: float = 0.0,
+                       continued: bool = False) -> list[SearchRow]:
     """The candidates of every kind in one statement: per kind the top k by cosine and the top
     k by ts_rank, each row with both scores (keyword_score: its IDF-weighted coverage of the
     searched lexemes), kind by kind in the order of `kinds`. A scope of at most
@@ -198,11 +258,14 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     there `side` (idle pooled connections, see search.search_all) searches the kinds at the
     same time, each side statement with the same HNSW settings (`ef_search`). `then_commit`:
     the transaction of `conn` ends with the statement, the COMMIT sent with it (one round trip;
-    for a read whose transaction holds nothing else to do)."""
+    for a read whose transaction holds nothing else to do). `thread_weight` > 0: a message's
+    thread counts (`_THREAD`, search.rows_with_coverage). `continued`: message rows carry the
+    next turn their answer may go on in (`_CONTINUED`)."""
     keywords = prepared.keywords
     keyword = use_keyword and keywords.fact is not None
     exact = prepared.scope_items <= exact_max_items
-    sql = (exact_sql if exact else indexed_sql)(scope.subject_id, vector=use_vector, keyword=keyword)
+    sql = (exact_sql if exact else indexed_sql)(scope.subject_id, vector=use_vector, keyword=keyword,
+                                                 thread=thread_weight > 0, continued=continued)
     params = {
         "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
         "conversation": scope.conversation_id, "before": scope.messages_before_seq, "k": k,
@@ -212,7 +275,7 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
 
     async def fetch(on: psycopg.AsyncConnection, of: Sequence[Kind]) -> list[SearchRow]:
-        async with on.cursor(row_factory=rows_with_coverage(weights)) as cur:
+        async with on.cursor(row_factory=rows_with_coverage(weights, thread_weight)) as cur:
             if then_commit and on is conn:  # the rows and the COMMIT in one round trip
                 await cur.execute(one_query(on, [(sql, {**params, "kinds": list(of)}), ("COMMIT", None)]))
             else:

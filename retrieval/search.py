@@ -68,11 +68,17 @@ class SearchRow:
     # question's coverage alone (for when the reply stands alone: service.pair_replies).
     reply_lexemes: list[str] | None = None
     own_keyword_score: float | None = None
+    # A message's thread (items._THREAD: the messages of its session just before it): the
+    # query's lexemes it holds; those the row lacks count at the search's thread weight.
+    thread_lexemes: list[str] | None = None
+    # The same speaker's next turn after a short reaction or question of the other's, in which
+    # the answer may go on (items._CONTINUED; shown on the best message line only).
+    continued: str | None = None
 
 
 _FIELDS = [f.name for f in fields(SearchRow)]
 _SCORE_AT = _FIELDS.index("keyword_score")
-_PAIR_AT = _FIELDS.index("reply_lexemes")  # the last two fields: made by rows_with_coverage
+_PAIR_AT = _FIELDS.index("reply_lexemes")  # the last four fields: made by rows_with_coverage
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -381,10 +387,20 @@ def column_names(cursor: psycopg.AsyncCursor) -> list[str]:
     return [] if result is None else [result.fname(i).decode() for i in range(result.nfields)]
 
 
-def rows_with_coverage(weights: Mapping[str, float]):
+def rows_with_coverage(weights: Mapping[str, float], thread_weight: float = 0.0):
     """A row factory: SearchRow with keyword_score = coverage of the row's lexemes, set as the
-    row is built (no copy of a few hundred rows afterwards)."""
+    row is built (no copy of a few hundred rows afterwards). A question carrying its reply is
+    scored with the words of both; a message with a thread (`thread_lexemes`) gets the
+    coverage of the query words only its thread holds x `thread_weight` on top."""
     total = sum(weights.values())
+
+    def covered(words: set[str], thread: Sequence[str] | None) -> float:
+        if total <= 0:
+            return 0.0
+        own = coverage(words, weights, total) if words else 0.0
+        if not thread or thread_weight <= 0:
+            return own
+        return own + thread_weight * coverage(set(thread) - words, weights, total)
 
     def factory(cursor: psycopg.AsyncCursor):
         names = column_names(cursor)
@@ -393,15 +409,19 @@ def rows_with_coverage(weights: Mapping[str, float]):
         after = itemgetter(*(names.index(name) for name in _FIELDS[_SCORE_AT + 1:_PAIR_AT]))
         lexemes_at = names.index("lexemes")
         reply_at = names.index("reply_lexemes") if "reply_lexemes" in names else None
+        thread_at = names.index("thread_lexemes") if "thread_lexemes" in names else None
+        continued_at = names.index("continued") if "continued" in names else None
 
         def make(values: Sequence) -> SearchRow:
-            matched = values[lexemes_at]
-            own = coverage(matched, weights, total) if matched and total > 0 else 0.0
+            matched = set(values[lexemes_at] or ())
+            thread = values[thread_at] if thread_at is not None else None
             pair = values[reply_at] if reply_at is not None else None
+            goes_on = values[continued_at] if continued_at is not None else None
+            own = covered(matched, thread)
             if pair is None:
-                return SearchRow(*before(values), own, *after(values))
-            both = coverage({*(matched or ()), *pair}, weights, total) if total > 0 else 0.0
-            return SearchRow(*before(values), both, *after(values), pair, own)
+                return SearchRow(*before(values), own, *after(values), None, None, thread or None, goes_on)
+            both = covered(matched | set(pair), thread)
+            return SearchRow(*before(values), both, *after(values), pair, own, thread or None, goes_on)
 
         return make
 

@@ -64,6 +64,13 @@ class RetrievalConfig:
     # characters, and is scored with the words of both (0: questions alone, scored on their own
     # words). The answer is what the caller asks about again.
     reply_chars: int = 400
+    # A question-reply pair's thread (the two messages of its session before it) holds its
+    # subject: the query words only the thread holds count for the pair at this weight, and the
+    # messages after a keyword hit are candidates (retrieval/items.py; 0: off, measured).
+    thread_weight: float = 0.0
+    # The best message lines (this many) go on with the same speaker's next turn (after a
+    # question of the other's, same session): an answer spread over two turns is one line.
+    continued_lines: int = 2
     # No budget spent twice: an item whose information words are this share of an included
     # item's is left out as a duplicate (retrieval/packing.py), a date counting as information
     # (a fact that resolves "yesterday" is never a duplicate of its message). Off (0): at 0.8 it
@@ -83,7 +90,8 @@ class RetrievalConfig:
                    max(s.ef_search, s.candidate_k), method, s.candidates_per_100_tokens, s.max_candidate_k,
                    s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes,
                    reply_chars=s.reply_chars, keyword_length_lexemes=s.keyword_length_lexemes,
-                   keyword_length_power=s.keyword_length_power)
+                   keyword_length_power=s.keyword_length_power, thread_weight=s.thread_weight,
+                   continued_lines=s.continued_lines)
 
     def k_for(self, budget_tokens: int) -> int:
         """Hits per search per table for this budget (a bigger budget needs more candidates)."""
@@ -193,6 +201,27 @@ def message_text(row: SearchRow, config: RetrievalConfig, lexemes: Sequence[str]
     return f"{text} → {speaker}{reply}"
 
 
+def continue_best(kept: Sequence[ScoredItem], rows: Mapping[str, SearchRow], lines: int,
+                  chars: int) -> list[ScoredItem]:
+    """Of the best `lines` message lines, those whose row carries the turn the answer may go on
+    in (`SearchRow.continued`) show it after theirs ("… Jolene: I read "Avalanche" too."), cut
+    to `chars` from its start; the rank is unchanged (the line is longer: packing counts it).
+    A lower line is never continued: its longer line would take the room of the next items."""
+    out: list[ScoredItem] = []
+    for item in kept:
+        row = rows.get(item.candidate.item_id) if lines > 0 and item.candidate.kind == "message" else None
+        if row is not None:
+            lines -= 1
+            if row.continued:
+                text = " ".join(snippet(row.continued, (), chars).split())
+                named = split_prefix(row.content)[0] is not None and split_prefix(text)[0] is not None
+                speaker = "" if named or not row.role else f"{row.reply_role or row.role}: "
+                item = ScoredItem(replace(item.candidate, content=f"{item.candidate.content} … {speaker}{text}"),
+                                  item.score)
+        out.append(item)
+    return out
+
+
 def reply_key(row: SearchRow) -> str | None:
     """The candidate key of the reply a question row carries, if it carries one."""
     if row.kind != "message" or not row.reply or row.range_start is None:
@@ -210,7 +239,8 @@ def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Sea
     """Each reply is shown once: a question row that carries a reply which the searches found
     on its own too keeps it only if the pair (scored with the words of both) is the more
     relevant; otherwise the reply stands alone and the question goes without it, scored on its
-    own words. With replies off (`reply_chars` 0) every question is scored and shown alone."""
+    own words. A reply that asks something in turn stays a row of its own, with its own reply
+    ("See how happy they are? -> How long do you walk them for?" -> "About an hour."). With replies off (`reply_chars` 0) every question is scored and shown alone."""
     if not any(r.reply for r in rows):  # no question carries a reply
         return list(rows)
     if config.reply_chars <= 0:
@@ -226,7 +256,7 @@ def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[Sea
         reply = by_key.get(reply_key(row) or "")
         if reply is not None and rel(reply) > rel(row):
             row = alone(row)
-        elif reply is not None:
+        elif reply is not None and not reply.reply:  # a reply that asks in turn is the next exchange's row
             carried.add(key(reply.kind, reply.item_id))
         out.append(row)
     return [r for r in out if key(r.kind, r.item_id) not in carried]
@@ -355,7 +385,8 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
     return await search_items(conn, scope, embedding, prepared, k or config.candidate_k,
                               use_vector=config.method != "keyword", use_keyword=config.method != "vector",
                               exact_max_items=config.exact_scan_max_items, side=side, ef_search=ef_search,
-                              then_commit=then_commit)
+                              then_commit=then_commit, thread_weight=config.thread_weight,
+                              continued=config.continued_lines > 0)
 
 
 async def both(first: Awaitable[Any], second: Awaitable[Any]) -> tuple[Any, Any]:
@@ -409,6 +440,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     lexemes = sorted({lexeme for r in rows if r.lexemes for lexeme in r.lexemes})
     scored = score_candidates(to_candidates(rows, config, lexemes, keys), turn.time.timestamp(), visible,
                               config.scoring)
+    kept = continue_best(scored.kept, by_key, config.continued_lines, config.message_chars)
     # What the model still sees from an earlier turn is not dropped, only put last: it fills
     # the room new items leave (seed 001 avoids repetition; it does not want an empty section).
     repeats = [ScoredItem(e.candidate, e.score) for e in scored.excluded
@@ -418,7 +450,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # Lines counted one by one, and only those whose lower bound still fits: once the budget is
     # nearly full most candidates are left out without running the tokenizer.
     with telemetry.span("retrieval pack"):
-        packed = pack(scored.kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
+        packed = pack(kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
                       lower_bound=min_tokens, duplicate_overlap=config.duplicate_overlap)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)

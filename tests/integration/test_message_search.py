@@ -260,7 +260,16 @@ async def test_a_retrieved_question_comes_with_its_answer_once_and_never_from_th
     ] + FILLER + [
         "Melanie: Got any sketches from the lake trip to show? I'd love to see them.",
         "Caroline: Yes, a watercolour of the old boathouse at dawn.",
-    ] + FILLER * 2 + [
+    ] + FILLER + [
+        "Caroline: Oh, by the way, I met my new neighbour Anna yesterday!",
+        "Melanie: How did you two get to know each other?",
+        "Caroline: It happened at a pottery class.",
+        FILLER[0],
+        "Melanie: Read any good books lately?",
+        "Caroline: I loved Sapiens, a history of humankind.",
+        "Melanie: Nice! Any others?",
+        "Caroline: Two weeks ago I finished Avalanche in one sitting.",
+    ] + FILLER + [
         "Melanie: And which city did your sister Priya move to last spring?",
         "Caroline: Porto, she works at the aquarium there.",
     ]
@@ -274,7 +283,8 @@ async def test_a_retrieved_question_comes_with_its_answer_once_and_never_from_th
                                    before_seq=last + 1))["retrieved"]
         question = next(i for i in retrieved["items"] if i["kind"] == "message" and "database" in i["content"])
         assert question["message_range"] == [8, 9]
-        assert question["line"].endswith("→ Caroline: Postgres, because the order history needs real transactions.")
+        # (the best message line goes on with Caroline's next turn in the session: see below)
+        assert "→ Caroline: Postgres, because the order history needs real transactions. … " in question["line"]
         assert ("c1", 9) not in messages_in(retrieved)  # carried by the question, not an item of its own
         # A message that asks before it ends ("...to show? I'd love to see them.") carries its
         # reply too, and the pair is scored with the words of both: every searched word of this
@@ -286,6 +296,24 @@ async def test_a_retrieved_question_comes_with_its_answer_once_and_never_from_th
         assert pair["line"].endswith("→ Caroline: Yes, a watercolour of the old boathouse at dawn.")
         assert pair["score"]["keyword_score"] == pytest.approx(1.0)
         assert ("c1", 15) not in messages_in(sketch)
+        # An answer that goes on in the speaker's next turn, after a short question of the other's:
+        # the best message line shows it.
+        books = (await context(base, "c1", query="Which books has Caroline been reading lately?",
+                               before_seq=last + 1))["retrieved"]
+        best = next(i for i in books["items"] if i["kind"] == "message")
+        assert best["message_range"] == [24, 25]
+        assert best["line"].endswith("Sapiens, a history of humankind. … Caroline: Two weeks ago I finished Avalanche in"
+                                     " one sitting.")
         sister = (await context(base, "c1", query="Which city did Priya move to?", before_seq=last + 1))["retrieved"]
         asked = next(i for i in sister["items"] if i["kind"] == "message" and "Priya" in i["content"])
         assert "→" not in asked["line"] and "aquarium" not in sister["text"]
+    # With the thread on (`thread_weight`, off by default: docs/evaluation.md), a question and
+    # its reply whose subject is a message back are scored with that message's words too:
+    # "neighbour" and "Anna" are in neither "How did you two get to know each other?" nor its reply.
+    threaded = settings.model_copy(update={"retrieval": settings.retrieval.model_copy(update={"thread_weight": 0.5})})
+    async with running_api(threaded) as base:
+        anna = (await context(base, "c1", query="Where did Caroline meet her new neighbour Anna?",
+                              before_seq=last + 1))["retrieved"]
+        met = next(i for i in anna["items"] if i["kind"] == "message" and "pottery class" in i["line"])
+        told = next(i for i in anna["items"] if i["kind"] == "message" and "Anna yesterday" in i["content"])
+        assert met["score"]["keyword_score"] > 0.5 * told["score"]["keyword_score"] > 0

@@ -185,6 +185,40 @@ def test_a_pair_is_scored_with_both_words_and_a_question_shown_alone_with_its_ow
     assert (off.reply, off.keyword_score, off.reply_lexemes) == (None, 0.3, None)
 
 
+def test_a_reply_that_asks_in_turn_stays_the_next_exchanges_row():
+    """"See how happy they are? -> How long do you walk them for?" -> "About an hour.": the
+    second question is the first one's reply, and the row that carries the answer."""
+    from retrieval.service import message_text, pair_replies
+    config = RetrievalConfig()
+    first = message_row(3, 0.6, "Bo: See how happy they are?", reply="Ana: How long do you walk them for?")
+    second = message_row(4, 0.5, "Ana: How long do you walk them for?", reply="Bo: Usually for about an hour.")
+    rows = pair_replies([first, second], config)
+    assert [r.item_id for r in rows] == ["c1:3", "c1:4"]
+    assert message_text(rows[1], config).endswith("→ Bo: Usually for about an hour.")
+
+
+def test_the_best_message_line_goes_on_with_the_next_turn_of_its_speaker():
+    """"Sapiens" in one reply, "Avalanche" in the same speaker's next turn: of the best message
+    lines, one whose row carries that turn shows it; lower lines, and a config with it off, do not."""
+    from retrieval.scoring import Candidate, ScoreBreakdown, ScoredItem
+    from retrieval.service import continue_best
+
+    def item(seq: int, final: float) -> ScoredItem:
+        return ScoredItem(Candidate(f"message:c1:{seq}", "message", f"Bo: line {seq}.", 0.5, 0.0),
+                          ScoreBreakdown(final, 1.0, 1.0, final))
+    rows = {f"message:c1:{s}": replace(message_row(s, 0.5, f"Bo: line {s}."),
+                                       continued=f"Bo: more after {s}.")
+            for s in (2, 8)}
+    rows["message:c1:5"] = message_row(5, 0.5, "Bo: line 5.")
+    kept = [item(5, 0.9), item(2, 0.8), item(8, 0.7)]  # 5 carries no next turn
+    shown = continue_best(kept, rows, 2, 400)
+    assert [i.candidate.content for i in shown] == ["Bo: line 5.", "Bo: line 2. … Bo: more after 2.", "Bo: line 8."]
+    # only the best lines: the third is not continued, nor the second when one line is
+    assert [i.candidate.content for i in continue_best(kept, rows, 1, 400)] == [i.candidate.content for i in kept]
+    assert [i.score for i in shown] == [i.score for i in kept]
+    assert continue_best(kept, rows, 0, 400) == kept
+
+
 def test_replies_can_be_turned_off():
     from retrieval.service import message_text, pair_replies
     config = RetrievalConfig(reply_chars=0)
