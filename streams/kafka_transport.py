@@ -71,7 +71,7 @@ class _Consumer(faust_aiokafka.Consumer):
         """faust's ack, refused for a record that was not applied in turn (`in_turn`): fetched
         before the rebalance under way or the last one. faust acknowledges the records its reader
         skips during a rebalance ("ack the filtered message", `Stream._py_aiter`), and
-        `take_events` the records of a batch the processor let go: acknowledged, a commit could
+        the batch taker (streams/take.py) the records of a batch the processor let go: acknowledged, a commit could
         pass them before they are folded again, and a crash then lost them. Refused, they stay
         uncommitted, and the seek to the committed offsets that ends the rebalance delivers them
         again (to this worker or to the partition's new owner)."""

@@ -21,6 +21,7 @@ from streams.context import StreamContext
 from streams.kafka_transport import in_turn
 from streams.slice import Slice, Ticks, pack, unpack
 from streams import store
+from streams.take import take_ready
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +30,10 @@ AGENT = "process-conversation"
 # (streams/slice.py), changelog-backed; its changelog is what a batch replay hands over.
 CONVERSATION_TABLE = "conversation-state"
 CACHED_CONVERSATIONS = 4096
-# The records the processor takes at once (faust's `take_events`): what is fetched already, up to
-# this many, or what came within BATCH_WITHIN_S: the user messages of a burst reach the embedding
-# queue together (it sorts them by length into batches of 32).
+# The records the processor takes at once (streams/take.py): once a record came, what faust has
+# fetched already, up to this many; no timer: the user messages of a burst reach the embedding
+# queue together (it sorts them by length into batches of 32), a lone record is folded at once.
 BATCH_RECORDS = 128
-BATCH_WITHIN_S = 0.05
 
 
 @dataclass
@@ -106,7 +106,7 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
         what the batch needs in one go: one embedding call for its user messages), then each
         record decoded once, one state read, every slice's fold, their events out first, then at
         most one state write; the batch is acknowledged once every record of it is folded."""
-        async for records in stream.take_events(BATCH_RECORDS, BATCH_WITHIN_S):
+        async for records in take_ready(stream, BATCH_RECORDS):
             batch = []
             for record in records:
                 kind = peek_type(record.value)

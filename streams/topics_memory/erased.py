@@ -21,7 +21,7 @@ query per message this replaces, at about a third of its cost (docs/topics.md, "
 A count that went down (a row deleted, which the code never does) also reloads; a delete and an
 insert between two probes would go unseen, which is why the table must stay insert-only.
 
-One probe per processor batch. The processor takes its records in batches (faust's `take_events`) and
+One probe per processor batch. The processor takes its records in batches (streams/take.py) and
 the slice probes once a batch, at its first message (`erasure_of(..., probe=False)` for the
 others). Every record of the batch was fetched before that probe was sent, so each message is
 still checked against every erasure committed before the fold took it (the batch). What a later
