@@ -2,7 +2,7 @@
 
     python -m bench.embedding_queue_bench --workload locomo --messages 1500
     python -m bench.embedding_queue_bench --workload locomo --messages 600 --models stub
-    python -m bench.embedding_queue_bench --workload locomo --messages 300 --integer-matmul
+    python -m bench.embedding_queue_bench --workload locomo --messages 300 --no-integer-matmul   # the float graph
 
 The processor folds a conversation's records in log order; the topic fold needs each user
 message's vector. Two ways, run in one process, alternating (`--rounds` of each), each round on
@@ -131,9 +131,10 @@ async def main() -> None:
     parser.add_argument("--messages", type=int, default=1500)
     parser.add_argument("--models", choices=["offline", "stub"], default="offline")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each way, alternating")
-    parser.add_argument("--integer-matmul", action="store_true",
-                        help="the local model's weights as int8 integer products (embedding.integer_matmul): what the"
-                             " write path would gain; its vectors are not the float graph's (a new generation)")
+    parser.add_argument("--integer-matmul", action=argparse.BooleanOptionalAction,
+                        default=EmbeddingSettings().integer_matmul,
+                        help="the local model's weights as int8 integer products (embedding.integer_matmul, the"
+                             " default) or, with --no-integer-matmul, as float32 products (a generation derived before)")
     args = parser.parse_args()
     base = get_settings()
     settings = Settings(environment="test", postgres=base.postgres, kafka=base.kafka,
@@ -143,7 +144,7 @@ async def main() -> None:
     await asyncio.to_thread(migrate, settings)  # public.embedding_cache
     print(f"machine: {machine()}", flush=True)
     embedder = make_embedder(settings)  # held open: every round uses the one model and queue, loaded
-    results = {"alone": await model_alone(embedder, args), "rounds": []}
+    results = {"integer_matmul": args.integer_matmul, "alone": await model_alone(embedder, args), "rounds": []}
     for _ in range(args.rounds):
         for way in ("one-by-one", "batched"):
             results["rounds"].append(await one_round(settings, args, way))
