@@ -135,8 +135,8 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     stop_tracing = telemetry.configure(settings, "worker")  # None: off (docs/observability.md)
     if stop_tracing is not None:
         atexit.register(stop_tracing)  # the spans still queued go out as the process ends
-    # Documents keep the graph the generation's stored vectors have (an upgrade onto the integer
-    # default does not mix graphs in a live generation; docs/llm-and-embeddings.md).
+    # Documents keep the graph the generation's stored vectors have (a changed
+    # embedding.integer_matmul does not mix graphs in a live generation; docs/llm-and-embeddings.md).
     settings = asyncio.run(settings_following_stored(settings))
     if role in ("projectors", "stages"):
         # A generation rebuilt in batch (memory_agent/batch_replay) writes the projections and

@@ -1,10 +1,11 @@
 """Which graph of the local model a generation's documents are embedded with.
 
-The local model runs as float products (`MODEL_NAME`) or as integer products (`INTEGER_MODEL_NAME`,
-`embedding.integer_matmul`, the default). Their vectors of one text are ~0.99 cosine apart: two
-models. A generation's graph is fixed by its first stored vectors; the setting only chooses the
-graph of a generation that has none. So a deployment upgrading onto a new default keeps its live
-generation's graph, and moves to the other one by a replay into a new generation
+The local model runs as float products (`MODEL_NAME`, the default) or as integer products
+(`INTEGER_MODEL_NAME`, `embedding.integer_matmul`). Their vectors of one text are ~0.99 cosine
+apart: two models. A generation's graph is fixed by its first stored vectors; the setting only
+chooses the graph of a generation that has none. So a deployment whose setting (or default)
+changes keeps its live generation's graph, and moves to the other one by a replay into a new
+generation
 (docs/llm-and-embeddings.md, "Two graphs of one model").
 """
 
