@@ -28,6 +28,7 @@ from api.routes import (admin, context, judge, conversations, facts, health, ing
 from runtime.client import MemoryClient
 from core.settings import Settings
 from retrieval.service import warm_up as warm_up_retrieval
+from runtime.embedding_graph import settings_following_stored
 from runtime.db import connect_kwargs
 
 
@@ -62,7 +63,8 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.settings = settings
+        # Documents the API embeds keep the graph of the generation's stored vectors, as the worker's.
+        app.state.settings = await settings_following_stored(settings)
         app.state.keys = KeyRing.for_api(settings.api)
         app.state.admin_keys = KeyRing.for_admin(settings.api)
         app.state.metrics_keys = KeyRing.for_metrics(settings.api)

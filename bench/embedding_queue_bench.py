@@ -2,7 +2,7 @@
 
     python -m bench.embedding_queue_bench --workload locomo --messages 1500
     python -m bench.embedding_queue_bench --workload locomo --messages 600 --models stub
-    python -m bench.embedding_queue_bench --workload locomo --messages 300 --integer-matmul
+    python -m bench.embedding_queue_bench --workload locomo --messages 300 --integer-matmul --threads 2
 
 The processor folds a conversation's records in log order; the topic fold needs each user
 message's vector. Two ways, run in one process, alternating (`--rounds` of each), each round on
@@ -38,6 +38,7 @@ from bench.burst_workload import WORKLOADS, burst
 from bench.common import machine, report
 from core.embeddings import make_embedder
 from core.embeddings.cache import EmbeddingStore
+from core.embeddings.local_onnx import auto_threads
 from core.metrics import EMBEDDING_CACHE, EMBEDDING_QUEUE_BATCHES, EMBEDDING_QUEUE_CPU, EMBEDDING_QUEUE_TEXTS
 from core.settings import EmbeddingSettings, Settings, get_settings
 from projections.migrate import migrate
@@ -131,19 +132,23 @@ async def main() -> None:
     parser.add_argument("--messages", type=int, default=1500)
     parser.add_argument("--models", choices=["offline", "stub"], default="offline")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of each way, alternating")
-    parser.add_argument("--integer-matmul", action="store_true",
-                        help="the local model's weights as int8 integer products (embedding.integer_matmul): what the"
-                             " write path would gain; its vectors are not the float graph's (a new generation)")
+    parser.add_argument("--integer-matmul", action=argparse.BooleanOptionalAction,
+                        default=EmbeddingSettings().integer_matmul,
+                        help="the local model's weights as int8 integer products (embedding.integer_matmul) or, with"
+                             " --no-integer-matmul, as float32 products; default: the setting's default (float)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="the model's intra-op threads (embedding.intra_op_threads; 0: auto, half the cores). With"
+                             " more than one, the model thread's CPU leaves the pool threads' out: read the process's")
     args = parser.parse_args()
     base = get_settings()
     settings = Settings(environment="test", postgres=base.postgres, kafka=base.kafka,
                         embedding=EmbeddingSettings(provider="local" if args.models == "offline" else "stub",
-                                                    integer_matmul=args.integer_matmul),
+                                                    integer_matmul=args.integer_matmul, intra_op_threads=args.threads),
                         systems=["topics"])
     await asyncio.to_thread(migrate, settings)  # public.embedding_cache
     print(f"machine: {machine()}", flush=True)
     embedder = make_embedder(settings)  # held open: every round uses the one model and queue, loaded
-    results = {"alone": await model_alone(embedder, args), "rounds": []}
+    results = {"integer_matmul": args.integer_matmul, "threads": args.threads or auto_threads(), "alone": await model_alone(embedder, args), "rounds": []}
     for _ in range(args.rounds):
         for way in ("one-by-one", "batched"):
             results["rounds"].append(await one_round(settings, args, way))

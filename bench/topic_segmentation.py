@@ -13,8 +13,9 @@ every message of
 * `labelled`: the two labelled multi-subject chats of `bench/topic_threshold_bench.py`
   (topics made / messages in their subject's topic),
 
-with the shipped offline embedder (all-MiniLM-L6-v2, local ONNX; vectors cached in
-`/tmp/memory-agent-bench/topic-seg-vectors.npz` so a rerun takes seconds), user messages
+with the shipped offline embedder (all-MiniLM-L6-v2, local ONNX, the graph of
+`embedding.integer_matmul`; vectors cached per graph in `/tmp/memory-agent-bench/topic-seg-vectors.npz`,
+`topic-seg-vectors+int.npz` for the integer one, so a rerun takes seconds), user messages
 embedded as the topic slice embeds them (the whole content, "Name: " prefix included).
 Compactions are answered at once by the offline extractive summarizer, as on a stack without
 an LLM; a restored topic shows its archive (the last `restore_max_messages`), as the API does.
@@ -69,12 +70,14 @@ CACHE = Path("/tmp/memory-agent-bench/topic-seg-vectors.npz")
 
 
 class Vectors:
-    """The offline embedder's vectors by text, cached on disk between runs."""
+    """The offline embedder's vectors by text, cached on disk between runs (a file per graph)."""
 
-    def __init__(self) -> None:
+    def __init__(self, integer_matmul: bool = False) -> None:
+        self.integer_matmul = integer_matmul
+        self.cache = CACHE.with_name("topic-seg-vectors+int.npz") if integer_matmul else CACHE
         self.known: dict[str, np.ndarray] = {}
-        if CACHE.exists():
-            data = np.load(CACHE)
+        if self.cache.exists():
+            data = np.load(self.cache)
             self.known = {key: data[key] for key in data.files}
         self.embedder = None
 
@@ -88,13 +91,13 @@ class Vectors:
             return
         if self.embedder is None:
             from core.embeddings.local_onnx import LocalOnnxEmbedder
-            self.embedder = LocalOnnxEmbedder()
+            self.embedder = LocalOnnxEmbedder(integer_matmul=self.integer_matmul)
         for start in range(0, len(missing), 64):
             chunk = missing[start:start + 64]
             for text, vector in zip(chunk, asyncio.run(self.embedder.embed_documents(chunk))):
                 self.known[self.key(text)] = np.asarray(vector, dtype=np.float32)
-        CACHE.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(CACHE, **self.known)
+        self.cache.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(self.cache, **self.known)
 
     def __getitem__(self, text: str) -> list[float]:
         return self.known[self.key(text)].tolist()
@@ -241,8 +244,8 @@ def totals(rows: list[dict]) -> dict:
 
 
 def run(which: str, generated: int, config: TopicConfig, settings: Settings) -> dict:
-    vectors = Vectors()
-    result: dict = {"config": {"similarity_threshold": config.similarity_threshold,
+    vectors = Vectors(settings.embedding.provider == "local" and settings.embedding.integer_matmul)
+    result: dict = {"config": {"integer_matmul": vectors.integer_matmul, "similarity_threshold": config.similarity_threshold,
                                "active_topic_bonus": config.active_topic_bonus,
                                "session_gap_seconds": config.session_gap_seconds,
                                "center_on_conversation": config.center_on_conversation,

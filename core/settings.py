@@ -261,9 +261,11 @@ class EmbeddingSettings(BaseModel):
     queue_max_pending: int = Field(default=4096, ge=1)
     max_length: int = Field(default=256, ge=8, le=512)
     # Local model: run the int8 export's weights as integer products (MatMulInteger, activations
-    # quantized per call) instead of float32 ones: ~0.45 of the CPU, vectors ~0.99-0.998 cosine to
-    # the float graph's. Never for documents (a generation's vectors come from one graph); the API's
-    # query embedder takes `retrieval.query_integer_matmul` (docs/retrieval.md).
+    # quantized per call) instead of float32 ones: ~0.45-0.6 of the CPU, vectors ~0.99 cosine to the
+    # float graph's, so another model: named "all-MiniLM-L6-v2-onnx-int8+int" in every stored row,
+    # event and embedding_cache row. It chooses the graph of a generation that stores no vector yet;
+    # a generation keeps the graph of the vectors it has (runtime/embedding_graph.py, read when the
+    # worker and the API start; docs/llm-and-embeddings.md "Two graphs of one model").
     integer_matmul: bool = False
     # Remote provider.
     timeout_s: float = Field(default=30.0, gt=0)
@@ -347,10 +349,10 @@ class RetrievalSettings(BaseModel):
     # (docs/retrieval.md, docs/llm-and-embeddings.md). 0: auto.
     query_embedding_threads: int = Field(default=1, ge=0)
     # The API's query embedder (local model) runs the weights as int8 integer products
-    # (`embedding.integer_matmul`): a question's embedding at ~0.5 of the CPU, matched against
-    # items embedded by the float graph (cosine ~0.99 to the float question's vector); the
-    # development set's first-turn scores the same, 280 of 466 hits both ways (docs/retrieval.md,
-    # "Sixth round"). false: the float graph, as the documents.
+    # (`embedding.integer_matmul`): a question's embedding at ~0.5 of the CPU; matched against
+    # items of the float graph (cosine ~0.99 to the float question's vector) the development set's
+    # first-turn scores the same, 280 of 466 hits both ways (docs/retrieval.md, "Sixth round").
+    # false: the documents' graph.
     query_integer_matmul: bool = True
     # Hybrid relevance: similarity = cosine + keyword_weight x keyword score, the IDF-weighted
     # share of the query's words an item contains (0..1, see docs/retrieval.md). 1: the

@@ -95,6 +95,8 @@ async def start_replay(
         "llm_provider": replay.llm.provider,
         "llm_model": replay.llm.model,
         "embedding_model": replay.embedding.model,
+        # The local model's graph of the new (empty) generation's vectors (docs/llm-and-embeddings.md).
+        "embedding_integer_matmul": replay.embedding.integer_matmul,
         "replay_mode": mode,
         # Which projectors its worker runs: `progress` waits for each of them (not only for
         # those that have stored a position).

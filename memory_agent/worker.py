@@ -14,6 +14,7 @@ from memory_agent.worker_metrics import report_lag, serve_metrics
 from projections.catalog import NO_LINGER, consumer_groups, group_name, projectors  # noqa: F401 - tests import them here
 from projections.runner import ProjectorGroup
 from projections.scrub import run_scrubs
+from runtime.embedding_graph import settings_following_stored
 from runtime.kafka_topics import changelog_specs, ensure_topics, topic_specs
 from runtime.llm_factory import preload_llm_client
 
@@ -134,6 +135,9 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     stop_tracing = telemetry.configure(settings, "worker")  # None: off (docs/observability.md)
     if stop_tracing is not None:
         atexit.register(stop_tracing)  # the spans still queued go out as the process ends
+    # Documents keep the graph the generation's stored vectors have (a changed
+    # embedding.integer_matmul does not mix graphs in a live generation; docs/llm-and-embeddings.md).
+    settings = asyncio.run(settings_following_stored(settings))
     if role in ("projectors", "stages"):
         # A generation rebuilt in batch (memory_agent/batch_replay) writes the projections and
         # commits the stages' group itself, from the agents' process: wait for its hand-over.

@@ -7,9 +7,10 @@ Why: the export stores int8 weights behind a `Cast` + `Mul`, which ONNX Runtime 
 float32 constants, so the model runs 36 float32 `MatMul`s streaming ~42 MB of weights per call.
 As integer products the same weights are ~11 MB and MLAS's int8 kernels run them: ~0.45 of the
 CPU per short question on this AVX2 machine (docs/retrieval.md, "Sixth round"). The vectors are
-not the float graph's (the activations are rounded to 8 bits): cosine ~0.99-0.998 to them, so this
-graph is used for questions only, against items embedded by the float graph, where it was
-measured on quality; a generation's stored vectors never come from it.
+not the float graph's (the activations are rounded to 8 bits): cosine ~0.99 to them, so this graph
+is another model (`INTEGER_MODEL_NAME` in local_onnx.py): the questions' by default; a generation's
+documents only when it is derived with `embedding.integer_matmul` from its start
+(docs/llm-and-embeddings.md, "Two graphs of one model"; its quality: docs/evaluation.md).
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ from core.embeddings.prefixes import prefixes_for
 
 # The vectors come from the int8 export, not the fp32 original: rows record this name.
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
+# The same weights run as integer products (core/embeddings/integer_graph.py): vectors ~0.99 cosine
+# to the float graph's, so another model for every stored vector, event and embedding_cache row.
+INTEGER_MODEL_NAME = MODEL_NAME + "+int"
 DIMENSIONS = 384
 # Names under which settings may ask for this model.
 ACCEPTED_NAMES = frozenset({"all-minilm-l6-v2", MODEL_NAME.lower(),
@@ -28,6 +31,12 @@ def auto_threads(cores: int | None = None) -> int:
     event loop, the Kafka client and PostgreSQL; on two cores a second ONNX thread cost more CPU
     per text than it saved in time (docs/llm-and-embeddings.md)."""
     return max(1, (cores or os.cpu_count() or 1) // 2)
+
+
+def model_name(integer_matmul: bool) -> str:
+    """The name a vector of this model records: one per graph, so the two never meet in a
+    generation's rows or a cache row (docs/llm-and-embeddings.md, "Two graphs of one model")."""
+    return INTEGER_MODEL_NAME if integer_matmul else MODEL_NAME
 
 
 def default_model_path() -> Path:
@@ -68,8 +77,8 @@ class LocalOnnxEmbedder:
         self._batch_size = batch_size
         self._threads = intra_op_threads or auto_threads()
         self._prefixes = prefixes_for(MODEL_NAME, query_prefix, document_prefix)
-        # The weights as int8 integer products (core/embeddings/integer_graph.py): ~0.45 of the CPU,
-        # vectors ~0.99-0.998 cosine to the float graph's; for questions only (docs/retrieval.md).
+        # The weights as int8 integer products (core/embeddings/integer_graph.py): ~0.45-0.6 of the
+        # CPU, vectors ~0.99 cosine to the float graph's, named INTEGER_MODEL_NAME.
         self._integer_matmul = integer_matmul
         self._load_lock = threading.Lock()
         self._session: Any = None
@@ -78,7 +87,7 @@ class LocalOnnxEmbedder:
 
     @property
     def model(self) -> str:
-        return MODEL_NAME
+        return model_name(self._integer_matmul)
 
     @property
     def dimensions(self) -> int:

@@ -11,7 +11,10 @@ import numpy as np
 import psycopg
 import pytest
 
+from core.embeddings.local_onnx import model_name
+from core.settings import EmbeddingSettings
 from runtime.client import MemoryClient
+from runtime.embedding_graph import settings_following_stored
 from projections.migrate import migrate
 from tests.integration.conftest import scalar, wait_until, worker_process
 from tests.support.fake_openai import FakeOpenAI
@@ -117,4 +120,11 @@ async def test_the_local_model_runs_once_per_worker_and_embeds_each_text_once(se
     assert metric(exposed, "memory_embedding_queue_texts_total") == len(texts)
     assert metric(exposed, "memory_embedding_queue_batches_total") >= 1
     model = await scalar(settings, "SELECT DISTINCT embedding_model FROM message_embeddings")
-    assert model == "all-MiniLM-L6-v2-onnx-int8"
+    assert model == model_name(EmbeddingSettings().integer_matmul)  # the default graph, named as its own model
+    cached = await scalar(settings, "SELECT array_agg(DISTINCT model) FROM public.embedding_cache WHERE text_sha256"
+                                    " = ANY(%s)", ([hashlib.sha256(t.encode()).digest() for t in texts],))
+    assert cached == [model]
+    # A process configured for the other graph keeps the one of the vectors the generation holds.
+    other = settings.model_copy(update={"embedding": settings.embedding.model_copy(
+        update={"provider": "local", "integer_matmul": not EmbeddingSettings().integer_matmul})})
+    assert (await settings_following_stored(other)).embedding.integer_matmul is EmbeddingSettings().integer_matmul

@@ -11,6 +11,8 @@ import psycopg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from core.embeddings.local_onnx import model_name
+from core.settings import EmbeddingSettings
 from runtime.client import MemoryClient
 from schemas import facts_events as fe
 from tests.integration.conftest import SEALING, running_api, scalar, wait_until, sealed_variant, worker_process
@@ -227,7 +229,8 @@ async def test_offline_extractor_and_local_embeddings_without_any_llm(settings):
             await wait_for_chunks(settings, count, worker.log_path)
     chunks = await rows(settings, "SELECT conversation_id, model, prompt_version, embedding_model FROM"
                                   " conversation_chunks ORDER BY conversation_id")
-    assert chunks == [(c, "offline-rules-v2", "offline-rules-v2", "all-MiniLM-L6-v2-onnx-int8") for c in lines]
+    vectors = model_name(EmbeddingSettings().integer_matmul)  # the local model's default graph
+    assert chunks == [(c, "offline-rules-v2", "offline-rules-v2", vectors) for c in lines]
     facts = await rows(settings, "SELECT content, category, extracted_by, valid_to IS NULL, source_conversation_id,"
                                  " array_length(source_event_ids, 1) FROM facts ORDER BY valid_from, content")
     assert facts == [

@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 from core.embeddings import LocalOnnxEmbedder
+from core.embeddings.local_onnx import model_name
 from retrieval.search import Scope, vector_literal
-from retrieval.service import RetrievalConfig, query_text, query_vector, rank_all, search_rows
+from retrieval.service import RetrievalConfig, query_embedding_settings, query_text, query_vector, rank_all, search_rows
 from retrieval.tokens import count_tokens
 from tests.integration.conftest import running_api, scalar
 from tests.support import labelled_set as L
@@ -87,7 +88,9 @@ async def test_wifi_problem_finds_the_network_configuration_memory_with_explaine
     assert not {"b01", "n13"} & everything(retrieved)  # another tenant's, a superseded one
     assert retrieved["tokens_used"] == count_tokens(retrieved["text"]) <= retrieved["budget_tokens"] == 500
     assert retrieved["text"].split("\n") == [item["line"] for item in retrieved["items"]]
-    assert retrieved["query"] == "WiFi problem" and retrieved["embedding_model"] == _embedder.model
+    # the question's model: the integer graph's name when questions run as integer products (the default)
+    questions = query_embedding_settings(loaded).embedding.integer_matmul
+    assert retrieved["query"] == "WiFi problem" and retrieved["embedding_model"] == model_name(questions)
 
 
 async def test_budget_limits_what_is_packed_and_says_what_was_left_out(loaded):

@@ -134,14 +134,14 @@ def test_the_api_embeds_a_query_on_one_thread_unless_the_embedding_settings_say_
 
 
 def test_the_api_embeds_queries_with_integer_products_only_when_retrieval_says_so():
-    from core.settings import RetrievalSettings, Settings
+    from core.settings import EmbeddingSettings, RetrievalSettings, Settings
     from retrieval.service import query_embedding_settings
 
     assert query_embedding_settings(Settings()).embedding.integer_matmul is RetrievalSettings().query_integer_matmul
     on = Settings(retrieval=RetrievalSettings(query_integer_matmul=True))
     assert query_embedding_settings(on).embedding.integer_matmul is True
-    assert on.embedding.integer_matmul is False  # the documents' settings are untouched
-    off = Settings(retrieval=RetrievalSettings(query_integer_matmul=False))
+    assert on.embedding.integer_matmul is EmbeddingSettings().integer_matmul  # the documents' settings are untouched
+    off = Settings(embedding=EmbeddingSettings(integer_matmul=False), retrieval=RetrievalSettings(query_integer_matmul=False))
     assert query_embedding_settings(off).embedding.integer_matmul is False
 
 
@@ -150,7 +150,7 @@ def test_the_api_embeds_documents_with_the_workers_graph_when_questions_run_as_i
     under the model's name: it must be the worker's (float) graph's, not the questions' one."""
     from types import SimpleNamespace
 
-    from core.settings import RetrievalSettings, Settings
+    from core.settings import EmbeddingSettings, RetrievalSettings, Settings
     from retrieval.service import document_embedder_for, embedder_for
 
     def graph(embedder) -> bool:
@@ -158,9 +158,10 @@ def test_the_api_embeds_documents_with_the_workers_graph_when_questions_run_as_i
             embedder = embedder.inner
         return embedder.provider.integer_matmul  # the queue's model (loaded on its first call)
 
-    on = SimpleNamespace(settings=Settings(retrieval=RetrievalSettings(query_integer_matmul=True)))
+    floats = EmbeddingSettings(integer_matmul=False)  # a generation whose documents are the float graph's
+    on = SimpleNamespace(settings=Settings(embedding=floats, retrieval=RetrievalSettings(query_integer_matmul=True)))
     assert graph(embedder_for(on)) is True
     assert graph(document_embedder_for(on)) is False
     assert document_embedder_for(on) is document_embedder_for(on)  # made once
-    off = SimpleNamespace(settings=Settings(retrieval=RetrievalSettings(query_integer_matmul=False)))
+    off = SimpleNamespace(settings=Settings(embedding=floats, retrieval=RetrievalSettings(query_integer_matmul=False)))
     assert document_embedder_for(off) is embedder_for(off)  # one graph: one embedder
