@@ -6,42 +6,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 Method = Literal["hybrid", "vector", "keyword"]
 
 
 @dataclass(frozen=True)
 class Prescore:
-    """What the score needs besides the row: retrieval.service.RetrievalConfig's relevance
-    settings and scoring.ScoringConfig's weights, `keep` the rows handed on (the best by this
-    score, ties by kind and id), `now` the turn's time (recency is measured from it)."""
+    """What the score needs besides the row: `keep` the rows handed on (the best by this score,
+    ties by kind and id), `now` the turn's time (recency is measured from it), `config` the
+    ranking's settings (a retrieval.service.RetrievalConfig: its relevance settings and its
+    `scoring`; not imported here, that module imports this one's caller)."""
 
     keep: int
     now: datetime
-    method: Method = "hybrid"
-    keyword_weight: float = 1.0
-    keyword_length_lexemes: int = 35
-    keyword_length_power: float = 0.75
-    informative_lexemes: int = 6
-    informative_power: float = 0.5
-    default_importance: int = 3
-    importance_scale: float = 3.0
-    importance_power: float = 1.0
-    fresh_days: float = 7.0
-    stale_days: float = 90.0
-    stale_weight: float = 0.5
+    config: Any
+
+    @property
+    def method(self) -> Method:
+        return self.config.method
 
     def params(self, weights: Mapping[str, float]) -> dict:
         """The statement's parameters (`ps_*`), with the searched lexemes' IDF weights."""
-        names = list(weights)
+        c, s, names = self.config, self.config.scoring, list(weights)
         return {"ps_keep": self.keep, "ps_now": self.now, "ps_lexemes": names,
                 "ps_weights": [float(weights[name]) for name in names], "ps_total": float(sum(weights.values())),
-                "ps_kw": self.keyword_weight, "ps_typical": self.keyword_length_lexemes,
-                "ps_length_power": self.keyword_length_power, "ps_full": self.informative_lexemes,
-                "ps_informative_power": self.informative_power, "ps_default_importance": self.default_importance,
-                "ps_scale": self.importance_scale, "ps_importance_power": self.importance_power,
-                "ps_fresh": self.fresh_days, "ps_stale": self.stale_days, "ps_stale_weight": self.stale_weight}
+                "ps_kw": c.keyword_weight, "ps_typical": c.keyword_length_lexemes,
+                "ps_length_power": c.keyword_length_power, "ps_full": c.informative_lexemes,
+                "ps_informative_power": c.informative_power, "ps_default_importance": s.default_importance,
+                "ps_scale": s.importance_scale, "ps_importance_power": s.importance_power,
+                "ps_fresh": s.fresh_days, "ps_stale": s.stale_days, "ps_stale_weight": s.stale_weight}
 
 
 # The row's IDF-weighted coverage of the searched lexemes: its own and, for a question carrying

@@ -478,11 +478,7 @@ def prescore_for(config: RetrievalConfig, budget_tokens: int, now: datetime) -> 
     keep = config.kept_for(budget_tokens)
     if keep <= 0:
         return None
-    s = config.scoring
-    return Prescore(keep, now, config.method, config.keyword_weight, config.keyword_length_lexemes,
-                    config.keyword_length_power, config.informative_lexemes, config.informative_power,
-                    s.default_importance, s.importance_scale, s.importance_power, s.fresh_days, s.stale_days,
-                    s.stale_weight)
+    return Prescore(keep, now, config)
 
 
 def prepare_plan(request: ContextRequest, config: RetrievalConfig) -> tuple[Scope, int, str] | None:

@@ -148,9 +148,10 @@ def test_the_search_hands_on_candidates_by_the_budget_and_the_ranking_settings_o
                                                              stale_weight=0.7), "vector")
     assert config.kept_for(500) == 80 and config.kept_for(4000) == 640 and config.kept_for(50) == 20
     cut = prescore_for(config, 500, NOW)
-    assert (cut.keep, cut.now, cut.method, cut.importance_power, cut.stale_weight) == (80, NOW, "vector", 0.3, 0.7)
+    assert (cut.keep, cut.now, cut.method) == (80, NOW, "vector")
     params = cut.params({"lgbtq": 4.0, "group": 1.0})
     assert (params["ps_lexemes"], params["ps_weights"], params["ps_total"]) == (["lgbtq", "group"], [4.0, 1.0], 5.0)
+    assert (params["ps_importance_power"], params["ps_stale_weight"], params["ps_kw"]) == (0.3, 0.7, 1.0)
 
 
 def message_row(seq: int, cosine: float, content: str, reply: str | None = None) -> SearchRow:
