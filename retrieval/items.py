@@ -263,7 +263,7 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     thread counts (`_THREAD`, search.rows_with_coverage). `continued`: message rows carry the
     next turn their answer may go on in (`_CONTINUED`). `prescore`: only its `keep` best rows
     by the score PostgreSQL computes (retrieval/prescore.py), when every kind is searched in one
-    statement (not across side connections)."""
+    statement (not across side connections) and the scope holds more items than that."""
     keywords = prepared.keywords
     keyword = use_keyword and keywords.fact is not None
     exact = prepared.scope_items <= exact_max_items
@@ -277,7 +277,7 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     }
     weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
     one_statement = exact or side is None or len(kinds) < 2
-    if prescore is not None and one_statement:
+    if prescore is not None and one_statement and prepared.scope_items > prescore.keep:  # else nothing to cut
         sql = best_rows_sql(sql, prescore.method)
         params.update(prescore.params(weights))
 
