@@ -278,7 +278,7 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
     one_statement = exact or side is None or len(kinds) < 2
     if prescore is not None and one_statement and prepared.scope_items > prescore.keep:  # else nothing to cut
-        sql = best_rows_sql(sql, prescore.method)
+        sql = best_rows_sql(sql, prescore.method, thread=thread_weight > 0)
         params.update(prescore.params(weights))
 
     async def fetch(on: psycopg.AsyncConnection, of: Sequence[Kind]) -> list[SearchRow]:

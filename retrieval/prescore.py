@@ -35,16 +35,23 @@ class Prescore:
                 "ps_length_power": c.keyword_length_power, "ps_full": c.informative_lexemes,
                 "ps_informative_power": c.informative_power, "ps_default_importance": s.default_importance,
                 "ps_scale": s.importance_scale, "ps_importance_power": s.importance_power,
-                "ps_fresh": s.fresh_days, "ps_stale": s.stale_days, "ps_stale_weight": s.stale_weight}
+                "ps_fresh": s.fresh_days, "ps_stale": s.stale_days, "ps_stale_weight": s.stale_weight,
+                "ps_thread": float(getattr(c, "thread_weight", 0.0))}
 
 
 # The row's IDF-weighted coverage of the searched lexemes: its own and, for a question carrying
 # its reply, the reply's (as rows_with_coverage scores the pair; pair_replies may later score
-# the question alone, lower: the pair's is the one that can rank it higher).
+# the question alone, lower: the pair's is the one that can rank it higher); with a thread
+# (`thread_lexemes`, items._THREAD), the query words only the thread holds at its weight.
+_WORDS = "f.lexemes || COALESCE(f.reply_lexemes, '{}'::text[])"
+_WEIGHTS = "unnest(%(ps_lexemes)s::text[], %(ps_weights)s::float8[]) AS w(lexeme, weight)"
 _COVERAGE = (
-    "(CASE WHEN %(ps_total)s::float8 > 0 THEN (SELECT COALESCE(sum(w.weight), 0)"
-    " FROM unnest(%(ps_lexemes)s::text[], %(ps_weights)s::float8[]) AS w(lexeme, weight)"
-    " WHERE w.lexeme = ANY(f.lexemes || COALESCE(f.reply_lexemes, '{}'::text[]))) / %(ps_total)s::float8"
+    f"(CASE WHEN %(ps_total)s::float8 > 0 THEN (SELECT COALESCE(sum(w.weight), 0) FROM {_WEIGHTS}"
+    f" WHERE w.lexeme = ANY({_WORDS})) / %(ps_total)s::float8 ELSE 0 END)"
+)
+_THREAD_COVERAGE = (
+    f"(CASE WHEN %(ps_total)s::float8 > 0 THEN (SELECT COALESCE(sum(w.weight), 0) FROM {_WEIGHTS}"
+    f" WHERE w.lexeme = ANY(f.thread_lexemes) AND NOT w.lexeme = ANY({_WORDS})) / %(ps_total)s::float8"
     " ELSE 0 END)"
 )
 # scoring.length_weight and service.informativeness of the row's distinct lexemes.
@@ -64,20 +71,22 @@ _RECENCY = (f"(CASE WHEN {_DAYS} <= %(ps_fresh)s::float8 THEN 1.0::float8"
             " * (1.0 - %(ps_stale_weight)s::float8) END)")
 
 
-def relevance_sql(method: Method) -> str:
-    """service.relevance of a row `f` of the search's result."""
+def relevance_sql(method: Method, thread: bool = False) -> str:
+    """service.relevance of a row `f` of the search's result (`thread`: its rows carry
+    `thread_lexemes`)."""
+    coverage = f"({_COVERAGE} + %(ps_thread)s::float8 * {_THREAD_COVERAGE})" if thread else _COVERAGE
     if method == "vector":
         return "f.cosine"
     if method == "keyword":
-        return _COVERAGE
-    return f"((f.cosine + %(ps_kw)s::float8 * {_COVERAGE} * {_LENGTH}) * {_INFORMATIVE})"
+        return coverage
+    return f"((f.cosine + %(ps_kw)s::float8 * {coverage} * {_LENGTH}) * {_INFORMATIVE})"
 
 
-def best_rows_sql(search: str, method: Method) -> str:
+def best_rows_sql(search: str, method: Method, thread: bool = False) -> str:
     """`search` (a statement whose rows have the columns of retrieval.search.SearchRow, kind by
     kind in `%(kinds)s` order, then by id) cut to its `%(ps_keep)s` best rows by the score, in
     the same order. Surfaced rows are cut like the others: the score is the one they rank by."""
-    final = f"{relevance_sql(method)} * {_IMPORTANCE} * {_RECENCY}"
+    final = f"{relevance_sql(method, thread)} * {_IMPORTANCE} * {_RECENCY}"
     return (f"WITH found AS MATERIALIZED ({search})"
             f" SELECT b.* FROM (SELECT f.* FROM found f ORDER BY {final} DESC, f.kind, f.item_id"
             " LIMIT %(ps_keep)s) b ORDER BY array_position(%(kinds)s::text[], b.kind::text), b.item_id")
