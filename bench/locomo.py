@@ -25,8 +25,12 @@ API of the code under test is started on the kept schema.
 
 `--load-clients N` (with --reuse) asks no quality passes: N clients in a closed loop ask the set's
 questions at random (each at its conversation's end, the budget above) for `--load-requests`
-contexts, then the same N clients call GET /healthz on the same server: contexts/s, their p50/p99
-and the ratio to the /healthz rate measured in the same run (issue 25's aim on long conversations).
+contexts, with the same N clients calling GET /healthz on the same server before and after them:
+contexts/s, their p50/p99 and the ratio to the /healthz rate measured in the same run (issue 25's
+aim on long conversations; the rate is the mean of both /healthz passes, each given too). The API
+process's CPU per context and per /healthz (from /proc) are given as well: the clients share the
+cores, so the rates swing with the machine's load, and the ratio of the CPU costs says what the
+API alone would do.
 """
 
 from __future__ import annotations
@@ -163,9 +167,20 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
     return result
 
 
-async def load_pass(port: int, conversations, clients: int, requests: int, budget: int, seed: int = 5) -> dict:
-    """`clients` in a closed loop on random questions of the set, then on /healthz: the same server,
-    the same minutes (nothing surfaced is cleared: a conversation's questions pile up as in use)."""
+def process_cpu_ms(pid: int | None) -> float | None:
+    """A process's CPU so far (user + system, every thread), in ms; None if it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+async def load_pass(port: int, conversations, clients: int, requests: int, budget: int, seed: int = 5,
+                    api_pid: int | None = None) -> dict:
+    """`clients` in a closed loop on /healthz, on random questions of the set, then on /healthz
+    again: the same server, the same minutes (nothing surfaced is cleared: a conversation's
+    questions pile up as in use). `api_pid`: the server's process, whose CPU each pass costs."""
     rng, questions = random.Random(seed), [(conv, q) for conv in conversations for q in conv.questions]
 
     async def closed_loop(count: int, call) -> tuple[float, list[float], Counter]:
@@ -193,14 +208,32 @@ async def load_pass(port: int, conversations, clients: int, requests: int, budge
         await cq.wait_healthy(http, timeout_s=180.0)
         for _ in range(2 * clients):  # warm up: the model, the pool, the plans (not counted)
             await context(http)
-    seconds, latencies, statuses = await closed_loop(requests, context)
-    health_seconds, health_latencies, _ = await closed_loop(requests * 4, lambda http: http.get("/healthz"))
-    contexts_per_s, healthz_per_s = requests / seconds, requests * 4 / health_seconds
+    health = requests * 2  # each /healthz pass
+
+    async def timed(count: int, call) -> tuple[float, list[float], Counter, float | None]:
+        cpu = process_cpu_ms(api_pid)
+        seconds, latencies, statuses = await closed_loop(count, call)
+        after = process_cpu_ms(api_pid)
+        return seconds, latencies, statuses, None if cpu is None or after is None else (after - cpu) / count
+
+    before = await timed(health, lambda http: http.get("/healthz"))
+    seconds, latencies, statuses, context_cpu = await timed(requests, context)
+    after = await timed(health, lambda http: http.get("/healthz"))
+    contexts_per_s = requests / seconds
+    healthz_rates = [health / before[0], health / after[0]]
+    healthz_per_s = sum(healthz_rates) / 2
+    health_cpu = None if before[3] is None or after[3] is None else (before[3] + after[3]) / 2
     return {"clients": clients, "requests": requests, "statuses": dict(statuses),
             "contexts_per_s": round(contexts_per_s, 1), "p50_ms": round(common.percentile(latencies, 50), 1),
             "p99_ms": round(common.percentile(latencies, 99), 1), "healthz_per_s": round(healthz_per_s, 1),
-            "healthz_p50_ms": round(common.percentile(health_latencies, 50), 1),
-            "contexts_per_healthz": round(contexts_per_s / healthz_per_s, 4)}
+            "healthz_per_s_before_after": [round(rate, 1) for rate in healthz_rates],
+            "healthz_p50_ms": round(common.percentile(before[1] + after[1], 50), 1),
+            "contexts_per_healthz": round(contexts_per_s / healthz_per_s, 4),
+            "api_cpu_ms_per_context": None if context_cpu is None else round(context_cpu, 2),
+            "api_cpu_ms_per_healthz": None if health_cpu is None else round(health_cpu, 3),
+            "healthz_cpu_per_context_cpu": None if context_cpu is None or health_cpu is None
+            else round(health_cpu / context_cpu, 4),
+            "load_average_after": [round(x, 2) for x in os.getloadavg()]}
 
 
 def write_wide(path: Path, diagnosis) -> None:
@@ -268,7 +301,7 @@ async def run(args) -> dict:
                 result["settle"] = {"reused": True, **{k: await db.value(sql) for k, sql in cq.COUNTS.items()}}
                 if args.load_clients:
                     result["load"] = await load_pass(port, conversations, args.load_clients, args.load_requests,
-                                                     args.budget)
+                                                     args.budget, api_pid=api.pid)
                     return result
                 result.update(await measure(db, conversations, port, args.budget, args.diag_budget,
                                             not args.first_turn_only, args.dump_wide))

@@ -557,6 +557,19 @@ async def answers(settings: Settings, base_url: str, requests: int, conversation
     return out
 
 
+def served(answer: tuple[int, bytes]) -> tuple[int, object]:
+    """A response without what counts the candidates left out (`excluded`, `excluded_total`,
+    `candidates`): what the chat service is served, for comparing a tree that hands the ranking
+    fewer candidates (retrieval.kept_per_100_tokens)."""
+    status, body = answer
+    if status != 200:
+        return status, body
+    context = json.loads(body)
+    for key in ("excluded", "excluded_total", "candidates"):
+        (context.get("retrieved") or {}).pop(key, None)
+    return status, context
+
+
 async def same_answers(settings: Settings, baseline_url: str, base_url: str, requests: int,
                        conversations: int) -> dict:
     """Both trees asked the same sequence of contexts (each from nothing surfaced, so the
@@ -564,7 +577,9 @@ async def same_answers(settings: Settings, baseline_url: str, base_url: str, req
     theirs = await answers(settings, baseline_url, requests, conversations, seed=9)
     ours = await answers(settings, base_url, requests, conversations, seed=9)
     differ = [i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b]
+    served_differ = [i for i in differ if served(theirs[i]) != served(ours[i])]
     return {"requests": requests, "identical": requests - len(differ), "first_differing": differ[:5],
+            "identical_served": requests - len(served_differ), "first_served_differing": served_differ[:5],
             "items_per_context": round(sum(len(json.loads(b)["retrieved"]["items"]) for c, b in ours if c == 200
                                            and json.loads(b).get("retrieved")) / max(requests, 1), 2)}
 

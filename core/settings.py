@@ -400,6 +400,12 @@ class RetrievalSettings(BaseModel):
     informative_lexemes: int = Field(default=6, ge=0)
     # The message-index projector embeds every user/assistant message (the log is memory).
     index_messages: bool = True
+    # The search hands the ranking only its best max(candidate_k, this per 100 budget tokens)
+    # candidates, scored by PostgreSQL with the ranking's own formula (retrieval/prescore.py): a
+    # long conversation's few hundred rows cost the API's one event loop more than the rest of a
+    # context (docs/retrieval.md, "Seventh round"). 16: 80 of a 500-token context's ~250 on the
+    # development set, its answers unchanged (466 of 466). 0: every candidate the searches found.
+    kept_per_100_tokens: float = Field(default=16.0, ge=0)
 
 
 # Topic matching per embedding model: (similarity_threshold, active_topic_bonus), matched as

@@ -93,11 +93,19 @@ async def list_topics(conn: psycopg.AsyncConnection, tenant_id: str, conversatio
         return await cur.fetchall()
 
 
+TOPIC_SQL = _TOPICS + " AND t.topic_id = %(topic)s"  # one topic (named parameters)
+# The topic's messages not yet archived, in seq order, before a seq if given (positional:
+# tenant, conversation, topic, before, before).
+ACTIVE_MESSAGES_SQL = (
+    "SELECT seq, role, content, occurred_at FROM topic_messages WHERE tenant_id = %s"
+    " AND conversation_id = %s AND topic_id = %s AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq"
+)
+
+
 async def get_topic(conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str,
                     topic_id: str) -> TopicRow | None:
     async with conn.cursor(row_factory=class_row(TopicRow)) as cur:
-        await cur.execute(_TOPICS + " AND t.topic_id = %(topic)s",
-                          {"tenant": tenant_id, "conversation": conversation_id, "topic": topic_id})
+        await cur.execute(TOPIC_SQL, {"tenant": tenant_id, "conversation": conversation_id, "topic": topic_id})
         return await cur.fetchone()
 
 
@@ -105,10 +113,7 @@ async def active_messages(conn: psycopg.AsyncConnection, tenant_id: str, convers
                           before_seq: int | None = None) -> list[TopicMessageRow]:
     """The topic's messages not yet archived, in seq order, before `before_seq` if given."""
     async with conn.cursor(row_factory=class_row(TopicMessageRow)) as cur:
-        await cur.execute(
-            "SELECT seq, role, content, occurred_at FROM topic_messages WHERE tenant_id = %s"
-            " AND conversation_id = %s AND topic_id = %s AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq",
-            (tenant_id, conversation_id, topic_id, before_seq, before_seq))
+        await cur.execute(ACTIVE_MESSAGES_SQL, (tenant_id, conversation_id, topic_id, before_seq, before_seq))
         return await cur.fetchall()
 
 

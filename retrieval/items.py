@@ -11,6 +11,7 @@ import numpy as np
 import psycopg
 
 from retrieval.keywords import Keywords, idf, kept_lexemes, quote
+from retrieval.prescore import Prescore, best_rows_sql
 from retrieval.search import (KINDS, Kind, Scope, SearchRow, SideConnection, across_connections, one_query,
                               rows_with_coverage, vector_literal)
 
@@ -250,7 +251,7 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
                        use_keyword: bool = True, exact_max_items: int = EXACT_SCAN_MAX_ITEMS,
                        side: SideConnection | None = None, ef_search: int | None = None,
                        then_commit: bool = False, thread_weight: float = 0.0,
-                       continued: bool = False) -> list[SearchRow]:
+                       continued: bool = False, prescore: Prescore | None = None) -> list[SearchRow]:
     """The candidates of every kind in one statement: per kind the top k by cosine and the top
     k by ts_rank, each row with both scores (keyword_score: its IDF-weighted coverage of the
     searched lexemes), kind by kind in the order of `kinds`. A scope of at most
@@ -260,7 +261,9 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     the transaction of `conn` ends with the statement, the COMMIT sent with it (one round trip;
     for a read whose transaction holds nothing else to do). `thread_weight` > 0: a message's
     thread counts (`_THREAD`, search.rows_with_coverage). `continued`: message rows carry the
-    next turn their answer may go on in (`_CONTINUED`)."""
+    next turn their answer may go on in (`_CONTINUED`). `prescore`: only its `keep` best rows
+    by the score PostgreSQL computes (retrieval/prescore.py), when every kind is searched in one
+    statement (not across side connections) and the scope holds more items than that."""
     keywords = prepared.keywords
     keyword = use_keyword and keywords.fact is not None
     exact = prepared.scope_items <= exact_max_items
@@ -273,6 +276,10 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
         "lexemes": list(keywords.lexemes), "kinds": list(kinds),
     }
     weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
+    one_statement = exact or side is None or len(kinds) < 2
+    if prescore is not None and one_statement and prepared.scope_items > prescore.keep:  # else nothing to cut
+        sql = best_rows_sql(sql, prescore.method, thread=thread_weight > 0)
+        params.update(prescore.params(weights))
 
     async def fetch(on: psycopg.AsyncConnection, of: Sequence[Kind]) -> list[SearchRow]:
         async with on.cursor(row_factory=rows_with_coverage(weights, thread_weight)) as cur:
@@ -282,7 +289,7 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
                 await cur.execute(sql, {**params, "kinds": list(of)}, prepare=False)  # planned with the actual values
             return await cur.fetchall()
 
-    if exact or side is None or len(kinds) < 2:
+    if one_statement:
         return await fetch(conn, kinds)
     return await across_connections(conn, kinds, fetch, side, ef_search)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Callable, Sequence
 
 from domain.speakers import split_prefix
@@ -37,6 +38,7 @@ _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augu
            "November", "December")  # English whatever the locale (strftime('%B') follows it, and is slow)
 
 
+@lru_cache(maxsize=8192)  # a pure function of the item's time, asked for every candidate's line on every context
 def day(ts: float) -> str:
     """A date as people (and answer matching) write it: "7 May 2023" (UTC), never ISO alone."""
     d = datetime.fromtimestamp(ts, UTC)

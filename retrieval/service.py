@@ -18,6 +18,7 @@ from core import telemetry
 from core.embeddings import Embedder, make_embedder
 from core.settings import RetrievalSettings, Settings
 from retrieval.items import EXACT_SCAN_MAX_ITEMS, Prepared, prepare_items, search_items
+from retrieval.prescore import Prescore
 from retrieval.query_cache import CachedQueryEmbedder
 from retrieval.packing import Packed, pack
 from retrieval.scoring import (Candidate, ScoredItem, ScoringConfig, length_weight, rank_key, score, score_candidates,
@@ -79,6 +80,10 @@ class RetrievalConfig:
     duplicate_overlap: float = 0.0
     # A scope of up to this many items is scanned exactly, a larger one through the HNSW index.
     exact_scan_max_items: int = EXACT_SCAN_MAX_ITEMS
+    # The search hands on only the best max(candidate_k, this per 100 budget tokens) candidates
+    # by the ranking's score, computed by PostgreSQL (retrieval/prescore.py): a long
+    # conversation's few hundred are not all carried into Python (0: all of them).
+    kept_per_100_tokens: float = 0.0
 
     @classmethod
     def from_settings(cls, s: RetrievalSettings, method: Method = "hybrid") -> "RetrievalConfig":
@@ -91,12 +96,18 @@ class RetrievalConfig:
                    s.surfaced_window_seqs, s.message_chars, s.context_weight, s.informative_lexemes,
                    reply_chars=s.reply_chars, keyword_length_lexemes=s.keyword_length_lexemes,
                    keyword_length_power=s.keyword_length_power, thread_weight=s.thread_weight,
-                   continued_lines=s.continued_lines)
+                   continued_lines=s.continued_lines, kept_per_100_tokens=s.kept_per_100_tokens)
 
     def k_for(self, budget_tokens: int) -> int:
         """Hits per search per table for this budget (a bigger budget needs more candidates)."""
         scaled = math.ceil(budget_tokens * self.candidates_per_100_tokens / 100)
         return max(self.candidate_k, min(self.max_candidate_k, scaled))
+
+    def kept_for(self, budget_tokens: int) -> int:
+        """Candidates handed on by the search for this budget (0: all of them)."""
+        if self.kept_per_100_tokens <= 0:
+            return 0
+        return max(self.candidate_k, math.ceil(budget_tokens * self.kept_per_100_tokens / 100))
 
 
 @dataclass(frozen=True)
@@ -358,7 +369,7 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
                       common: CommonLexemes | None = None, k: int | None = None,
                       vector: np.ndarray | Awaitable[np.ndarray] | None = None,
                       side: SideConnection | None = None, prepared: Prepared | None = None,
-                      then_commit: bool = False) -> list[SearchRow]:
+                      then_commit: bool = False, prescore: Prescore | None = None) -> list[SearchRow]:
     """One query embedding of `text`, then one statement over memory_items holding, per kind,
     both searches (retrieval/items.py); the keyword search uses `keyword_text` (default: `text`)
     minus the tenant's common lexemes. Rows' keyword_score is their IDF-weighted coverage of
@@ -370,7 +381,8 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
     search the kinds of a large scope at the same time (items.search_items). `prepared`: the
     prepare statement's result if the caller sent it already, in this transaction, with
     `prepare_plan`'s arguments (api/turn_context.py sends it with the context's other reads).
-    `then_commit`: the search ends the transaction (items.search_items)."""
+    `then_commit`: the search ends the transaction (items.search_items). `prescore`: only the
+    best rows by the score PostgreSQL computes (items.search_items, prescore_for)."""
     ef_search = max(config.ef_search, k or 0)
     embedding = embedder.embed_query(text) if vector is None else vector
     if prepared is None:
@@ -386,7 +398,7 @@ async def search_rows(conn: psycopg.AsyncConnection, scope: Scope, text: str, em
                               use_vector=config.method != "keyword", use_keyword=config.method != "vector",
                               exact_max_items=config.exact_scan_max_items, side=side, ef_search=ef_search,
                               then_commit=then_commit, thread_weight=config.thread_weight,
-                              continued=config.continued_lines > 0)
+                              continued=config.continued_lines > 0, prescore=prescore)
 
 
 async def both(first: Awaitable[Any], second: Awaitable[Any]) -> tuple[Any, Any]:
@@ -430,7 +442,8 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     vector = query_vector(embedder, text, current is not None, config.context_weight)  # awaited with the keywords
     rows = pair_replies(await telemetry.traced("retrieval search", search_rows(
         conn, scope, text, embedder, config, current, common, k, vector, side,
-        prepared if current is not None else None, then_commit)), config)
+        prepared if current is not None else None, then_commit,
+        prescore_for(config, request.budget_tokens, turn.time) if keep is None else None)), config)
     if keep is not None:
         rows = [r for r in rows if keep(r)]
     keys = [key(r.kind, r.item_id) for r in rows]  # made once, for the map and the candidates
@@ -457,6 +470,15 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
                   for p in packed.included]
         await record_surfaced(conn, scope, chosen, request.now, turn.seq, commit=True)
     return Retrieval(text, embedder.model, packed, by_key, len(by_key), turn.seq, turn.time)
+
+
+def prescore_for(config: RetrievalConfig, budget_tokens: int, now: datetime) -> Prescore | None:
+    """The search's cut to `config.kept_for(budget_tokens)` rows by the ranking's own score at
+    `now` (the turn's time), or None when it is off."""
+    keep = config.kept_for(budget_tokens)
+    if keep <= 0:
+        return None
+    return Prescore(keep, now, config)
 
 
 def prepare_plan(request: ContextRequest, config: RetrievalConfig) -> tuple[Scope, int, str] | None:

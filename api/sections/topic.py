@@ -15,6 +15,7 @@ from retrieval.request import ContextRequest
 from projections import topic_queries as tq
 from domain.topics import restore
 from domain.topics.decay import TopicConfig
+from retrieval.search import column_names, one_query
 from retrieval.service import line_tokens
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,20 @@ PLACED_SQL = (
 )
 
 
+async def _topic_and_recent(conn: psycopg.AsyncConnection, request: ContextRequest, topic_id: str
+                            ) -> tuple[tq.TopicRow | None, list[tq.TopicMessageRow]]:
+    """tq.get_topic and tq.active_messages (before the turn) in one round trip."""
+    tenant, conversation, before = request.tenant_id, request.conversation.conversation_id, request.before_seq
+    statements = [(tq.TOPIC_SQL, {"tenant": tenant, "conversation": conversation, "topic": topic_id}),
+                  (tq.ACTIVE_MESSAGES_SQL, (tenant, conversation, topic_id, before, before))]
+    async with conn.cursor() as cur:
+        await cur.execute(one_query(conn, statements))
+        names, found = column_names(cur), await cur.fetchone()
+        cur.nextset()
+        recent = [tq.TopicMessageRow(*values) for values in await cur.fetchall()]
+    return (None if found is None else tq.TopicRow(**dict(zip(names, found)))), recent
+
+
 class TopicErrorOut(BaseModel):
     """What ContextOut.active_topic holds when the topic section failed: the rest answers."""
 
@@ -153,10 +168,9 @@ async def _topic_section(conn: psycopg.AsyncConnection, request: ContextRequest,
     if state is None or state.active_topic_id is None:
         return None
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
-    row = await tq.get_topic(conn, tenant, conversation, state.active_topic_id)
+    row, recent = await _topic_and_recent(conn, request, state.active_topic_id)
     if row is None:
         return None
-    recent = await tq.active_messages(conn, tenant, conversation, row.topic_id, before_seq=request.before_seq)
     restored: list[tq.TopicMessageRow] = []
     if row.restored_at_seq is not None:
         restored = await tq.archived_messages(conn, tenant, conversation, row.topic_id)

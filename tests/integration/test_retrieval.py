@@ -328,3 +328,35 @@ async def test_tables_searched_at_once_on_side_connections_find_exactly_the_same
                 await conn.rollback()
                 assert rows == one, (q.id, free)
                 assert used == expected  # asked for chunks and messages (facts are searched on conn)
+
+
+async def test_a_search_cut_to_its_best_rows_hands_on_what_the_ranking_puts_first(loaded):
+    """With a prescore, PostgreSQL scores the rows with the ranking's own formula (relevance,
+    importance, recency) and hands on only the `kept_for(budget)` best: exactly the rows rank_all
+    puts first among all of them, each the same row as uncut, in the same order; both plans."""
+    from retrieval.scoring import ScoringConfig
+    from retrieval.service import key, prescore_for
+
+    keep = 4
+    now = datetime.now(UTC)
+    # Items of ages from 0 to 119 days (recency weights 1 down to 0.9), in the search's transaction only.
+    aged = "UPDATE memory_items SET ts = ts - mod(abs(hashtext(item_id)), 120) * interval '1 day'"
+    scoring = ScoringConfig(importance_power=0.25, stale_weight=0.9)
+    cuts = 0
+    async with await connect(loaded) as conn:
+        for exact_max in (20_000, 0):
+            config = RetrievalConfig(scoring=scoring, candidate_k=keep, exact_scan_max_items=exact_max,
+                                     kept_per_100_tokens=100)  # keep for a budget of `keep` tokens
+            for q in L.QUERIES:
+                scope = Scope(q.tenant, q.user, q.subject, "x")
+                vector = await _embedder.embed_query(q.text)
+                await conn.execute(aged)
+                every = await search_rows(conn, scope, q.text, _embedder, config, k=50, vector=vector)
+                cut = await search_rows(conn, scope, q.text, _embedder, config, k=50, vector=vector,
+                                        prescore=prescore_for(config, keep, now))
+                await conn.rollback()
+                best = [item.candidate.item_id for item in rank_all(every, now.timestamp(), config)[:keep]]
+                cuts += len(every) > keep
+                assert sorted(key(r.kind, r.item_id) for r in cut) == sorted(best), (q.id, exact_max)
+                assert cut == [r for r in every if key(r.kind, r.item_id) in best], (q.id, exact_max)
+    assert cuts >= len(L.QUERIES)  # most scopes held more rows than were handed on

@@ -140,6 +140,20 @@ def test_budget_scales_the_candidates_per_search():
     assert config.k_for(8000) == 200
 
 
+def test_the_search_hands_on_candidates_by_the_budget_and_the_ranking_settings_only_when_asked():
+    from retrieval.service import prescore_for
+
+    assert prescore_for(RetrievalConfig(), 500, NOW) is None  # off: every candidate
+    config = RetrievalConfig.from_settings(RetrievalSettings(kept_per_100_tokens=16, importance_power=0.3,
+                                                             stale_weight=0.7), "vector")
+    assert config.kept_for(500) == 80 and config.kept_for(4000) == 640 and config.kept_for(50) == 20
+    cut = prescore_for(config, 500, NOW)
+    assert (cut.keep, cut.now, cut.method) == (80, NOW, "vector")
+    params = cut.params({"lgbtq": 4.0, "group": 1.0})
+    assert (params["ps_lexemes"], params["ps_weights"], params["ps_total"]) == (["lgbtq", "group"], [4.0, 1.0], 5.0)
+    assert (params["ps_importance_power"], params["ps_stale_weight"], params["ps_kw"]) == (0.3, 0.7, 1.0)
+
+
 def message_row(seq: int, cosine: float, content: str, reply: str | None = None) -> SearchRow:
     return SearchRow("message", f"c1:{seq}", content, cosine, 0.0, True, False, None, NOW, conversation_id="c1",
                      range_start=seq, range_end=seq + 1, role="user", doc_lexemes=20,
