@@ -30,7 +30,10 @@ contexts/s, their p50/p99 and the ratio to the /healthz rate measured in the sam
 aim on long conversations; the rate is the mean of both /healthz passes, each given too). The API
 process's CPU per context and per /healthz (from /proc) are given as well: the clients share the
 cores, so the rates swing with the machine's load, and the ratio of the CPU costs says what the
-API alone would do.
+API alone would do. `--healthz-client PATH` runs the /healthz passes with a native load generator
+(`go install github.com/rakyll/hey@latest`; 20x the contexts' count each, same connections):
+Python clients on the same two cores reach a few hundred /healthz a second, far under what the
+server answers, which flatters the ratio (docs/retrieval.md, "Seventh round").
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import sys
 import time
 from collections import Counter
@@ -176,11 +180,30 @@ def process_cpu_ms(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
+HEY_RATE = re.compile(r"Requests/sec:\s+([0-9.]+)")
+
+
+async def native_closed_loop(tool: str, url: str, clients: int, count: int) -> tuple[float, list[float], Counter]:
+    """`count` GETs of `url` by `clients` connections of a native load generator (`hey`: Go, so
+    the rate is the server's, not a Python client's sharing the cores): (seconds, [], statuses)."""
+    proc = await asyncio.create_subprocess_exec(tool, "-c", str(clients), "-n", str(count), "-H",
+                                                f"X-API-Key: {cq.API_KEY}", url, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.STDOUT)
+    out = (await proc.communicate())[0].decode()
+    rate = HEY_RATE.search(out)
+    if proc.returncode != 0 or rate is None:
+        raise RuntimeError(f"{tool} failed ({proc.returncode}): {out[-2000:]}")
+    statuses = Counter({int(code): int(n) for code, n in re.findall(r"\[(\d{3})\]\s+(\d+) responses", out)})
+    return count / float(rate.group(1)), [], statuses
+
+
 async def load_pass(port: int, conversations, clients: int, requests: int, budget: int, seed: int = 5,
-                    api_pid: int | None = None) -> dict:
+                    api_pid: int | None = None, healthz_client: str | None = None) -> dict:
     """`clients` in a closed loop on /healthz, on random questions of the set, then on /healthz
     again: the same server, the same minutes (nothing surfaced is cleared: a conversation's
-    questions pile up as in use). `api_pid`: the server's process, whose CPU each pass costs."""
+    questions pile up as in use). `api_pid`: the server's process, whose CPU each pass costs.
+    `healthz_client`: a native load generator (`hey`) for the /healthz passes instead of the
+    Python clients, which cannot load the server's cheapest endpoint on two shared cores."""
     rng, questions = random.Random(seed), [(conv, q) for conv in conversations for q in conv.questions]
 
     async def closed_loop(count: int, call) -> tuple[float, list[float], Counter]:
@@ -208,17 +231,22 @@ async def load_pass(port: int, conversations, clients: int, requests: int, budge
         await cq.wait_healthy(http, timeout_s=180.0)
         for _ in range(2 * clients):  # warm up: the model, the pool, the plans (not counted)
             await context(http)
-    health = requests * 2  # each /healthz pass
+    health = requests * 2 if healthz_client is None else requests * 20  # each /healthz pass
+    healthz = None if healthz_client else (lambda http: http.get("/healthz"))
 
     async def timed(count: int, call) -> tuple[float, list[float], Counter, float | None]:
         cpu = process_cpu_ms(api_pid)
-        seconds, latencies, statuses = await closed_loop(count, call)
+        if call is None:  # /healthz by the native client
+            seconds, latencies, statuses = await native_closed_loop(
+                healthz_client, f"http://127.0.0.1:{port}/healthz", clients, count)
+        else:
+            seconds, latencies, statuses = await closed_loop(count, call)
         after = process_cpu_ms(api_pid)
         return seconds, latencies, statuses, None if cpu is None or after is None else (after - cpu) / count
 
-    before = await timed(health, lambda http: http.get("/healthz"))
+    before = await timed(health, healthz)
     seconds, latencies, statuses, context_cpu = await timed(requests, context)
-    after = await timed(health, lambda http: http.get("/healthz"))
+    after = await timed(health, healthz)
     contexts_per_s = requests / seconds
     healthz_rates = [health / before[0], health / after[0]]
     healthz_per_s = sum(healthz_rates) / 2
@@ -227,7 +255,8 @@ async def load_pass(port: int, conversations, clients: int, requests: int, budge
             "contexts_per_s": round(contexts_per_s, 1), "p50_ms": round(common.percentile(latencies, 50), 1),
             "p99_ms": round(common.percentile(latencies, 99), 1), "healthz_per_s": round(healthz_per_s, 1),
             "healthz_per_s_before_after": [round(rate, 1) for rate in healthz_rates],
-            "healthz_p50_ms": round(common.percentile(before[1] + after[1], 50), 1),
+            "healthz_client": healthz_client or "python (httpx)", "healthz_statuses": dict(before[2] + after[2]),
+            "healthz_p50_ms": round(common.percentile(before[1] + after[1], 50), 1) if before[1] else None,
             "contexts_per_healthz": round(contexts_per_s / healthz_per_s, 4),
             "api_cpu_ms_per_context": None if context_cpu is None else round(context_cpu, 2),
             "api_cpu_ms_per_healthz": None if health_cpu is None else round(health_cpu, 3),
@@ -301,7 +330,8 @@ async def run(args) -> dict:
                 result["settle"] = {"reused": True, **{k: await db.value(sql) for k, sql in cq.COUNTS.items()}}
                 if args.load_clients:
                     result["load"] = await load_pass(port, conversations, args.load_clients, args.load_requests,
-                                                     args.budget, api_pid=api.pid)
+                                                     args.budget, api_pid=api.pid,
+                                                     healthz_client=args.healthz_client)
                     return result
                 result.update(await measure(db, conversations, port, args.budget, args.diag_budget,
                                             not args.first_turn_only, args.dump_wide))
@@ -352,6 +382,9 @@ def main() -> None:
     parser.add_argument("--load-clients", type=int, default=0,
                         help="with --reuse: no quality passes; N clients in a closed loop, then /healthz (above)")
     parser.add_argument("--load-requests", type=int, default=600, help="contexts asked by --load-clients")
+    parser.add_argument("--healthz-client", metavar="PATH",
+                        help="with --load-clients: a native load generator (rakyll/hey) for the /healthz passes"
+                             " (20x the contexts' count each), so their rate is the server's, not Python's")
     args = parser.parse_args()
     if args.load_clients and not args.reuse:
         parser.error("--load-clients measures a kept run: give --reuse GENERATION:TOPIC_PREFIX")
