@@ -98,6 +98,19 @@ async def test_the_integer_graph_is_cheaper_integer_products_close_to_the_float_
         integer_matmul_model(_a_float_model(tmp_path))
 
 
+@pytest.mark.parametrize("integer_matmul", [False, pytest.param(True, marks=pytest.mark.xfail(
+    strict=True, reason="issue 25: activations quantized per tensor, so a row depends on its batch"))])
+def test_a_texts_vector_does_not_depend_on_the_texts_batched_with_it(integer_matmul):
+    """The embedding queue batches the questions of concurrent requests (other users', other
+    tenants') padded to the longest: a question's vector must be the one it gets alone."""
+    model = LocalOnnxEmbedder(intra_op_threads=1, integer_matmul=integer_matmul)
+    question = "Does Caroline have a pet?"
+    longer = "Which port was the database configured on again, after the router's network issue? " * 4
+    alone = model.embed_sync([question])[0]
+    batched = model.embed_sync([longer, question, "apple pie"])[1]
+    assert np.abs(alone - batched).max() < 1e-6
+
+
 def _a_float_model(tmp_path: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
