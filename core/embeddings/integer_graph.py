@@ -20,10 +20,21 @@ from pathlib import Path
 import numpy as np
 
 
-def integer_matmul_model(path: Path) -> bytes:
+ZERO_POINT, FLOOR, STEP, OFFSET, LOW, HIGH = ("q8_zero_point", "q8_floor", "q8_step", "q8_offset", "q8_low",
+                                              "q8_high")
+
+
+def integer_matmul_model(path: Path, *, per_tensor: bool = False) -> bytes:
     """The serialized model of `path` with every `MatMul(x, Mul(Cast(W_int8), scale))` whose scale is
     one per output column rewritten as integer products; everything else (embeddings' gathers,
-    attention, layer norms) unchanged. Raises ValueError when the graph has no such product."""
+    attention, layer norms) unchanged. Raises ValueError when the graph has no such product.
+
+    Each row of the activations (a token's hidden vector) is quantized on its own, symmetrically:
+    scale = max |x| over the row / 127, uint8 = round(x / scale) + 128, one zero point (128) for
+    all, so MatMulInteger keeps MLAS's u8s8 kernels and a row's product depends on that row alone,
+    never on the other texts of its batch nor on their padding. `per_tensor`: the first integer
+    graph (`DynamicQuantizeLinear`, one scale and zero point per call's whole tensor, so a text's
+    vector depended on its batch); for measurements only (bench/query_embedding_bench.py)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -37,7 +48,13 @@ def integer_matmul_model(path: Path) -> bytes:
             consumers.setdefault(name, []).append(node)
     dropped: set[int] = set()
     replaced: dict[int, list] = {}
-    added = []
+    sources: dict[int, str] = {}  # a rewritten MatMul: its activations' name (quantized per row once)
+    added = [] if per_tensor else [numpy_helper.from_array(np.array(128, dtype=np.uint8), ZERO_POINT),
+                                   numpy_helper.from_array(np.array(1e-12, dtype=np.float32), FLOOR),
+                                   numpy_helper.from_array(np.array(1 / 127, dtype=np.float32), STEP),
+                                   numpy_helper.from_array(np.array(128, dtype=np.float32), OFFSET),
+                                   numpy_helper.from_array(np.array(0, dtype=np.float32), LOW),
+                                   numpy_helper.from_array(np.array(255, dtype=np.float32), HIGH)]
     for mul in graph.node:
         if mul.op_type != "Mul" or len(mul.input) != 2:
             continue
@@ -56,16 +73,29 @@ def integer_matmul_model(path: Path) -> bytes:
         dropped.update((id(mul), id(cast)))
         added += [numpy_helper.from_array(weights, f"{name}_int"),
                   numpy_helper.from_array(scale.reshape(-1), f"{name}_int_scale")]
+        source = matmul.input[0]
+        if per_tensor:
+            replaced[id(matmul)] = _per_tensor_product(helper, TensorProto, source, name, list(matmul.output))
+            continue
+        sources[id(matmul)] = source
+        xq, xs = f"{source}_q8", f"{source}_q8_scale"
         replaced[id(matmul)] = [
-            helper.make_node("DynamicQuantizeLinear", [matmul.input[0]], [f"{name}_xq", f"{name}_xs", f"{name}_xz"]),
-            helper.make_node("MatMulInteger", [f"{name}_xq", f"{name}_int", f"{name}_xz"], [f"{name}_i32"]),
+            helper.make_node("MatMulInteger", [xq, f"{name}_int", ZERO_POINT], [f"{name}_i32"]),
             helper.make_node("Cast", [f"{name}_i32"], [f"{name}_f32"], to=TensorProto.FLOAT),
-            helper.make_node("Mul", [f"{name}_xs", f"{name}_int_scale"], [f"{name}_scale"]),
-            helper.make_node("Mul", [f"{name}_f32", f"{name}_scale"], list(matmul.output)),
+            helper.make_node("Mul", [f"{name}_f32", f"{name}_int_scale"], [f"{name}_cols"]),
+            helper.make_node("Mul", [f"{name}_cols", xs], list(matmul.output)),
         ]
     if not replaced:
         raise ValueError(f"{path}: no int8 weight matrix with per-column scales feeds a MatMul")
-    nodes = [new for node in graph.node if id(node) not in dropped for new in replaced.get(id(node), [node])]
+    nodes, quantized = [], set()
+    for node in graph.node:
+        if id(node) in dropped:
+            continue
+        source = sources.get(id(node))
+        if source is not None and source not in quantized:  # a layer's Q, K and V products share one
+            quantized.add(source)
+            nodes += _per_row_quantization(helper, TensorProto, source)
+        nodes += replaced.get(id(node), [node])
     del graph.node[:]
     graph.node.extend(nodes)
     used = {name for node in graph.node for name in node.input}
@@ -73,3 +103,28 @@ def integer_matmul_model(path: Path) -> bytes:
     del graph.initializer[:]
     graph.initializer.extend(kept)
     return model.SerializeToString()
+
+
+def _per_row_quantization(helper, TensorProto, x: str) -> list:
+    """x (..., hidden) float32 -> f"{x}_q8" uint8 of the same shape and f"{x}_q8_scale" (..., 1)."""
+    return [
+        helper.make_node("Abs", [x], [f"{x}_q8_abs"]),
+        helper.make_node("ReduceMax", [f"{x}_q8_abs"], [f"{x}_q8_max"], axes=[-1], keepdims=1),
+        helper.make_node("Max", [f"{x}_q8_max", FLOOR], [f"{x}_q8_kept"]),  # an all-zero row: no 0 / 0
+        helper.make_node("Mul", [f"{x}_q8_kept", STEP], [f"{x}_q8_scale"]),
+        helper.make_node("Div", [x, f"{x}_q8_scale"], [f"{x}_q8_steps"]),
+        helper.make_node("Round", [f"{x}_q8_steps"], [f"{x}_q8_round"]),
+        helper.make_node("Add", [f"{x}_q8_round", OFFSET], [f"{x}_q8_shift"]),
+        helper.make_node("Clip", [f"{x}_q8_shift", LOW, HIGH], [f"{x}_q8_clip"]),
+        helper.make_node("Cast", [f"{x}_q8_clip"], [f"{x}_q8"], to=TensorProto.UINT8),
+    ]
+
+
+def _per_tensor_product(helper, TensorProto, x: str, name: str, output: list[str]) -> list:
+    return [
+        helper.make_node("DynamicQuantizeLinear", [x], [f"{name}_xq", f"{name}_xs", f"{name}_xz"]),
+        helper.make_node("MatMulInteger", [f"{name}_xq", f"{name}_int", f"{name}_xz"], [f"{name}_i32"]),
+        helper.make_node("Cast", [f"{name}_i32"], [f"{name}_f32"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", [f"{name}_xs", f"{name}_int_scale"], [f"{name}_scale"]),
+        helper.make_node("Mul", [f"{name}_f32", f"{name}_scale"], output),
+    ]
