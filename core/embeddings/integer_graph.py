@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 
 
-ZERO_POINT, FLOOR, STEP, OFFSET, LOW, HIGH = ("q8_zero_point", "q8_floor", "q8_step", "q8_offset", "q8_low",
-                                              "q8_high")
+ZERO_POINT, ONE, FLOOR, STEP, OFFSET = "q8_zero_point", "q8_one", "q8_floor", "q8_step", "q8_offset"
 
 
 def integer_matmul_model(path: Path, *, per_tensor: bool = False) -> bytes:
@@ -53,8 +52,7 @@ def integer_matmul_model(path: Path, *, per_tensor: bool = False) -> bytes:
                                    numpy_helper.from_array(np.array(1e-12, dtype=np.float32), FLOOR),
                                    numpy_helper.from_array(np.array(1 / 127, dtype=np.float32), STEP),
                                    numpy_helper.from_array(np.array(128, dtype=np.float32), OFFSET),
-                                   numpy_helper.from_array(np.array(0, dtype=np.float32), LOW),
-                                   numpy_helper.from_array(np.array(255, dtype=np.float32), HIGH)]
+                                   numpy_helper.from_array(np.array(1, dtype=np.float32), ONE)]
     for mul in graph.node:
         if mul.op_type != "Mul" or len(mul.input) != 2:
             continue
@@ -79,14 +77,15 @@ def integer_matmul_model(path: Path, *, per_tensor: bool = False) -> bytes:
             continue
         sources[id(matmul)] = source
         xq, xs = f"{source}_q8", f"{source}_q8_scale"
-        replaced[id(matmul)] = [
-            helper.make_node("MatMulInteger", [xq, f"{name}_int", ZERO_POINT], [f"{name}_i32"]),
-            helper.make_node("Cast", [f"{name}_i32"], [f"{name}_f32"], to=TensorProto.FLOAT),
-            helper.make_node("Mul", [f"{name}_f32", f"{name}_int_scale"], [f"{name}_cols"]),
+        replaced[id(matmul)] = [  # (x_q - 128) @ W as float32 times the weights' column scales, then the rows'
+            helper.make_node("MatMulIntegerToFloat", [xq, f"{name}_int", ONE, f"{name}_int_scale", ZERO_POINT],
+                             [f"{name}_cols"], domain="com.microsoft"),
             helper.make_node("Mul", [f"{name}_cols", xs], list(matmul.output)),
         ]
     if not replaced:
         raise ValueError(f"{path}: no int8 weight matrix with per-column scales feeds a MatMul")
+    if not per_tensor and not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     nodes, quantized = [], set()
     for node in graph.node:
         if id(node) in dropped:
@@ -114,9 +113,9 @@ def _per_row_quantization(helper, TensorProto, x: str) -> list:
         helper.make_node("Mul", [f"{x}_q8_kept", STEP], [f"{x}_q8_scale"]),
         helper.make_node("Div", [x, f"{x}_q8_scale"], [f"{x}_q8_steps"]),
         helper.make_node("Round", [f"{x}_q8_steps"], [f"{x}_q8_round"]),
+        # |x| <= max |x|, so round(x / scale) is within [-127, 127] and + 128 within [1, 255]: no Clip
         helper.make_node("Add", [f"{x}_q8_round", OFFSET], [f"{x}_q8_shift"]),
-        helper.make_node("Clip", [f"{x}_q8_shift", LOW, HIGH], [f"{x}_q8_clip"]),
-        helper.make_node("Cast", [f"{x}_q8_clip"], [f"{x}_q8"], to=TensorProto.UINT8),
+        helper.make_node("Cast", [f"{x}_q8_shift"], [f"{x}_q8"], to=TensorProto.UINT8),
     ]
 
 

@@ -85,7 +85,7 @@ async def test_the_integer_graph_is_cheaper_integer_products_close_to_the_float_
     import onnx
 
     ops = [node.op_type for node in onnx.load_from_string(integer_matmul_model(default_model_path())).graph.node]
-    assert ops.count("MatMulInteger") == 36  # 6 layers x 6, their activations quantized per row:
+    assert ops.count("MatMulIntegerToFloat") == 36  # 6 layers x 6, their activations quantized per row:
     assert ops.count("ReduceMax") == 24 and ops.count("DynamicQuantizeLinear") == 0  # Q, K, V share theirs
     assert ops.count("MatMul") == 12  # left as they were: attention's activation x activation products
     integer = LocalOnnxEmbedder(intra_op_threads=1, integer_matmul=True)
