@@ -1,13 +1,18 @@
-"""The int8 export run as integer products: its weight matrices fed to `MatMulInteger` as they are
-stored (int8, one scale per output column) with each call's activations quantized on the fly
-(`DynamicQuantizeLinear`: uint8, one scale and zero point per tensor), instead of being
-dequantized to float32 when the session is built.
+"""The int8 export run as integer products: its weight matrices fed to `MatMulIntegerToFloat` as they
+are stored (int8, one scale per output column) with each call's activations quantized on the fly to
+uint8 **per row** (each token's hidden vector: scale = max |x| / 127, zero point 128), instead of
+being dequantized to float32 when the session is built.
 
 Why: the export stores int8 weights behind a `Cast` + `Mul`, which ONNX Runtime folds into
 float32 constants, so the model runs 36 float32 `MatMul`s streaming ~42 MB of weights per call.
-As integer products the same weights are ~11 MB and MLAS's int8 kernels run them: ~0.45 of the
-CPU per short question on this AVX2 machine (docs/retrieval.md, "Sixth round"). The vectors are
-not the float graph's (the activations are rounded to 8 bits): cosine ~0.99 to them, so this graph
+As integer products the same weights are ~11 MB and MLAS's int8 kernels (u8s8) run them: ~0.6 of
+the CPU per short question on this AVX2 machine (docs/retrieval.md, "Sixth round", "Eighth
+round"). Per row, because a row's quantization then depends on nothing but the row: a text's
+vector is the same alone or batched with other texts (the embedding queue batches concurrent
+requests' questions, padded to the longest). The first integer graph quantized per tensor
+(`DynamicQuantizeLinear`): one scale for the whole batch, so a question's vector depended on what
+other users asked at the same moment (kept as `per_tensor=True` for the benchmark). The vectors are
+not the float graph's (the activations are rounded to 8 bits): cosine ~0.997 to them, so this graph
 is another model (`INTEGER_MODEL_NAME` in local_onnx.py): the questions' by default; a generation's
 documents only when it is derived with `embedding.integer_matmul` from its start
 (docs/llm-and-embeddings.md, "Two graphs of one model"; its quality: docs/evaluation.md).
