@@ -16,8 +16,12 @@ client asks them; per way the wall time and the process CPU per question:
 * `queue, urgent`: through the queue as the context endpoint's query is (`embed_query`: an idle
   model runs it at once);
 * `integer floor` and `integer embed_sync`: the same two with the weights run as int8 integer
-  products (`retrieval.query_integer_matmul`, core/embeddings/integer_graph.py); and once, the
-  cosine of each question's integer vector to its float one.
+  products (`retrieval.query_integer_matmul`, core/embeddings/integer_graph.py: activations
+  quantized per row); and once, the cosine of each question's integer vector to its float one;
+* `per-tensor floor` and `per-tensor embed_sync`: the first integer graph (activations quantized
+  per tensor, `integer_matmul_model(per_tensor=True)`, no longer used: a text's vector depended on
+  its batch), for comparison; its cosines too, and for both integer graphs the largest difference
+  between a question's vector alone and in one batch with a longer and a shorter text.
 
 With `--threads` the ONNX session's intra-op threads (the API's query embedder uses
 `retrieval.query_embedding_threads`, 1). The process's CPU includes every thread (ONNX's pool too).
@@ -28,12 +32,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from bench.common import machine, report
-from core.embeddings.local_onnx import LocalOnnxEmbedder
+from core.embeddings.integer_graph import integer_matmul_model
+from core.embeddings.local_onnx import LocalOnnxEmbedder, default_model_path
 from core.embeddings.queue import EmbeddingQueue
 
 QUESTIONS = ("Which port was the database configured on again?", "Does Caroline have a pet?",
@@ -47,6 +54,10 @@ async def measure(args: argparse.Namespace) -> dict:
     await queue.embed(["warm up"])
     integer = LocalOnnxEmbedder(intra_op_threads=args.threads, integer_matmul=True)
     integer.embed_sync(["warm up"])
+    per_tensor_path = Path(tempfile.mkdtemp()) / "per-tensor.onnx"
+    per_tensor_path.write_bytes(integer_matmul_model(default_model_path(), per_tensor=True))
+    per_tensor = LocalOnnxEmbedder(intra_op_threads=args.threads, model_path=per_tensor_path)
+    per_tensor.embed_sync(["warm up"])
     tokenizer, session = model._tokenizer, model._session
     tokens = {text: np.array([tokenizer.encode(text).ids], dtype=np.int64) for text in QUESTIONS}
     feeds = {text: {name: value for name, value in {"input_ids": ids, "attention_mask": np.ones_like(ids),
@@ -62,6 +73,12 @@ async def measure(args: argparse.Namespace) -> dict:
     async def integer_direct(text: str) -> None:
         integer.embed_sync([text])
 
+    async def per_tensor_floor(text: str) -> None:
+        per_tensor._session.run(["last_hidden_state"], feeds[text])
+
+    async def per_tensor_direct(text: str) -> None:
+        per_tensor.embed_sync([text])
+
     async def tokenize(text: str) -> None:
         tokenizer.encode_batch([text])
 
@@ -75,7 +92,8 @@ async def measure(args: argparse.Namespace) -> dict:
         await queue.embed([text], urgent=True)
 
     ways = {"model floor": floor, "tokenizer": tokenize, "embed_sync": direct, "queue, lingering": lingering,
-            "queue, urgent": urgent, "integer floor": integer_floor, "integer embed_sync": integer_direct}
+            "queue, urgent": urgent, "integer floor": integer_floor, "integer embed_sync": integer_direct,
+            "per-tensor floor": per_tensor_floor, "per-tensor embed_sync": per_tensor_direct}
     per: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
     for round_ in range(args.rounds):
         for name, way in ways.items():
@@ -89,6 +107,7 @@ async def measure(args: argparse.Namespace) -> dict:
     same = [float(np.abs(model.embed_sync([q])[0] - (await queue.embed([q], urgent=True))[0]).max())
             for q in QUESTIONS]
     await queue.aclose()
+    floats = model.embed_sync(list(QUESTIONS))
     floor_cpu = float(np.mean([c for _, c in per["model floor"]]))
     return {
         "machine": machine(), "load_average": os.getloadavg(), "threads": args.threads, "linger_ms": args.linger_ms,
@@ -99,9 +118,20 @@ async def measure(args: argparse.Namespace) -> dict:
                         "cpu_vs_floor": round(float(np.mean([c for _, c in v])) / floor_cpu, 3)}
                  for name, v in per.items()},
         "max_abs_difference_queue_vs_direct": max(same),
-        "cosine_integer_vs_float": [round(float(a @ b), 5) for a, b in zip(model.embed_sync(list(QUESTIONS)),
-                                                                           integer.embed_sync(list(QUESTIONS)))],
+        "cosine_integer_vs_float": [round(float(a @ b), 5) for a, b in zip(floats, integer.embed_sync(list(QUESTIONS)))],
+        "cosine_per_tensor_vs_float": [round(float(a @ b), 5)
+                                       for a, b in zip(floats, per_tensor.embed_sync(list(QUESTIONS)))],
+        "max_abs_difference_alone_vs_batched": {name: batch_dependence(graph) for name, graph in
+                                                (("integer", integer), ("per-tensor", per_tensor), ("float", model))},
     }
+
+
+def batch_dependence(model: LocalOnnxEmbedder) -> float:
+    """The largest difference of a question's vector alone and in one batch (padded to the longest)
+    with a longer text and a shorter one: 0 when a row depends on nothing but its text."""
+    longer = "Which port was the database configured on again, after the router's network issue? " * 4
+    return max(float(np.abs(model.embed_sync([q])[0] - model.embed_sync([longer, q, "apple pie"])[1]).max())
+               for q in QUESTIONS)
 
 
 def main() -> None:

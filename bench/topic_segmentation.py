@@ -15,7 +15,7 @@ every message of
 
 with the shipped offline embedder (all-MiniLM-L6-v2, local ONNX, the graph of
 `embedding.integer_matmul`; vectors cached per graph in `/tmp/memory-agent-bench/topic-seg-vectors.npz`,
-`topic-seg-vectors+int.npz` for the integer one, so a rerun takes seconds), user messages
+`topic-seg-vectors+int2.npz` for the integer one, so a rerun takes seconds), user messages
 embedded as the topic slice embeds them (the whole content, "Name: " prefix included).
 Compactions are answered at once by the offline extractive summarizer, as on a stack without
 an LLM; a restored topic shows its archive (the last `restore_max_messages`), as the API does.
@@ -74,7 +74,7 @@ class Vectors:
 
     def __init__(self, integer_matmul: bool = False) -> None:
         self.integer_matmul = integer_matmul
-        self.cache = CACHE.with_name("topic-seg-vectors+int.npz") if integer_matmul else CACHE
+        self.cache = CACHE.with_name("topic-seg-vectors+int2.npz") if integer_matmul else CACHE
         self.known: dict[str, np.ndarray] = {}
         if self.cache.exists():
             data = np.load(self.cache)

@@ -261,8 +261,8 @@ class EmbeddingSettings(BaseModel):
     queue_max_pending: int = Field(default=4096, ge=1)
     max_length: int = Field(default=256, ge=8, le=512)
     # Local model: run the int8 export's weights as integer products (MatMulInteger, activations
-    # quantized per call) instead of float32 ones: ~0.45-0.6 of the CPU, vectors ~0.99 cosine to the
-    # float graph's, so another model: named "all-MiniLM-L6-v2-onnx-int8+int" in every stored row,
+    # quantized per row) instead of float32 ones: ~0.5-0.6 of the CPU, vectors ~0.997 cosine to the
+    # float graph's, so another model: named "all-MiniLM-L6-v2-onnx-int8+int2" in every stored row,
     # event and embedding_cache row. It chooses the graph of a generation that stores no vector yet;
     # a generation keeps the graph of the vectors it has (runtime/embedding_graph.py, read when the
     # worker and the API start; docs/llm-and-embeddings.md "Two graphs of one model").

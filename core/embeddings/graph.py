@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core.embeddings.local_onnx import INTEGER_MODEL_NAME, MODEL_NAME
+from core.embeddings.local_onnx import INTEGER_MODEL_NAME, MODEL_NAME, PER_TENSOR_INTEGER_MODEL_NAME
 from core.settings import Settings
 
-GRAPHS = {MODEL_NAME: False, INTEGER_MODEL_NAME: True}
+# The first integer graph's vectors (per-tensor activations, "+int") count as integer: such a
+# generation keeps integer products, now per row, under the new name (a replay re-derives it whole).
+GRAPHS = {MODEL_NAME: False, INTEGER_MODEL_NAME: True, PER_TENSOR_INTEGER_MODEL_NAME: True}
 
 
 def stored_graph(models: Iterable[str | None]) -> bool | None:

@@ -17,9 +17,13 @@ from core.embeddings.prefixes import prefixes_for
 
 # The vectors come from the int8 export, not the fp32 original: rows record this name.
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
-# The same weights run as integer products (core/embeddings/integer_graph.py): vectors ~0.99 cosine
-# to the float graph's, so another model for every stored vector, event and embedding_cache row.
-INTEGER_MODEL_NAME = MODEL_NAME + "+int"
+# The same weights run as integer products, activations quantized per row (core/embeddings/
+# integer_graph.py): vectors ~0.997 cosine to the float graph's, so another model for every stored
+# vector, event and embedding_cache row.
+INTEGER_MODEL_NAME = MODEL_NAME + "+int2"
+# The first integer graph (activations quantized per tensor: a text's vector depended on the texts
+# batched with it). No longer made; the vectors stored under it keep their name (core/embeddings/graph.py).
+PER_TENSOR_INTEGER_MODEL_NAME = MODEL_NAME + "+int"
 DIMENSIONS = 384
 # Names under which settings may ask for this model.
 ACCEPTED_NAMES = frozenset({"all-minilm-l6-v2", MODEL_NAME.lower(),
@@ -77,8 +81,8 @@ class LocalOnnxEmbedder:
         self._batch_size = batch_size
         self._threads = intra_op_threads or auto_threads()
         self._prefixes = prefixes_for(MODEL_NAME, query_prefix, document_prefix)
-        # The weights as int8 integer products (core/embeddings/integer_graph.py): ~0.45-0.6 of the
-        # CPU, vectors ~0.99 cosine to the float graph's, named INTEGER_MODEL_NAME.
+        # The weights as int8 integer products (core/embeddings/integer_graph.py): ~0.5-0.6 of the
+        # CPU, vectors ~0.997 cosine to the float graph's, named INTEGER_MODEL_NAME.
         self._integer_matmul = integer_matmul
         self._load_lock = threading.Lock()
         self._session: Any = None

@@ -10,7 +10,8 @@ import pytest
 
 from core.embeddings.cache import CachedEmbedder
 from core.embeddings.graph import following_stored, stored_graph
-from core.embeddings.local_onnx import INTEGER_MODEL_NAME, MODEL_NAME, LocalOnnxEmbedder
+from core.embeddings.local_onnx import (INTEGER_MODEL_NAME, MODEL_NAME, PER_TENSOR_INTEGER_MODEL_NAME,
+                                        LocalOnnxEmbedder)
 from core.settings import EmbeddingSettings, RetrievalSettings, Settings
 
 
@@ -48,6 +49,8 @@ def test_a_generation_keeps_the_graph_of_the_vectors_it_stores(setting):
     settings = Settings(embedding=EmbeddingSettings(integer_matmul=setting))
     assert following_stored(settings, [MODEL_NAME, None, MODEL_NAME]).embedding.integer_matmul is False
     assert following_stored(settings, [INTEGER_MODEL_NAME]).embedding.integer_matmul is True
+    # the first integer graph's vectors (per tensor, no longer made): the generation stays integer
+    assert following_stored(settings, [PER_TENSOR_INTEGER_MODEL_NAME]).embedding.integer_matmul is True
     assert following_stored(settings, []) is settings  # an empty generation: the setting chooses
     assert following_stored(settings, [None, "text-embedding-3-small"]) is settings  # not the local model's
     remote = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"provider": "openai"})})
