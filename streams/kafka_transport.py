@@ -19,9 +19,9 @@ When a worker takes over partitions (a peer was SIGKILLed, tests/integration/tes
   `_Producer.flush` empties the buffer first.
 
 - Acks: a record fetched before a rebalance is never acknowledged (`_Consumer.ack`, `in_turn`).
-- Put back: records a fetch took while a rebalance had stopped the flow are sought back to
-  (`put_back`): faust drops them, and a changelog partition's restore then never reached its
-  end (the recovery stall, docs/backbone.md).
+- Put back: records a fetch took that faust would drop (the flow stopped by a rebalance, or
+  their partition paused meanwhile) are sought back to (`put_back`): dropped, a changelog
+  partition's restore never reached its end (the recovery stall, docs/backbone.md).
 
 Used through the `memkafka://` broker scheme that `make_app` sets.
 """
@@ -58,11 +58,11 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         pace = getattr(self, "_pace", None)
         if pace is not None and pace.consumer is consumer:
             pace.saw(bool(records))
-        if records and not self.consumer.flow_active:
-            # The flow stopped while this fetch waited (a rebalance): faust would drop these
-            # records (`Consumer.getmany`), aiokafka has moved past them.
-            put_back(consumer, records)
-            return {}
+        dropped = undeliverable(self.consumer, active_partitions, records)
+        if dropped:
+            # faust would drop these records (`Consumer.getmany`), and aiokafka has moved past them.
+            put_back(consumer, dropped)
+            return {tp: batch for tp, batch in records.items() if tp not in dropped}
         return records
 
     async def seek_to_committed(self):
@@ -97,6 +97,19 @@ def in_turn(app, message) -> bool:
     return message.generation_id == app.consumer_generation_id and app.flow_control.is_active()
 
 
+def undeliverable(consumer, active_partitions, records) -> dict:
+    """The part of a fetch's `records` faust's `Consumer.getmany` would drop: all of them once
+    the flow has stopped (a rebalance), else those of a partition out of the set it fetched for
+    (aiokafka reads an empty set as every partition: a recovery that paused its last changelog
+    partitions during the fetch got the standby partitions' records, dropped)."""
+    if not consumer.flow_active:
+        return dict(records)
+    if active_partitions is None:
+        return {}
+    return {tp: batch for tp, batch in records.items()
+            if tp not in active_partitions and tp not in consumer._buffered_partitions}
+
+
 def put_back(consumer, records) -> None:
     """Seek every partition of `records` (fetched, never delivered) back to its first record.
 
@@ -115,7 +128,7 @@ def put_back(consumer, records) -> None:
                 consumer.seek(tp, batch[0].offset)
             except IllegalStateError:
                 pass  # no longer assigned: nothing to put back
-    log.info("put back %d undelivered records of %s fetched while the flow was stopped",
+    log.info("put back %d undelivered records of %s (the flow stopped or the partition paused)",
              sum(map(len, records.values())), sorted(f"{tp.topic}:{tp.partition}" for tp in records))
 
 

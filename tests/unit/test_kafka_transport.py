@@ -120,3 +120,17 @@ async def test_records_fetched_while_a_rebalance_stopped_the_flow_are_put_back(t
     consumer = FetchingConsumer(records)
     assert await thread._fetch_records(consumer, {changelog, stream}, timeout=1.0) == records
     assert consumer.sought == {}
+
+
+async def test_records_of_a_partition_paused_during_the_fetch_are_put_back(tmp_path: Path):
+    """aiokafka reads an empty partition set as every partition: a fetch whose set a recovery
+    emptied meanwhile returned the standby partitions' records, and faust dropped them."""
+    app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
+    thread = app.consumer._thread
+    active, standby = TopicPartition("app-conversation-state-changelog", 0), TopicPartition("app-conversation-state-changelog", 1)
+    kept = [Record(3)]
+    records = {active: kept, standby: [Record(5), Record(6)]}
+    app.consumer.resume_flow()
+    consumer = FetchingConsumer(records)
+    assert await thread._fetch_records(consumer, {active}, timeout=1.0) == {active: kept}
+    assert consumer.sought == {standby: 5}
