@@ -19,6 +19,9 @@ When a worker takes over partitions (a peer was SIGKILLed, tests/integration/tes
   `_Producer.flush` empties the buffer first.
 
 - Acks: a record fetched before a rebalance is never acknowledged (`_Consumer.ack`, `in_turn`).
+- Put back: records a fetch took that faust would drop (the flow stopped by a rebalance, or
+  their partition paused meanwhile) are sought back to (`put_back`): dropped, a changelog
+  partition's restore never reached its end (the recovery stall, docs/backbone.md).
 
 Used through the `memkafka://` broker scheme that `make_app` sets.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 
+from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
@@ -54,6 +58,11 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         pace = getattr(self, "_pace", None)
         if pace is not None and pace.consumer is consumer:
             pace.saw(bool(records))
+        dropped = undeliverable(self.consumer, active_partitions, records)
+        if dropped:
+            # faust would drop these records (`Consumer.getmany`), and aiokafka has moved past them.
+            put_back(consumer, dropped)
+            return {tp: batch for tp, batch in records.items() if tp not in dropped}
         return records
 
     async def seek_to_committed(self):
@@ -86,6 +95,41 @@ def in_turn(app, message) -> bool:
     revoked and resumes it once the new assignment is being restored; a record of the current
     generation met while it is suspended is delivered again by the seek that ends the rebalance)."""
     return message.generation_id == app.consumer_generation_id and app.flow_control.is_active()
+
+
+def undeliverable(consumer, active_partitions, records) -> dict:
+    """The part of a fetch's `records` faust's `Consumer.getmany` would drop: all of them once
+    the flow has stopped (a rebalance), else those of a partition out of the set it fetched for
+    (aiokafka reads an empty set as every partition: a recovery that paused its last changelog
+    partitions during the fetch got the standby partitions' records, dropped)."""
+    if not consumer.flow_active:
+        return dict(records)
+    if active_partitions is None:
+        return {}
+    return {tp: batch for tp, batch in records.items()
+            if tp not in active_partitions and tp not in consumer._buffered_partitions}
+
+
+def put_back(consumer, records) -> None:
+    """Seek every partition of `records` (fetched, never delivered) back to its first record.
+
+    faust fetches with a one-second wait on its consumer thread and checks that the flow is
+    active only before the wait. A rebalance shorter than that (a peer leaving) stops the flow,
+    and the table recovery seeks a changelog partition to where its restore starts (0 for a
+    partition newly active) and only then resumes the flow: a fetch still waiting from before
+    the rebalance took that partition's records in between, faust's `getmany` found the flow
+    stopped and dropped them ("Seek back to committed offsets" moves no changelog partition: the
+    group commits none), and aiokafka's position stayed past them. The recovery then waited for
+    a highwater it never reached: "No event received for active tp" for the partitions it had
+    to restore, processing stalled (docs/backbone.md, "The recovery stall")."""
+    for tp, batch in records.items():
+        if batch:
+            try:
+                consumer.seek(tp, batch[0].offset)
+            except IllegalStateError:
+                pass  # no longer assigned: nothing to put back
+    log.info("put back %d undelivered records of %s (the flow stopped or the partition paused)",
+             sum(map(len, records.values())), sorted(f"{tp.topic}:{tp.partition}" for tp in records))
 
 
 async def seek_to_committed_or_beginning(consumer, changelog_topics) -> dict:

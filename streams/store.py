@@ -24,7 +24,9 @@ ended: the in-memory store reports no persisted offset); only the records are no
 first version also reported the highest offset the process had written as the persisted one,
 so that a held partition needed no reading at all, and in one of two takeover runs under load
 the survivor's recovery then never received the records of the partitions it did have to
-restore ("No event received for active tp", for five minutes): not understood, so not kept.
+restore ("No event received for active tp", for five minutes): not kept. Main's store hung the
+same way (a recovery stall, docs/backbone.md): the cause was faust dropping records a fetch took
+during a rebalance, not the store (streams/kafka_transport.put_back).
 """
 
 from __future__ import annotations

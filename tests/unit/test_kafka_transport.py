@@ -1,5 +1,6 @@
 """The faust app's transport: the configured fetch wait, and the two takeover holes it closes."""
 
+import contextlib
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -69,3 +70,67 @@ async def test_the_producer_flush_empties_the_buffer_before_offsets_are_committe
     assert buffer.size == 0 and buffer.flushes == 4
     app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
     assert isinstance(app.producer, kafka_transport._Producer)
+
+
+class Record:
+    def __init__(self, offset):
+        self.offset = offset
+
+
+class FetchingConsumer:
+    """An aiokafka consumer as faust's fetch sees it; `during_fetch` runs while the fetch waits
+    (a rebalance stopping the flow), and `seek` records where a partition is moved."""
+
+    def __init__(self, records, during_fetch=lambda: None):
+        self._closed, self.sought = False, {}
+
+        class Subscriptions:
+            @contextlib.contextmanager
+            def fetch_context(self):
+                yield
+
+        class Fetcher:
+            _closed, _subscriptions = False, Subscriptions()
+
+            async def fetched_records(self, partitions, timeout=0, max_records=None):
+                during_fetch()
+                return records
+
+        self._fetcher = Fetcher()
+
+    def seek(self, tp, offset):
+        self.sought[tp] = offset
+
+
+async def test_records_fetched_while_a_rebalance_stopped_the_flow_are_put_back(tmp_path: Path):
+    """The recovery stall (docs/backbone.md): a fetch still waiting when a short rebalance stopped
+    the flow took a changelog partition's records after the recovery sought it to its start;
+    faust dropped them (flow stopped) and the restore never reached that partition's end."""
+    app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
+    thread = app.consumer._thread
+    changelog, stream = TopicPartition("app-conversation-state-changelog", 0), TopicPartition("conversations", 2)
+    records = {changelog: [Record(0), Record(1), Record(2)], stream: [Record(7)]}
+
+    app.consumer.resume_flow()
+    consumer = FetchingConsumer(records, during_fetch=app.consumer.stop_flow)
+    assert await thread._fetch_records(consumer, {changelog, stream}, timeout=1.0) == {}
+    assert consumer.sought == {changelog: 0, stream: 7}  # fetched again once the flow resumes
+
+    app.consumer.resume_flow()
+    consumer = FetchingConsumer(records)
+    assert await thread._fetch_records(consumer, {changelog, stream}, timeout=1.0) == records
+    assert consumer.sought == {}
+
+
+async def test_records_of_a_partition_paused_during_the_fetch_are_put_back(tmp_path: Path):
+    """aiokafka reads an empty partition set as every partition: a fetch whose set a recovery
+    emptied meanwhile returned the standby partitions' records, and faust dropped them."""
+    app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
+    thread = app.consumer._thread
+    active, standby = TopicPartition("app-conversation-state-changelog", 0), TopicPartition("app-conversation-state-changelog", 1)
+    kept = [Record(3)]
+    records = {active: kept, standby: [Record(5), Record(6)]}
+    app.consumer.resume_flow()
+    consumer = FetchingConsumer(records)
+    assert await thread._fetch_records(consumer, {active}, timeout=1.0) == {active: kept}
+    assert consumer.sought == {standby: 5}
