@@ -104,7 +104,8 @@ _COLUMNS = (
 # (memory_items holds only people's messages), unless that one is in the response's verbatim
 # gap or at/after the turn (the model sees it there already). In a dialogue the reply to a
 # question means the question plus itself; the reply rarely repeats the question's words.
-_QUESTION = r"t.content ~ '\?([\s\"'')\]]|$)'"
+_ASKS = r"'\?([\s\"'')\]]|$)'"  # a sentence of it ends with "?" (a SQL regex literal)
+_QUESTION = f"t.content ~ {_ASKS}"
 _REPLY = (
     f" LEFT JOIN memory_items r ON t.kind = 'message' AND {_QUESTION} AND r.tenant_id = t.tenant_id"
     " AND r.kind = 'message' AND r.item_id = t.conversation_id || ':' || (t.seq + 1) AND r.content IS NOT NULL"
@@ -152,7 +153,7 @@ _THREAD_TAIL = ", th.a AS thread_lexemes"
 _CONTINUED = (
     " LEFT JOIN memory_items n1 ON t.kind = 'message' AND n1.tenant_id = t.tenant_id AND n1.kind = 'message'"
     " AND n1.item_id = t.conversation_id || ':' || (t.seq + CASE WHEN r.item_id IS NULL THEN 1 ELSE 2 END)"
-    " AND n1.content IS NOT NULL AND n1.content ~ '\\?([\\s\"'')\\]]|$)'"
+    f" AND n1.content IS NOT NULL AND n1.content ~ {_ASKS}"
     " LEFT JOIN memory_items n2 ON n1.item_id IS NOT NULL AND n2.tenant_id = t.tenant_id AND n2.kind = 'message'"
     " AND n2.item_id = t.conversation_id || ':' || (n1.seq + 1) AND n2.role = COALESCE(r.role, t.role)"
     f" AND n2.content IS NOT NULL AND n2.ts <= t.ts + interval '{THREAD_GAP}'"
