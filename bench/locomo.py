@@ -218,7 +218,10 @@ async def vegeta_closed_loop(tool: str, targets: str, clients: int) -> tuple[flo
         metrics = json.loads((await report.communicate())[0])
     seconds = (metrics["duration"] + metrics["wait"]) / 1e9  # first request sent to last answer
     latencies = [metrics["latencies"]["50th"] / 1e6, metrics["latencies"]["99th"] / 1e6]
-    return seconds, latencies, Counter({int(code): n for code, n in metrics["status_codes"].items()})
+    statuses = Counter({int(code): n for code, n in metrics["status_codes"].items()})
+    if "no targets to attack" in (metrics.get("errors") or []):  # the lazy targets' end: a result, no request
+        statuses[0] -= 1
+    return seconds, latencies, +statuses
 
 
 @asynccontextmanager
