@@ -14,7 +14,7 @@ from api.schemas import ContextMessage, ContextOut, SummaryOut, Watermark
 from retrieval.items import PREPARE_SQL, Prepared, one_query, prepare_params, prepared_from
 from retrieval.request import ContextRequest
 from retrieval.search import column_names
-from retrieval.service import RetrievalConfig, embedder_for, prepare_plan, query_text
+from retrieval.service import TURN_SQL, RetrievalConfig, embedder_for, prepare_plan, query_text, turn_params
 from api.sections.retrieval import retrieval_section
 from api.sections.topic import PLACED_SQL, placed_params, topic_section
 from projections import queries
@@ -44,7 +44,8 @@ class TurnReads:
     """What a context reads before its sections search: the projection clock (when asked for),
     the conversation's newest memory rows, the gap's messages (seq order: the newest `limit`
     after `after`), and what the sections would read first if it was sent with them: the
-    retrieval's prepare statement and the topic section's progress row (None: not sent)."""
+    retrieval's prepare statement, the topic section's progress row and the retrieval's newest
+    messages before the turn, (content, occurred_at) newest first (None: not sent)."""
 
     clock: tuple[str, int | None] | None
     memory: list[queries.MemoryRow]
@@ -52,6 +53,7 @@ class TurnReads:
     messages: list[queries.MessageRow]
     prepared: Prepared | None = None
     placed: tuple | None = None
+    recent: list[tuple[str, Any]] | None = None
 
 
 def after_of(memory: list[queries.MemoryRow], before_seq: int | None) -> int:
@@ -66,7 +68,8 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
     """The context's reads that need nothing but the conversation, in one round trip (one query
     string: retrieval.items.one_query): the clock, the memory rows, the gap's messages, and the sections' first
     statements (the retrieval's prepare when the request has a current message, the topic
-    section's progress). If any of them fails, the transaction is rolled back and they are read
+    section's progress, the retrieval's last messages before the turn: the gap does not always
+    hold them, and a statement of their own cost a round trip more). If any of them fails, the transaction is rolled back and they are read
     one by one, without the sections' (which then fail, or not, as they would alone)."""
     settings = app_state.settings
     config = RetrievalConfig.from_settings(settings.retrieval)
@@ -93,6 +96,7 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
         *([(CLOCK_SQL, None)] if with_clock else []),
         *([(PREPARE_SQL, prepare_params(*plan))] if plan is not None else []),
         *([(PLACED_SQL, placed_params(request))] if topics else []),
+        (TURN_SQL, turn_params(request, config.last_messages)),
     ]
     async with conn.cursor() as cur:
         await cur.execute(one_query(conn, statements))  # one round trip; results in statement order
@@ -110,20 +114,23 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
         if topics:
             cur.nextset()
             placed = tuple(await cur.fetchone())
+        cur.nextset()
+        recent = [(content, occurred_at) for content, occurred_at in await cur.fetchall()]
     after = after_of(memory, request.before_seq)
     if gap[0][0] != after:  # a summary completed between the two statements: read as the listing says
-        return await _with_messages(conn, request, limit, read_clock, memory, prepared, placed)
+        return await _with_messages(conn, request, limit, read_clock, memory, prepared, placed, recent)
     messages = [queries.MessageRow(*row[1:]) for row in gap if row[1] is not None]
-    return TurnReads(read_clock, memory, after, messages, prepared, placed)
+    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent)
 
 
 async def _with_messages(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int,
                          read_clock: tuple[str, int | None] | None, memory: list[queries.MemoryRow],
-                         prepared: Prepared | None = None, placed: tuple | None = None) -> TurnReads:
+                         prepared: Prepared | None = None, placed: tuple | None = None,
+                         recent: list[tuple[str, Any]] | None = None) -> TurnReads:
     after = after_of(memory, request.before_seq)
     messages = await queries.list_messages(conn, request.tenant_id, request.conversation.conversation_id,
                                            after_seq=after, before_seq=request.before_seq, limit=limit, newest=True)
-    return TurnReads(read_clock, memory, after, messages, prepared, placed)
+    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent)
 
 
 async def build_turn_context(
@@ -174,7 +181,7 @@ async def build_turn_context_clocked(
         missing = await queries.missing_seqs(conn, tenant, conversation_id, expected_up_to, after_seq=after)
     last_messages = app_state.settings.retrieval.last_messages
     recent = ([(m.content, m.occurred_at) for m in reversed(messages)]
-              if after < 0 or len(messages) >= max(last_messages, 1) else None)
+              if after < 0 or len(messages) >= max(last_messages, 1) else reads.recent)
     by_id = {m.memory_id: m for m in memory}
     summary = None
     if assembled.summary is not None:

@@ -150,3 +150,40 @@ class Clock:
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
+
+
+def _stat(pid: int | str) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # fields from the state on
+
+
+def process_cpu_ms(pid: int) -> float:
+    """A process's CPU so far (user + system, every thread: the query embedding's too), in ms."""
+    fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_ms(postmaster: int) -> float:
+    """The PostgreSQL server's CPU so far, in ms: the postmaster's, its ended children's (added
+    to it when reaped) and its live children's (the backends, autovacuum, the writers). Only
+    meaningful on a server that runs nothing else (a private stack)."""
+    fields = _stat(postmaster)
+    ticks = sum(int(f) for f in fields[11:15])
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                child = _stat(entry.name)
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if child[1] == str(postmaster):
+                ticks += int(child[11]) + int(child[12])
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+async def postmaster_pid(settings: Settings) -> int | None:
+    """The server's postmaster, if it runs on this machine (its CPU is then measurable)."""
+    async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:
+        backend = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
+        try:  # while the backend lives (once the connection closes it may be gone)
+            return int(_stat(backend)[1])
+        except (FileNotFoundError, IndexError, ValueError):
+            return None

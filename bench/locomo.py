@@ -33,7 +33,11 @@ cores, so the rates swing with the machine's load, and the ratio of the CPU cost
 API alone would do. `--healthz-client PATH` runs the /healthz passes with a native load generator
 (`go install github.com/rakyll/hey@latest`; 20x the contexts' count each, same connections):
 Python clients on the same two cores reach a few hundred /healthz a second, far under what the
-server answers, which flatters the ratio (docs/retrieval.md, "Seventh round").
+server answers, which flatters the ratio (docs/retrieval.md, "Seventh round"). `--context-client
+PATH` asks the contexts a second time, after the Python clients, with a native one too
+(`go install github.com/tsenart/vegeta/v12@v12.13.0`: the same count of random questions from the
+same seed, one GET per target of its JSON targets format, `-rate=0`, as many workers as clients),
+so both rates are the server's; the ratio is given both ways (docs/retrieval.md, "Ninth round").
 """
 
 from __future__ import annotations
@@ -45,10 +49,14 @@ import json
 import os
 import random
 import re
+import signal
 import sys
+import tempfile
 import time
 from collections import Counter
+from contextlib import asynccontextmanager
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 
@@ -62,6 +70,7 @@ longconv = sys.modules["ctx_eval_longconv"]
 sys.modules["longconv"] = longconv  # what locomo_data imports when loaded by path
 data = cq._load("locomo_data")  # this script's siblings, never the measured checkout's bench.
 D = cq._load("locomo_diagnosis")
+profiles = cq._load("profile_table")
 S, R, common = cq.S, cq.R, cq.common
 
 
@@ -171,13 +180,68 @@ async def measure(db, conversations, port: int, budget: int, diag_budget: int, s
     return result
 
 
-def process_cpu_ms(pid: int | None) -> float | None:
-    """A process's CPU so far (user + system, every thread), in ms; None if it cannot be read."""
+def cpu_ms(pid: int | None, read=None) -> float | None:
+    """CPU so far in ms of a process (`read`: common.process_cpu_ms) or of a PostgreSQL server
+    given its postmaster (common.server_cpu_ms); None if it cannot be read."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, TypeError):
+        return None if pid is None else (read or common.process_cpu_ms)(pid)
+    except (OSError, IndexError, ValueError):
         return None
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def vegeta_targets(port: int, picks, budget: int) -> str:
+    """The context GETs of `picks` ((conversation, question) pairs) as vegeta's JSON targets:
+    one line each, the question in the URL's query string."""
+    lines = []
+    for conv, question in picks:
+        query = urlencode({"before_seq": conv.end_seq, "query": question.question, "budget_tokens": budget})
+        lines.append(json.dumps({"method": "GET", "header": {"X-API-Key": [cq.API_KEY]},
+                                 "url": f"http://127.0.0.1:{port}/v1/conversations/{conv.conversation_id}/context?{query}"}))
+    return "\n".join(lines) + "\n"
+
+
+async def vegeta_closed_loop(tool: str, targets: str, clients: int) -> tuple[float, list[float], Counter]:
+    """Every target once (`-lazy`: the attack ends with the file), by `clients` workers of vegeta
+    (Go) as fast as the server answers (`-rate=0`): (seconds, [p50, p99] in ms, statuses)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "targets.json")
+        path.write_text(targets)
+        attack = await asyncio.create_subprocess_exec(
+            tool, "attack", "-format=json", "-lazy", f"-targets={path}", "-rate=0", f"-workers={clients}",
+            f"-max-workers={clients}", "-timeout=120s", "-output", str(path.with_suffix(".bin")),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out = (await attack.communicate())[0].decode()
+        if attack.returncode != 0:
+            raise RuntimeError(f"{tool} attack failed ({attack.returncode}): {out[-2000:]}")
+        report = await asyncio.create_subprocess_exec(tool, "report", "-type=json", str(path.with_suffix(".bin")),
+                                                      stdout=asyncio.subprocess.PIPE)
+        metrics = json.loads((await report.communicate())[0])
+    seconds = (metrics["duration"] + metrics["wait"]) / 1e9  # first request sent to last answer
+    latencies = [metrics["latencies"]["50th"] / 1e6, metrics["latencies"]["99th"] / 1e6]
+    statuses = Counter({int(code): n for code, n in metrics["status_codes"].items()})
+    if "no targets to attack" in (metrics.get("errors") or []):  # the lazy targets' end: a result, no request
+        statuses[0] -= 1
+    return seconds, latencies, +statuses
+
+
+@asynccontextmanager
+async def sampled(out: Path | None, pid: int | None):
+    """py-spy (the project's venv's: .venv/bin/py-spy beside the interpreter) sampling `pid` at
+    200 Hz while the block runs, its raw folded stacks written to `out` (bench/profile_table.py
+    reads them); nothing when `out` is None."""
+    if out is None or pid is None:
+        yield
+        return
+    spy = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--rate", "200", "--nonblocking",
+        "--format", "raw", "-o", str(out), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        await spy.wait()
+        print("profile of the contexts' pass:\n" + profiles.render(*profiles.table(out.read_text().splitlines())),
+              flush=True)
 
 
 HEY_RATE = re.compile(r"Requests/sec:\s+([0-9.]+)")
@@ -198,12 +262,18 @@ async def native_closed_loop(tool: str, url: str, clients: int, count: int) -> t
 
 
 async def load_pass(port: int, conversations, clients: int, requests: int, budget: int, seed: int = 5,
-                    api_pid: int | None = None, healthz_client: str | None = None) -> dict:
+                    api_pid: int | None = None, healthz_client: str | None = None,
+                    context_client: str | None = None, postmaster: int | None = None,
+                    py_spy: Path | None = None) -> dict:
     """`clients` in a closed loop on /healthz, on random questions of the set, then on /healthz
     again: the same server, the same minutes (nothing surfaced is cleared: a conversation's
-    questions pile up as in use). `api_pid`: the server's process, whose CPU each pass costs.
+    questions pile up as in use). `api_pid`: the server's process, whose CPU each pass costs;
+    `postmaster`: PostgreSQL's, if it runs here (private stack: all its CPU is the pass's).
     `healthz_client`: a native load generator (`hey`) for the /healthz passes instead of the
-    Python clients, which cannot load the server's cheapest endpoint on two shared cores."""
+    Python clients, which cannot load the server's cheapest endpoint on two shared cores.
+    `context_client`: vegeta, asking the same count of contexts again after the Python clients
+    (questions drawn from the same seed), so the contexts' rate is the server's too. `py_spy`:
+    the API process sampled over the contexts' pass (the native one if any) into this file."""
     rng, questions = random.Random(seed), [(conv, q) for conv in conversations for q in conv.questions]
 
     async def closed_loop(count: int, call) -> tuple[float, list[float], Counter]:
@@ -232,21 +302,32 @@ async def load_pass(port: int, conversations, clients: int, requests: int, budge
         for _ in range(2 * clients):  # warm up: the model, the pool, the plans (not counted)
             await context(http)
     health = requests * 2 if healthz_client is None else requests * 20  # each /healthz pass
-    healthz = None if healthz_client else (lambda http: http.get("/healthz"))
 
-    async def timed(count: int, call) -> tuple[float, list[float], Counter, float | None]:
-        cpu = process_cpu_ms(api_pid)
-        if call is None:  # /healthz by the native client
-            seconds, latencies, statuses = await native_closed_loop(
-                healthz_client, f"http://127.0.0.1:{port}/healthz", clients, count)
-        else:
-            seconds, latencies, statuses = await closed_loop(count, call)
-        after = process_cpu_ms(api_pid)
-        return seconds, latencies, statuses, None if cpu is None or after is None else (after - cpu) / count
+    async def timed(count: int, loop) -> tuple[float, list[float], Counter, float | None, float | None]:
+        """A pass of `count` requests (`loop()` runs it): its seconds, latencies and statuses, and
+        the API's and PostgreSQL's CPU-ms per request over it."""
+        api, pg = cpu_ms(api_pid), cpu_ms(postmaster, common.server_cpu_ms)
+        seconds, latencies, statuses = await loop()
+        api_after, pg_after = cpu_ms(api_pid), cpu_ms(postmaster, common.server_cpu_ms)
+        return (seconds, latencies, statuses, None if api is None or api_after is None else (api_after - api) / count,
+                None if pg is None or pg_after is None else (pg_after - pg) / count)
 
-    before = await timed(health, healthz)
-    seconds, latencies, statuses, context_cpu = await timed(requests, context)
-    after = await timed(health, healthz)
+    def healthz_pass():
+        if healthz_client:  # /healthz by the native client
+            return native_closed_loop(healthz_client, f"http://127.0.0.1:{port}/healthz", clients, health)
+        return closed_loop(health, lambda http: http.get("/healthz"))
+
+    before = await timed(health, healthz_pass)
+    async with sampled(py_spy if not context_client else None, api_pid):
+        seconds, latencies, statuses, context_cpu, context_pg = await timed(
+            requests, lambda: closed_loop(requests, context))
+    native = None
+    if context_client:
+        same = random.Random(seed)  # the Python clients' draws, in the same order
+        targets = vegeta_targets(port, [same.choice(questions) for _ in range(requests)], budget)
+        async with sampled(py_spy, api_pid):
+            native = await timed(requests, lambda: vegeta_closed_loop(context_client, targets, clients))
+    after = await timed(health, healthz_pass)
     contexts_per_s = requests / seconds
     healthz_rates = [health / before[0], health / after[0]]
     healthz_per_s = sum(healthz_rates) / 2
@@ -259,10 +340,27 @@ async def load_pass(port: int, conversations, clients: int, requests: int, budge
             "healthz_p50_ms": round(common.percentile(before[1] + after[1], 50), 1) if before[1] else None,
             "contexts_per_healthz": round(contexts_per_s / healthz_per_s, 4),
             "api_cpu_ms_per_context": None if context_cpu is None else round(context_cpu, 2),
+            "postgres_cpu_ms_per_context": None if context_pg is None else round(context_pg, 2),
             "api_cpu_ms_per_healthz": None if health_cpu is None else round(health_cpu, 3),
             "healthz_cpu_per_context_cpu": None if context_cpu is None or health_cpu is None
             else round(health_cpu / context_cpu, 4),
+            **({} if native is None else native_context_figures(native, requests, healthz_per_s, health_cpu,
+                                                                 context_client)),
             "load_average_after": [round(x, 2) for x in os.getloadavg()]}
+
+
+def native_context_figures(native, requests: int, healthz_per_s: float, health_cpu: float | None,
+                           tool: str) -> dict:
+    """The native client's pass beside the Python clients': its rate, latencies and ratio."""
+    seconds, (p50, p99), statuses, cpu, pg = native
+    rate = requests / seconds
+    return {"native": {"context_client": tool, "statuses": dict(statuses), "contexts_per_s": round(rate, 1),
+                       "p50_ms": round(p50, 1), "p99_ms": round(p99, 1),
+                       "contexts_per_healthz": round(rate / healthz_per_s, 4),
+                       "api_cpu_ms_per_context": None if cpu is None else round(cpu, 2),
+                       "postgres_cpu_ms_per_context": None if pg is None else round(pg, 2),
+                       "healthz_cpu_per_context_cpu": None if cpu is None or health_cpu is None
+                       else round(health_cpu / cpu, 4)}}
 
 
 def write_wide(path: Path, diagnosis) -> None:
@@ -331,7 +429,10 @@ async def run(args) -> dict:
                 if args.load_clients:
                     result["load"] = await load_pass(port, conversations, args.load_clients, args.load_requests,
                                                      args.budget, api_pid=api.pid,
-                                                     healthz_client=args.healthz_client)
+                                                     healthz_client=args.healthz_client,
+                                                     context_client=args.context_client,
+                                                     postmaster=await common.postmaster_pid(settings),
+                                                     py_spy=args.py_spy)
                     return result
                 result.update(await measure(db, conversations, port, args.budget, args.diag_budget,
                                             not args.first_turn_only, args.dump_wide))
@@ -385,6 +486,13 @@ def main() -> None:
     parser.add_argument("--healthz-client", metavar="PATH",
                         help="with --load-clients: a native load generator (rakyll/hey) for the /healthz passes"
                              " (20x the contexts' count each), so their rate is the server's, not Python's")
+    parser.add_argument("--context-client", metavar="PATH",
+                        help="with --load-clients: the contexts asked again by a native load generator"
+                             " (tsenart/vegeta), so their rate is the server's too; both ratios are given")
+    parser.add_argument("--py-spy", type=Path, metavar="FILE",
+                        help="with --load-clients: py-spy samples the API over the contexts' pass (the native"
+                             " one with --context-client) into FILE (raw folded stacks), and the table by part"
+                             " is printed (bench/profile_table.py)")
     args = parser.parse_args()
     if args.load_clients and not args.reuse:
         parser.error("--load-clients measures a kept run: give --reuse GENERATION:TOPIC_PREFIX")

@@ -106,10 +106,16 @@ _COLUMNS = (
 # question means the question plus itself; the reply rarely repeats the question's words.
 _ASKS = r"'\?([\s\"'')\]]|$)'"  # a sentence of it ends with "?" (a SQL regex literal)
 _QUESTION = f"t.content ~ {_ASKS}"
+# The reply and the continued turn are looked up row by row through the primary key (a LATERAL
+# subquery with LIMIT 1: never pulled up into a join, and at most one row matches the key anyway):
+# as plain joins the planner hashed every message of the tenant, and ran the question regex over
+# all of them, for the ~250 rows a long conversation's search returns (docs/retrieval.md, "Ninth
+# round").
 _REPLY = (
-    f" LEFT JOIN memory_items r ON t.kind = 'message' AND {_QUESTION} AND r.tenant_id = t.tenant_id"
+    " LEFT JOIN LATERAL (SELECT r.item_id, r.content, r.role, r.content_tsv FROM memory_items r"
+    f" WHERE t.kind = 'message' AND {_QUESTION} AND r.tenant_id = t.tenant_id"
     " AND r.kind = 'message' AND r.item_id = t.conversation_id || ':' || (t.seq + 1) AND r.content IS NOT NULL"
-    " AND (r.conversation_id <> %(conversation)s OR r.seq < %(before)s)"
+    " AND (r.conversation_id <> %(conversation)s OR r.seq < %(before)s) LIMIT 1) r ON true"
 )
 _SURFACED = (
     " LEFT JOIN surfaced_items s ON s.tenant_id = %(tenant)s AND s.conversation_id = %(conversation)s"
@@ -118,14 +124,18 @@ _SURFACED = (
 # A question that carries its reply is scored as the pair: the query's words the reply holds
 # count for its keyword coverage too (`reply_lexemes`; a short reply, "It happened at yoga in
 # the park.", means its question plus itself). NULL for a row without a reply.
+# The searched lexemes a row's words hold: each lexeme's one-word tsquery (`lexeme_queries`,
+# parsed once a statement) matched against the row's tsvector, a binary search each; unnesting the
+# tsvector instead made a row per distinct word of every row (a chunk has ~80), the statement's
+# largest part after the joins above (docs/retrieval.md, "Ninth round").
+_HELD = ("ARRAY(SELECT w.lexeme FROM unnest(%(lexemes)s::text[], %(lexeme_queries)s::tsquery[]) AS w(lexeme, q)"
+         " WHERE {tsv} @@ w.q)")
 _TAIL = (
     " r.content AS reply, r.role AS reply_role,"
     " CASE WHEN s.item_id IS NULL THEN NULL ELSE ARRAY[s.surfaced_seq, s.previous_seq] END AS surfaced_seqs,"
-    " ARRAY(SELECT u.lexeme FROM unnest(t.content_tsv) u WHERE u.lexeme = ANY(%(lexemes)s::text[])) AS lexemes,"
+    f" {_HELD.format(tsv='t.content_tsv')} AS lexemes,"
     " length(t.content_tsv) AS doc_lexemes,"
-    " CASE WHEN r.content_tsv IS NOT NULL THEN"
-    " ARRAY(SELECT u.lexeme FROM unnest(r.content_tsv) u WHERE u.lexeme = ANY(%(lexemes)s::text[])) END"
-    " AS reply_lexemes"
+    f" CASE WHEN r.content_tsv IS NOT NULL THEN {_HELD.format(tsv='r.content_tsv')} END AS reply_lexemes"
 )
 _TSQUERY = "%(keywords)s::tsquery"
 # The thread of a question carrying its reply: the two messages of the same session just
@@ -151,13 +161,15 @@ _THREAD_TAIL = ", th.a AS thread_lexemes"
 # message line (service.continue_best). After a mere reaction ("Wow!") a speaker as often
 # changes the subject (measured: docs/evaluation.md).
 _CONTINUED = (
-    " LEFT JOIN memory_items n1 ON t.kind = 'message' AND n1.tenant_id = t.tenant_id AND n1.kind = 'message'"
+    " LEFT JOIN LATERAL (SELECT n1.item_id, n1.seq FROM memory_items n1 WHERE t.kind = 'message'"
+    " AND n1.tenant_id = t.tenant_id AND n1.kind = 'message'"
     " AND n1.item_id = t.conversation_id || ':' || (t.seq + CASE WHEN r.item_id IS NULL THEN 1 ELSE 2 END)"
-    f" AND n1.content IS NOT NULL AND n1.content ~ {_ASKS}"
-    " LEFT JOIN memory_items n2 ON n1.item_id IS NOT NULL AND n2.tenant_id = t.tenant_id AND n2.kind = 'message'"
+    f" AND n1.content IS NOT NULL AND n1.content ~ {_ASKS} LIMIT 1) n1 ON true"
+    " LEFT JOIN LATERAL (SELECT n2.content FROM memory_items n2 WHERE n1.item_id IS NOT NULL"
+    " AND n2.tenant_id = t.tenant_id AND n2.kind = 'message'"
     " AND n2.item_id = t.conversation_id || ':' || (n1.seq + 1) AND n2.role = COALESCE(r.role, t.role)"
     f" AND n2.content IS NOT NULL AND n2.ts <= t.ts + interval '{THREAD_GAP}'"
-    " AND (n2.conversation_id <> %(conversation)s OR n2.seq < %(before)s)"
+    " AND (n2.conversation_id <> %(conversation)s OR n2.seq < %(before)s) LIMIT 1) n2 ON true"
 )
 _CONTINUED_TAIL = ", n2.content AS continued"
 
@@ -274,7 +286,8 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
         "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
         "conversation": scope.conversation_id, "before": scope.messages_before_seq, "k": k,
         "vector": vector if isinstance(vector, str) else vector_literal(vector), "keywords": keywords.fact or "",
-        "lexemes": list(keywords.lexemes), "kinds": list(kinds),
+        "lexemes": list(keywords.lexemes), "lexeme_queries": [quote(lexeme) for lexeme in keywords.lexemes],
+        "kinds": list(kinds),
     }
     weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
     one_statement = exact or side is None or len(kinds) < 2

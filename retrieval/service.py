@@ -300,15 +300,23 @@ class Turn:
     time: datetime  # the newest message's occurred_at before the turn (wall clock if none)
 
 
+# The conversation's newest messages before the turn, newest first (turn_from reads them).
+TURN_SQL = (
+    "SELECT content, occurred_at FROM messages WHERE tenant_id = %s AND conversation_id = %s"
+    " AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq DESC LIMIT %s"
+)
+
+
+def turn_params(request: ContextRequest, n: int) -> tuple:
+    """TURN_SQL's parameters, for a caller that sends it with other reads (api/turn_context.py)."""
+    return (request.tenant_id, request.conversation.conversation_id, request.before_seq, request.before_seq,
+            max(n, 1))
+
+
 async def turn_of(conn: psycopg.AsyncConnection, request: ContextRequest, n: int) -> Turn:
     """The conversation's last `n` messages before `before_seq` and when the turn happens: the
     event time of the newest message before it, so a replayed log ranks as it did live."""
-    cur = await conn.execute(
-        "SELECT content, occurred_at FROM messages WHERE tenant_id = %s AND conversation_id = %s"
-        " AND (%s::int IS NULL OR seq < %s::int) ORDER BY seq DESC LIMIT %s",
-        (request.tenant_id, request.conversation.conversation_id, request.before_seq, request.before_seq,
-         max(n, 1)),
-    )
+    cur = await conn.execute(TURN_SQL, turn_params(request, n))
     return turn_from(request, await cur.fetchall(), n)
 
 

@@ -91,3 +91,22 @@ def test_the_other_sections_are_read_from_the_context_body():
     assert D.other_sections(body) == {"summary": "S", "gap": "gap", "topic": "T\nTS\nm", "topic_restored": ["r1", "r2"],
                                       "topic_restored_truncated": True}
     assert D.other_sections({"active_topic": {"error": "x"}})["topic"] == ""
+
+
+def test_a_profile_sample_counts_once_under_the_first_part_its_stack_shows():
+    from bench import profile_table as P
+
+    lines = [
+        "run (uvicorn/main.py:1);turn_context (api/routes/context.py:9);retrieve (retrieval/service.py:4);"
+        "search_items (retrieval/items.py:3);make (retrieval/search.py:2) 7",
+        "run (uvicorn/main.py:1);turn_context (api/routes/context.py:9);topic_section (api/sections/topic.py:5) 2",
+        "_bootstrap (threading.py:1);embed_sync (core/embeddings/local.py:3) 4",
+        "run (uvicorn/main.py:1);RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py:5) 1",
+        "something (elsewhere.py:1) 1",
+        "not a sample line",
+    ]
+    parts, total = P.table(lines)
+    assert total == 15
+    assert parts == {"search statement: psycopg, rows": 7, "topic section": 2,
+                     "question embedding (ONNX, its thread)": 4, "socket writes, reads (uvicorn)": 1, "other": 1}
+    assert "| search statement: psycopg, rows | 46.7 % |" in P.render(parts, total)
