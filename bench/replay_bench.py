@@ -1,7 +1,7 @@
 """Replay benchmark: rebuild a generation from N logged messages, cold LLM cache then warm.
 
     python -m bench.replay_bench --messages 100000 --conversations 1000 --llm-latency 0.3 [--mode stream]
-        [--systems window,facts[,topics]]
+        [--systems window,facts[,topics]] [--warm-runs N] [--alternate DIR]
 
 Writes N messages to a fresh deployment's log, then runs `memory-agent replay start`
 twice with the same settings: the first replay pays for every summary at the fixed LLM
@@ -12,14 +12,23 @@ window system only); with `facts` the fake server also answers the chunk extract
 embeddings (over HTTP, through the LLM and embedding caches), and a replay counts as done
 once every due chunk is recorded too; with `topics` (the fake answers the topic summaries and
 the embeddings too) once every message is placed in a topic with no compaction in flight.
+
+`--warm-runs N` replays warm N times (generations warm1..warmN); with `--alternate DIR` (another
+checkout of the code, e.g. `git archive main | tar -x -C DIR`) the odd warm runs start
+`memory-agent replay start` (and so its worker and batch processes) from DIR, the even ones
+from this checkout, so two versions of the code are compared on the same log, caches and
+machine load. Each run reports the load average at its start and its worker log (the per-partition
+steps with `BENCH_WORKER_LOG_LEVEL=INFO`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
+from pathlib import Path
 
 import orjson
 import psycopg
@@ -32,11 +41,13 @@ from projections import generations as gens
 from tests.support.fake_openai import FakeOpenAI
 
 async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, summaries: bool,
-                      placed: int = 0) -> dict:
+                      placed: int = 0, code: Path | None = None) -> dict:
+    """One replay into generation `name`, started from the checkout `code` (default: this one)."""
+    load = os.getloadavg()[0]
     clock = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", name, "--detach", "--mode", mode,
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=code,
     )
     out, _ = await process.communicate()
     if process.returncode:
@@ -60,6 +71,8 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
             if placed else (0, 0)
     replays.stop_worker(settings, name)
     return {
+        "code": str(code or "this checkout"), "load_at_start": round(load, 2),
+        "log": str(settings.state_dir / "logs" / f"replay-{name}.log"),
         "events": p.total, "seconds": round(elapsed, 1), "events_per_s": round(p.total / elapsed),
         "summaries": summaries, "chunks": recorded, "topics": topics[0], "topic_compactions": topics[1],
         "llm_cache": usage,
@@ -105,7 +118,11 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--mode", choices=("batch", "stream"), default="batch", help="replay start --mode")
     parser.add_argument("--systems", default="window", help="comma-separated: window, facts, topics")
+    parser.add_argument("--warm-runs", type=int, default=1, help="warm replays after the cold one")
+    parser.add_argument("--alternate", type=Path, default=None,
+                        help="another checkout: the odd warm runs start from it, the even ones from this one")
     args = parser.parse_args()
+    names = ["cold", *(["warm"] if args.warm_runs == 1 else [f"warm{n}" for n in range(1, args.warm_runs + 1)])]
     systems = args.systems.split(",")
     chunks = due_chunks(args.messages, args.conversations) if "facts" in systems else 0
     settings = bench_settings("replay")
@@ -119,21 +136,25 @@ async def main() -> None:
                 "MEMORY_SYSTEMS": orjson.dumps(systems).decode(), "MEMORY_LLM__CONCURRENCY": str(args.concurrency)})
             placed = args.messages if "topics" in systems else 0  # every message is a user or assistant one
             cold = await replay_once(settings, "cold", env, args.mode, chunks, "window" in systems, placed)
-            calls_after_cold, embeds_after_cold = len(fake.chat_requests), len(fake.embedding_requests)
-            warm = await replay_once(settings, "warm", env, args.mode, chunks, "window" in systems, placed)
-            warm["llm_requests_seen_by_server"] = len(fake.chat_requests) - calls_after_cold
-            warm["embedding_requests_seen_by_server"] = len(fake.embedding_requests) - embeds_after_cold
+            warm = []
+            for n, name in enumerate(names[1:], start=1):
+                calls_before, embeds_before = len(fake.chat_requests), len(fake.embedding_requests)
+                code = args.alternate.resolve() if args.alternate is not None and n % 2 else None
+                run = await replay_once(settings, name, env, args.mode, chunks, "window" in systems, placed, code)
+                run["llm_requests_seen_by_server"] = len(fake.chat_requests) - calls_before
+                run["embedding_requests_seen_by_server"] = len(fake.embedding_requests) - embeds_before
+                warm.append(run)
         report("replay benchmark", {
             "mode": args.mode, "systems": systems, "messages": args.messages, "conversations": args.conversations,
             "llm_latency_s": args.llm_latency,
-            "llm_concurrency": args.concurrency, "cold_cache": cold, "warm_cache": warm,
+            "llm_concurrency": args.concurrency, "cold_cache": cold, "warm_cache": warm[0] if len(warm) == 1 else warm,
         })
     finally:
-        for name in ("cold", "warm"):
+        for name in names:
             replays.stop_worker(settings, name)
             await replays.drop_generation_topics(settings, name)
         with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
-            for name in ("cold", "warm"):
+            for name in names:
                 conn.execute(f"DROP SCHEMA IF EXISTS gen_{name} CASCADE")
                 conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s AND name = %s",
                              (settings.kafka.topic_prefix, name))

@@ -39,20 +39,43 @@ class TopicLineageProjector:
         return await self.apply_events(conn, events_of(records, _TOPIC_TYPES, Limits.of(self.settings)))
 
     async def apply_events(self, conn: psycopg.AsyncConnection, events: Sequence[Event]) -> list[DeadLetter]:
-        """`apply` for events decoded already (the batch replay decodes once for two projectors)."""
+        """`apply` for events decoded already (the batch replay decodes once for two projectors).
+        The assignments (most of them) in one statement; each table's rows in the events' order,
+        so a redelivered event finds its row as one statement per event would (the tables are
+        independent: every statement only inserts)."""
+        assigned = [event for event in events if event.type == te.TOPIC_MESSAGE_ASSIGNED]
+        if assigned:
+            await _assigned_many(conn, assigned)
         async with conn.pipeline():
             for event in events:
-                if event.type in _TOPIC_TYPES:
+                if event.type in _TOPIC_TYPES and event.type != te.TOPIC_MESSAGE_ASSIGNED:
                     await _TOPIC_APPLY[event.type](conn, event)
         return []
 
 
-async def _assigned(conn: psycopg.AsyncConnection, event: Event) -> None:
+_ASSIGNED_MANY = """
+INSERT INTO topic_assignments (tenant_id, conversation_id, seq, topic_id, matched, similarity, event_id)
+SELECT a.tenant_id, a.conversation_id, a.seq, a.topic_id, a.matched, a.similarity, a.event_id
+  FROM unnest(%s::text[], %s::text[], %s::integer[], %s::text[], %s::boolean[], %s::double precision[], %s::text[])
+       WITH ORDINALITY AS a(tenant_id, conversation_id, seq, topic_id, matched, similarity, event_id, n)
+ ORDER BY a.n
+ON CONFLICT DO NOTHING
+"""
+
+
+async def _assigned_many(conn: psycopg.AsyncConnection, events: Sequence[Event]) -> None:
+    """`_assigned` of many events in one statement (the first of a seq wins, as in order)."""
+    rows = [_assignment(event) for event in events]
+    await conn.execute(_ASSIGNED_MANY, [list(column) for column in zip(*rows)])
+
+
+def _assignment(event: Event) -> tuple:
     e, p = event.envelope, event.payload
-    await conn.execute(
-        "INSERT INTO topic_assignments (tenant_id, conversation_id, seq, topic_id, matched, similarity, event_id)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-        (e.tenant_id, e.conversation_id, p.seq, p.topic_id, p.matched, p.similarity, e.event_id))
+    return e.tenant_id, e.conversation_id, p.seq, p.topic_id, p.matched, p.similarity, e.event_id
+
+
+async def _assigned(conn: psycopg.AsyncConnection, event: Event) -> None:
+    await _assigned_many(conn, [event])
 
 
 async def _activated(conn: psycopg.AsyncConnection, event: Event) -> None:

@@ -85,6 +85,16 @@ ON CONFLICT (tenant_id, conversation_id) DO UPDATE
  WHERE topic_conversations.activated_seq IS NULL OR topic_conversations.activated_seq < EXCLUDED.activated_seq
 RETURNING 1
 """
+# A deactivated topic's restore ends with it. Only when the activation above changed the row (an
+# older activation replayed finds the newer one holding): one statement, so no answer to wait for.
+_ACTIVATED = f"""
+WITH activated AS ({_ACTIVATE})
+UPDATE topics SET active = (topic_id = %(topic)s),
+       restored_at_seq = CASE WHEN topic_id = %(topic)s THEN restored_at_seq END,
+       restore_cleared_seq = CASE WHEN topic_id = %(topic)s THEN restore_cleared_seq
+                                  ELSE GREATEST(restore_cleared_seq, %(seq)s) END, updated_at = now()
+ WHERE {_KEY} AND (active OR topic_id = %(topic)s) AND EXISTS (SELECT 1 FROM activated)
+"""
 
 
 class TopicsProjector:
@@ -102,14 +112,51 @@ class TopicsProjector:
         return await self.apply_events(conn, events_of(records, PROJECTED, Limits.of(self.settings)))
 
     async def apply_events(self, conn: psycopg.AsyncConnection, events: Sequence[Event]) -> list[DeadLetter]:
-        """`apply` for events decoded already (the batch replay decodes once for two projectors)."""
-        events = [event for event in events if event.type in PROJECTED]
-        if events:
-            # Pipelined: statements go out without waiting for each answer (a read syncs).
-            async with conn.pipeline():
-                for event in events:
-                    await _APPLY[event.type](conn, event, _params(event))
+        """`apply` for events decoded already (the batch replay decodes once for two projectors).
+
+        In rounds (`rounds`): round k applies the k-th step of every conversation of the batch at
+        once, a step being a run of assignments (a few statements for the whole round, each
+        what the per-event statements would leave: `_assigned_many`), one compaction (the
+        round's compactions read and write together: `_compacted_many`) or one other event.
+        Every row is keyed by its conversation, so the order of different conversations'
+        events changes nothing; each conversation's stay in log order. Pipelined: statements go
+        out without waiting for each answer; only a round's compactions wait, for their reads."""
+        steps = rounds([event for event in events if event.type in PROJECTED])
+        if not steps:
+            return []
+        async with conn.pipeline():
+            for step in steps:
+                runs = [event for part in step if _in_run(part[0]) for event in part]
+                compacted = [part[0] for part in step if part[0].type == te.TOPIC_COMPACTED]
+                if runs:
+                    await _assigned_many(conn, runs)
+                if compacted:
+                    await _compacted_many(conn, compacted)
+                for part in step:
+                    event = part[0]
+                    if not _in_run(event) and event.type != te.TOPIC_COMPACTED:
+                        await _APPLY[event.type](conn, event, _params(event))
         return []
+
+
+def _in_run(event: Event) -> bool:
+    """An assignment with its text: consecutive ones of a conversation are applied together."""
+    return event.type == te.TOPIC_MESSAGE_ASSIGNED and not event.payload.content_from_log
+
+
+def rounds(events: Sequence[Event]) -> list[list[list[Event]]]:
+    """Each conversation's events (in order) cut into steps: a run of assignments with their text
+    (`_in_run`), or one other event. Round k holds the k-th step of every conversation that has
+    one, so a round has at most one step per conversation."""
+    steps: dict[tuple[str, str], list[list[Event]]] = {}
+    for event in events:
+        mine = steps.setdefault((event.envelope.tenant_id, event.envelope.conversation_id), [])
+        if mine and _in_run(event) and _in_run(mine[-1][-1]):
+            mine[-1].append(event)
+        else:
+            mine.append([event])
+    depth = max((len(mine) for mine in steps.values()), default=0)
+    return [[mine[k] for mine in steps.values() if k < len(mine)] for k in range(depth)]
 
 
 def _params(event: Event) -> dict:
@@ -128,15 +175,75 @@ async def _created(conn, event: Event, q: dict) -> None:
     )
 
 
-async def _assigned(conn, event: Event, q: dict) -> None:
+def _assigned_params(event: Event) -> dict:
     p, t = event.payload, event.payload.topic
-    q |= {"seq": p.seq, "title": t.title, "importance": t.importance, "access_count": t.access_count,
-          "message_count": t.message_count, "created_at": t.created_at, "last_active_at": t.last_active_at,
-          "role": p.role, "content": p.content, "occurred_at": p.occurred_at, "similarity": p.similarity,
-          "matched": p.matched}
+    return _params(event) | {
+        "seq": p.seq, "title": t.title, "importance": t.importance, "access_count": t.access_count,
+        "message_count": t.message_count, "created_at": t.created_at, "last_active_at": t.last_active_at,
+        "role": p.role, "content": p.content, "occurred_at": p.occurred_at, "similarity": p.similarity,
+        "matched": p.matched}
+
+
+async def _assigned(conn, event: Event, q: dict) -> None:
     # Without the text (a re-sent assignment) and not in the log yet: the compaction that
     # archives the message takes it from the log then (see _compacted).
-    await conn.execute(_ASSIGNED_FROM_LOG if p.content_from_log else _ASSIGNED, q)
+    await conn.execute(_ASSIGNED_FROM_LOG if event.payload.content_from_log else _ASSIGNED, _assigned_params(event))
+
+
+# The messages of many assignments in one statement, in their order (the first copy of a seq
+# wins, as one statement per assignment would have it).
+_INSERT_MESSAGES = """
+INSERT INTO topic_messages (tenant_id, conversation_id, seq, topic_id, role, content, occurred_at, similarity,
+                            matched, event_id)
+SELECT m.tenant_id, m.conversation_id, m.seq, m.topic_id, m.role, m.content, m.occurred_at, m.similarity, m.matched,
+       m.event_id
+  FROM unnest(%(tenant)s::text[], %(conversation)s::text[], %(seq)s::integer[], %(topic)s::text[], %(role)s::text[],
+              %(content)s::text[], %(occurred_at)s::timestamptz[], %(similarity)s::double precision[],
+              %(matched)s::boolean[], %(event_id)s::text[])
+       WITH ORDINALITY AS m(tenant_id, conversation_id, seq, topic_id, role, content, occurred_at, similarity,
+                            matched, event_id, n)
+ WHERE NOT EXISTS (SELECT 1 FROM topics t WHERE t.tenant_id = m.tenant_id AND t.conversation_id = m.conversation_id
+                      AND t.topic_id = m.topic_id AND t.summary_upto_seq >= m.seq)
+ ORDER BY m.n
+ON CONFLICT DO NOTHING
+"""
+_MESSAGE_COLUMNS = ("tenant", "conversation", "seq", "topic", "role", "content", "occurred_at", "similarity",
+                    "matched", "event_id")
+
+
+async def _assigned_many(conn, events: Sequence[Event]) -> None:
+    """Assignments with their text, several conversations' runs at once, leaving the rows that
+    `_ASSIGNED` per event in order leaves: per topic the snapshot upsert of its first assignment
+    (the row it creates), then of its newest snapshot (`_newest`: the upsert keeps the greatest
+    (message_count, snapshot_seq), so the others in between change nothing that lasts); the
+    messages in one statement whose topics' summaries all stand as before the run (nothing in a
+    run compacts); per conversation the placement upsert of its highest seq (GREATEST)."""
+    params = [_assigned_params(event) for event in events]
+    first: dict[tuple, dict] = {}
+    newest: dict[tuple, dict] = {}
+    for q in params:
+        key = (q["tenant"], q["conversation"], q["topic"])
+        first.setdefault(key, q)
+        newest[key] = _newest(newest.get(key), q)
+    placed: dict[tuple, dict] = {}
+    for q in params:
+        key = (q["tenant"], q["conversation"])
+        if key not in placed or placed[key]["seq"] < q["seq"]:
+            placed[key] = q
+    async with conn.cursor() as cur:
+        await cur.executemany(_UPSERT_SNAPSHOT, list(first.values()))
+        later = [q for key, q in newest.items() if q is not first[key]]
+        if later:
+            await cur.executemany(_UPSERT_SNAPSHOT, later)
+        await cur.execute(_INSERT_MESSAGES, {c: [q[c] for q in params] for c in _MESSAGE_COLUMNS})
+        await cur.executemany(_PLACED, list(placed.values()))
+
+
+def _newest(held: dict | None, q: dict) -> dict:
+    """The snapshot the upsert keeps of two: the greater (message_count, seq); the earlier on a tie."""
+    if held is None or (held["message_count"], held["seq"]) < (q["message_count"], q["seq"]):
+        return q
+    return held
 
 
 async def _unassigned(conn, event: Event, q: dict) -> None:
@@ -148,17 +255,7 @@ async def _unassigned(conn, event: Event, q: dict) -> None:
 
 
 async def _activated(conn, event: Event, q: dict) -> None:
-    q |= {"seq": event.payload.seq}
-    cur = await conn.execute(_ACTIVATE, q)
-    if await cur.fetchone() is None:
-        return  # an older activation replayed: the newer one already holds
-    # A deactivated topic's restore ends with it.
-    await conn.execute(
-        "UPDATE topics SET active = (topic_id = %(topic)s),"
-        " restored_at_seq = CASE WHEN topic_id = %(topic)s THEN restored_at_seq END,"
-        " restore_cleared_seq = CASE WHEN topic_id = %(topic)s THEN restore_cleared_seq"
-        " ELSE GREATEST(restore_cleared_seq, %(seq)s) END, updated_at = now()"
-        f" WHERE {_KEY} AND (active OR topic_id = %(topic)s)", q)
+    await conn.execute(_ACTIVATED, q | {"seq": event.payload.seq})
 
 
 async def _restore(conn, event: Event, q: dict) -> None:
@@ -193,53 +290,98 @@ async def _evicted(conn, event: Event, q: dict) -> None:
         q | {"at": p.evicted_at, "priority": p.priority, "reason": p.reason, "seq": event.envelope.seq or 0})
 
 
+_ARCHIVE = (
+    "INSERT INTO topic_archives (tenant_id, conversation_id, topic_id, archive, message_count, first_seq,"
+    " last_seq, json_bytes, gzip_bytes) VALUES (%(tenant)s, %(conversation)s, %(topic)s, %(archive)s,"
+    " %(count)s, %(first)s, %(last)s, %(json)s, %(gzip)s) ON CONFLICT (tenant_id, conversation_id, topic_id)"
+    " DO UPDATE SET archive = EXCLUDED.archive, message_count = EXCLUDED.message_count,"
+    " first_seq = EXCLUDED.first_seq, last_seq = EXCLUDED.last_seq, json_bytes = EXCLUDED.json_bytes,"
+    " gzip_bytes = EXCLUDED.gzip_bytes, updated_at = now()")
+_UNARCHIVED = f"DELETE FROM topic_messages WHERE {_TOPIC} AND seq = ANY(%(archived)s)"
+# A restore ends when a compaction requested at or after it (the envelope's seq: the fold's
+# position when it asked) re-archives what was brought back, as seed 004's next compaction does.
+_SUMMARIZED = (
+    "UPDATE topics SET summary = %(summary)s, summary_upto_seq = %(upto)s, summary_model = %(model)s,"
+    " summary_prompt_version = %(prompt)s, compaction_status = 'completed', compactions = compactions + 1,"
+    " restored_at_seq = CASE WHEN restored_at_seq <= %(asked)s THEN NULL ELSE restored_at_seq END,"
+    f" restore_cleared_seq = GREATEST(restore_cleared_seq, %(asked)s), updated_at = now() WHERE {_TOPIC}")
+# Keyed rows of several topics at once: (tenant, conversation, topic[, seq]) arrays, unnested.
+_KEYS = "unnest(%s::text[], %s::text[], %s::text[]) AS k(tenant_id, conversation_id, topic_id)"
+_SEQ_KEYS = "unnest(%s::text[], %s::text[], %s::text[], %s::integer[]) AS k(tenant_id, conversation_id, topic_id, seq)"
+_SAME_TOPIC = "x.tenant_id = k.tenant_id AND x.conversation_id = k.conversation_id AND x.topic_id = k.topic_id"
+
+
 async def _compacted(conn, event: Event, q: dict) -> None:
-    """Archive and summary in one go: the moved messages leave topic_messages for the archive."""
-    p = event.payload
-    q |= {"upto": p.upto_seq}
-    cur = await conn.execute(f"SELECT summary_upto_seq FROM topics WHERE {_TOPIC} FOR UPDATE", q)
-    row = await cur.fetchone()
-    if row is None or row[0] >= p.upto_seq:
-        if row is None:
-            log.warning("topic.compacted for unknown topic %s", p.topic_id)
-        return  # already applied (redelivery, replay)
-    # Exactly the request's messages: a late one (placed after the compaction was decided) stays
-    # active for the next compaction, as in the fold (docs/topics.md, "Compaction").
-    q |= {"archived": list(p.archived_seqs)}
-    cur = await conn.execute(
-        f"SELECT seq, role, content, occurred_at FROM topic_messages WHERE {_TOPIC} AND seq = ANY(%(archived)s)", q)
-    moving = [TopicMessage(seq, role, content, at.timestamp()) for seq, role, content, at in await cur.fetchall()]
-    missing = sorted(set(p.archived_seqs) - {m.seq for m in moving})
-    if missing:  # placed before a crash whose assignment event was lost: the log still has them
-        log.warning("topic %s: archiving %s from the messages table", p.topic_id, missing)
+    await _compacted_many(conn, [event])
+
+
+async def _compacted_many(conn, events: Sequence[Event]) -> None:
+    """Archive and summary in one go: the moved messages leave topic_messages for the archive.
+    Several compactions at once, at most one per topic (a round of `rounds`): each read for all
+    of them in one statement, each write as it would be for one."""
+    params = []
+    for event in events:
+        p = event.payload
+        # Exactly the request's messages: a late one (placed after the compaction was decided) stays
+        # active for the next compaction, as in the fold (docs/topics.md, "Compaction").
+        params.append(_params(event) | {
+            "upto": p.upto_seq, "archived": list(p.archived_seqs), "summary": p.summary, "model": p.model,
+            "prompt": p.prompt_version, "asked": event.envelope.seq if event.envelope.seq is not None else p.upto_seq})
+    # The round's three reads sent together, answered in one round trip: the topics (locked), the
+    # messages they archive, their archives (locked).
+    keys = [[q[c] for q in params] for c in ("tenant", "conversation", "topic")]
+    wanted = [(q["tenant"], q["conversation"], q["topic"], seq) for q in params for seq in q["archived"]]
+    topics = await conn.execute(
+        f"SELECT x.tenant_id, x.conversation_id, x.topic_id, x.summary_upto_seq FROM topics x JOIN {_KEYS}"
+        f" ON {_SAME_TOPIC} FOR UPDATE OF x", keys)
+    active = await conn.execute(
+        f"SELECT x.tenant_id, x.conversation_id, x.topic_id, x.seq, x.role, x.content, x.occurred_at"
+        f" FROM topic_messages x JOIN {_SEQ_KEYS} ON {_SAME_TOPIC} AND x.seq = k.seq", [list(c) for c in zip(*wanted)])
+    archived = await conn.execute(
+        f"SELECT x.tenant_id, x.conversation_id, x.topic_id, x.archive FROM topic_archives x JOIN {_KEYS}"
+        f" ON {_SAME_TOPIC} FOR UPDATE OF x", keys)
+    upto = {tuple(row[:3]): row[3] for row in await topics.fetchall()}
+    moving: dict[tuple, list[TopicMessage]] = {}
+    for tenant, conversation, topic, seq, role, content, at in await active.fetchall():
+        moving.setdefault((tenant, conversation, topic), []).append(TopicMessage(seq, role, content, at.timestamp()))
+    old = {tuple(row[:3]): row[3] for row in await archived.fetchall()}
+    due = []
+    for q in params:
+        held = upto.get((q["tenant"], q["conversation"], q["topic"]))
+        if held is None:
+            log.warning("topic.compacted for unknown topic %s", q["topic"])
+        elif held < q["upto"]:  # else already applied (redelivery, replay)
+            due.append(q)
+    if not due:
+        return
+    lost = []
+    for q in due:
+        key = (q["tenant"], q["conversation"], q["topic"])
+        missing = sorted(set(q["archived"]) - {m.seq for m in moving.get(key, ())})
+        if missing:  # placed before a crash whose assignment event was lost: the log still has them
+            log.warning("topic %s: archiving %s from the messages table", q["topic"], missing)
+            lost += [(*key, seq) for seq in missing]
+    if lost:
         cur = await conn.execute(
-            f"SELECT seq, role, content, occurred_at FROM messages WHERE {_KEY} AND seq = ANY(%(seqs)s)",
-            q | {"seqs": missing})
-        moving += [TopicMessage(s, r, c, at.timestamp()) for s, r, c, at in await cur.fetchall()]
-    cur = await conn.execute(f"SELECT archive FROM topic_archives WHERE {_TOPIC} FOR UPDATE", q)
-    old = await cur.fetchone()
-    merged = merge_messages(old[0] if old else None, moving)
-    if merged:
-        packed = compress_bytes(merged)
-        await conn.execute(
-            "INSERT INTO topic_archives (tenant_id, conversation_id, topic_id, archive, message_count, first_seq,"
-            " last_seq, json_bytes, gzip_bytes) VALUES (%(tenant)s, %(conversation)s, %(topic)s, %(archive)s,"
-            " %(count)s, %(first)s, %(last)s, %(json)s, %(gzip)s) ON CONFLICT (tenant_id, conversation_id, topic_id)"
-            " DO UPDATE SET archive = EXCLUDED.archive, message_count = EXCLUDED.message_count,"
-            " first_seq = EXCLUDED.first_seq, last_seq = EXCLUDED.last_seq, json_bytes = EXCLUDED.json_bytes,"
-            " gzip_bytes = EXCLUDED.gzip_bytes, updated_at = now()",
-            q | {"archive": packed, "count": len(merged), "first": merged[0].seq, "last": merged[-1].seq,
-                 "json": len(to_json_bytes(merged)), "gzip": len(packed)})
-    await conn.execute(f"DELETE FROM topic_messages WHERE {_TOPIC} AND seq = ANY(%(archived)s)", q)
-    # A restore ends when a compaction requested at or after it (the envelope's seq: the fold's
-    # position when it asked) re-archives what was brought back, as seed 004's next compaction does.
-    await conn.execute(
-        f"UPDATE topics SET summary = %(summary)s, summary_upto_seq = %(upto)s, summary_model = %(model)s,"
-        " summary_prompt_version = %(prompt)s, compaction_status = 'completed', compactions = compactions + 1,"
-        " restored_at_seq = CASE WHEN restored_at_seq <= %(asked)s THEN NULL ELSE restored_at_seq END,"
-        f" restore_cleared_seq = GREATEST(restore_cleared_seq, %(asked)s), updated_at = now() WHERE {_TOPIC}",
-        q | {"summary": p.summary, "model": p.model, "prompt": p.prompt_version,
-             "asked": event.envelope.seq if event.envelope.seq is not None else p.upto_seq})
+            f"SELECT k.tenant_id, k.conversation_id, k.topic_id, x.seq, x.role, x.content, x.occurred_at"
+            f" FROM messages x JOIN {_SEQ_KEYS} ON x.tenant_id = k.tenant_id AND x.conversation_id = k.conversation_id"
+            " AND x.seq = k.seq", [list(c) for c in zip(*lost)])
+        for tenant, conversation, topic, seq, role, content, at in await cur.fetchall():
+            moving.setdefault((tenant, conversation, topic), []).append(
+                TopicMessage(seq, role, content, at.timestamp()))
+    archives = []
+    for q in due:
+        key = (q["tenant"], q["conversation"], q["topic"])
+        merged = merge_messages(old.get(key), moving.get(key, ()))
+        if merged:
+            packed = compress_bytes(merged)
+            archives.append(q | {"archive": packed, "count": len(merged), "first": merged[0].seq,
+                                 "last": merged[-1].seq, "json": len(to_json_bytes(merged)), "gzip": len(packed)})
+    async with conn.cursor() as cur:
+        if archives:
+            await cur.executemany(_ARCHIVE, archives)
+        await cur.executemany(_UNARCHIVED, due)
+        await cur.executemany(_SUMMARIZED, due)
 
 
 _APPLY = {

@@ -168,7 +168,8 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
     if barriers is not None and children:
         threading.Thread(target=_watch, args=(children, barriers), name="batch-replay-watch", daemon=True).start()
     try:
-        reports = asyncio.run(run_batch_replay(settings, _Claims(taken, partitions), barriers))
+        # This process builds the vector index while the topic step runs (with the topic system).
+        reports = asyncio.run(run_batch_replay(settings, _Claims(taken, partitions), barriers, build_index=True))
     except BaseException:
         for child in children:
             child.join()
@@ -179,7 +180,7 @@ def run_batch(settings: Settings) -> list[PartitionReport]:
         raise
     for child in children:
         child.join()
-    build_deferred_indexes(settings)
+    build_deferred_indexes(settings)  # without the topic system (built already with it: nothing to do)
     failed = [child.name for child in children if child.exitcode != 0]
     if failed:
         raise BatchReplayError(f"{failed} failed (see the log above); starting the worker again resumes the batch")
@@ -277,7 +278,7 @@ def _child(settings: Settings, taken, partitions: int, barriers=None) -> None:
 
 
 async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] | None = None,
-                           barriers: tuple | None = None) -> list[PartitionReport]:
+                           barriers: tuple | None = None, build_index: bool = False) -> list[PartitionReport]:
     """Rebuild the partitions `claim()` hands out (all of them by default) that are not
     handed over yet. With the topic system the partitions are rebuilt in two steps: first
     everything but the topics; then, once every batch process got there (`barriers`: shared by
@@ -286,7 +287,12 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
     then, so each erasure finds its whole scope), and only then are the topics folded, with the
     shell's erasure check reading them: a message an erasure covers never reaches the topic fold,
     as in a stream replay whose erasure projector is ahead (its text would otherwise stay in the
-    fold's state: titles, summaries). Then each partition is handed over."""
+    fold's state: titles, summaries). Then each partition is handed over.
+
+    `build_index` (one process of the batch): with the topic system, the deferred vector indexes
+    are built while the topics are folded and published, once every process has applied its
+    erasures: every row they index (messages, their embeddings, chunks, facts) is written by then,
+    and the topic step writes none."""
     check_batchable(settings)
     if claim is None:
         claim = iter([*range(await _partitions_of_the_log(settings)), None]).__next__
@@ -328,8 +334,14 @@ async def run_batch_replay(settings: Settings, claim: Callable[[], int | None] |
             for partition in deferred:
                 await partition.erasures()
             await _wait(barriers, 1)
-            for partition in deferred:
-                reports.append(_logged(settings, await partition.finish()))
+            building = asyncio.create_task(asyncio.to_thread(build_deferred_indexes, settings)) \
+                if build_index else None
+            try:
+                for partition in deferred:
+                    reports.append(_logged(settings, await partition.finish()))
+            finally:
+                if building is not None:
+                    await building  # its error, if any, once the partitions are handed over
     except BaseException:
         for barrier in barriers or ():
             barrier.abort()  # the other processes stop waiting for this one (BrokenBarrierError)

@@ -375,8 +375,11 @@ class TopicsBatch:
 
     async def _publish(self, conversations: list[_Conversation]) -> None:
         """Into the derived topic, then through the topics and topic-lineage projectors."""
+        clock = time.perf_counter()
         values = [(c.key, encode(envelope)) for c in conversations for envelope in c.out]
+        clock = self._add("publish.encode", clock)
         offsets = await send_all(self.producer, self.derived.topic, self.derived.partition, values)
+        clock = self._add("publish.send", clock)
         topic, partition = self.derived.topic, self.derived.partition
         records = [ConsumerRecord(topic, partition, offset, -1, 0, key, value, None,
                                   len(key) if key is not None else -1, len(value), ())
@@ -388,6 +391,7 @@ class TopicsBatch:
         # which applies a chunk the database refuses again record by record by `apply`).
         decoded = {record.offset: event for record, event in
                    records_of(records, PROJECTED | LINEAGE_TYPES, Limits.of(self.settings))}
+        clock = self._add("publish.decode", clock)
         async with await connect(self.settings) as conn:
             for projector in (TopicsProjector(self.settings), TopicLineageProjector(self.settings)):
                 for i in range(0, len(records), _CHUNK):
@@ -395,6 +399,7 @@ class TopicsBatch:
                     events = [decoded[record.offset] for record in chunk if record.offset in decoded]
                     await apply_records(conn, self.producer, self.settings, projector, chunk,
                                         apply=lambda p=projector, e=events: p.apply_events(conn, e))
+                clock = self._add(f"publish.{projector.name}", clock)
 
     async def _backlog_stage(self):
         if self._backlog is None:

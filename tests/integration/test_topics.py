@@ -297,3 +297,74 @@ async def test_projector_redelivery_changes_nothing_and_a_lost_assignment_is_arc
         ("replayed:topic-2", 6), ("replayed:topic-2", 7), ("replayed:topic-1", 10), ("replayed:topic-1", 11),
         ("replayed:topic-3", 12), ("replayed:topic-3", 13), ("replayed:topic-1", 14), ("replayed:topic-1", 15)]
     assert first["conversation"] == [("replayed:topic-1", 14, 15)]
+
+
+_ROW_CLOCKS = {"updated_at", "projected_at", "projected_pos"}  # when a row was written, not what it says
+
+
+async def _topic_rows(conn) -> dict:
+    rows = {}
+    for table in ("topics", "topic_messages", "topic_archives", "topic_unassigned", "topic_conversations",
+                  "topic_assignments", "topic_activations", "topic_compactions"):
+        cur = await conn.execute(f"SELECT * FROM {table}")
+        names = [column.name for column in cur.description]
+        rows[table] = sorted(repr({n: v for n, v in zip(names, row) if n not in _ROW_CLOCKS})
+                             for row in await cur.fetchall())
+    return rows
+
+
+@pytest.mark.asyncio
+async def test_the_projectors_rounds_leave_the_rows_of_one_statement_per_event(settings):
+    """The topic and topic-lineage projectors apply a batch in rounds (a conversation's run of
+    assignments in a few statements for every conversation at once; the round's compactions read
+    together): the rows must be those the per-event statements leave, applied in log order, for
+    conversations interleaved in the batch, with a lost assignment and a re-sent one, and again
+    after a redelivery."""
+    import psycopg
+    from aiokafka.structs import ConsumerRecord
+
+    from projections import lineage, topics
+    from schemas import topic_events as te
+    from schemas.codec import decode, encode
+
+    streams = [agent_event_stream(name) for name in ("first", "second", "third")]
+    lost = next(e for e in streams[1] if e.type == te.TOPIC_MESSAGE_ASSIGNED and e.seq == 1)
+    streams[1].remove(lost)  # archived from the messages table
+    log = [e for i in range(max(map(len, streams))) for s in streams if i < len(s) for e in [s[i]]]
+    events = [decode(encode(e)) for e in log]
+    records = [ConsumerRecord("memory", 0, offset, 0, 0, e.key, encode(e), None, 0, 0, [])
+               for offset, e in enumerate(log)]
+    tables = "topic_messages, topic_archives, topic_unassigned, topic_conversations, topics, topic_assignments," \
+             " topic_activations, topic_compactions"
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
+    ) as conn:
+        for conversation in ("first", "second", "third"):
+            for seq in (1, 15):
+                await conn.execute(
+                    "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content,"
+                    " occurred_at, source_partition, source_offset) VALUES ('tenant-a', %s, %s, %s, 'alice',"
+                    " 'assistant', %s, now(), 0, 0)",
+                    (conversation, seq, f"{conversation}-{seq}", f"subject 0 assistant {seq}"))
+        async with conn.transaction():  # the reference: each event by its own statements, in order
+            for event in events:
+                if event.type in topics.PROJECTED:
+                    await topics._APPLY[event.type](conn, event, topics._params(event))  # noqa: SLF001
+                if event.type in lineage._TOPIC_TYPES:  # noqa: SLF001
+                    await lineage._TOPIC_APPLY[event.type](conn, event)  # noqa: SLF001
+        one_by_one = await _topic_rows(conn)
+        await conn.execute(f"TRUNCATE {tables}")
+        async with conn.transaction():
+            assert await topics.TopicsProjector(settings).apply(conn, records) == []
+            assert await lineage.TopicLineageProjector(settings).apply(conn, records) == []
+        in_rounds = await _topic_rows(conn)
+        async with conn.transaction():  # redelivered, whole and in part
+            await topics.TopicsProjector(settings).apply(conn, records)
+            await topics.TopicsProjector(settings).apply(conn, records[len(records) // 3:])
+            await lineage.TopicLineageProjector(settings).apply(conn, records)
+        again = await _topic_rows(conn)
+    assert len(topics.rounds([e for e in events if e.type in topics.PROJECTED])) < len(events) / 3
+    assert in_rounds["topic_archives"] and in_rounds["topic_messages"] and in_rounds["topic_assignments"]
+    for table, rows in one_by_one.items():
+        assert in_rounds[table] == rows, table
+        assert again[table] == rows, table
