@@ -290,7 +290,7 @@ class FactsSettings(BaseModel):
     failure_backoff_s: float = Field(default=30.0, ge=0)
     # Ranges a conversation's chunk fold asks for ahead of the one in flight while a backlog makes
     # them due (0: one at a time); the stage answers them one after another, in order.
-    max_ahead: int = Field(default=15, ge=0)
+    max_ahead: int = Field(default=31, ge=0)
     # A new fact this close (cosine) to a current one of the same owner and subject merges
     # into it; an owner's decision applies to a re-extracted fact this close (docs/facts.md).
     dedup_threshold: float = Field(default=0.85, gt=0, le=1)
