@@ -2,8 +2,8 @@
 stream agent (streams/facts/agent.py), with the chunk requests answered in waves instead of
 through Kafka.
 
-The fold keeps one request in flight per conversation and asks for the next range when a
-result comes back, so the ranges are fixed by the messages alone: [0, b), [b, 2b)... while
+The fold keeps one request in flight per conversation here (`max_ahead` 0: the live fold may
+ask for ranges ahead, the same ranges) and asks for the next range when a result comes back, so the ranges are fixed by the messages alone: [0, b), [b, 2b)... while
 more than `summarization_threshold` messages are unsummarized. Folding the history first and
 answering afterwards asks for exactly the ranges a stream replay asks for: wave k answers the
 request in flight of every conversation, and folding the answers asks for wave k+1.
