@@ -288,6 +288,9 @@ class FactsSettings(BaseModel):
     # Attempts per range (failures and timeouts); then the range is skipped.
     max_attempts: int = Field(default=5, ge=1)
     failure_backoff_s: float = Field(default=30.0, ge=0)
+    # Ranges a conversation's chunk fold asks for ahead of the one in flight while a backlog makes
+    # them due (0: one at a time); the stage answers them one after another, in order.
+    max_ahead: int = Field(default=31, ge=0)
     # A new fact this close (cosine) to a current one of the same owner and subject merges
     # into it; an owner's decision applies to a re-extracted fact this close (docs/facts.md).
     dedup_threshold: float = Field(default=0.85, gt=0, le=1)

@@ -17,6 +17,11 @@ class ChunkConfig:
     max_attempts: int = 5
     failure_backoff_s: float = 30.0
     max_backoff_s: float = 3600.0
+    # Ranges requested ahead of the one in flight while a backlog makes them due (0: one request
+    # at a time, seed 003's chain). A burst folded before any result comes back asks for the next
+    # ranges without waiting a round trip through the stage and the processor for each one; the
+    # stage still answers a conversation's ranges one after another, in order (streams/facts/stage.py).
+    max_ahead: int = 0
 
     def __post_init__(self) -> None:
         # The batch must already exist when the trigger fires (unsummarized >= threshold + 1).
@@ -24,6 +29,8 @@ class ChunkConfig:
             raise ValueError("need 1 <= batch_size <= summarization_threshold + 1")
         if self.max_attempts < 1 or self.request_timeout_s <= 0:
             raise ValueError("max_attempts must be >= 1 and request_timeout_s > 0")
+        if self.max_ahead < 0:
+            raise ValueError("max_ahead must be >= 0")
 
     def backoff(self, failures: int) -> float:
         """Wait after the `failures`-th failed attempt of one range: doubling, capped."""
@@ -101,6 +108,13 @@ class ChunkState:
     failures: int = 0
     reissues: int = 0
     skipped: int = 0
+    # Ranges requested ahead of the one in flight (`ChunkConfig.max_ahead`): every range from
+    # the in-flight one's end up to `requested_end` (exclusive) was asked for once; `done_ahead` and
+    # `failed_ahead` hold the starts of those whose result came before their turn (applied, or
+    # counted as a failed first attempt, when the range becomes the one in flight).
+    requested_end: int = 0
+    done_ahead: tuple[int, ...] = ()
+    failed_ahead: tuple[int, ...] = ()  # starts only: an error text would have to be sealed
 
     @property
     def message_count(self) -> int:
@@ -120,6 +134,10 @@ class ChunkState:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         if known.get("in_flight") is not None:
             known["in_flight"] = ChunkInFlight(**known["in_flight"])
+        if "done_ahead" in known:
+            known["done_ahead"] = tuple(known["done_ahead"])
+        if "failed_ahead" in known:
+            known["failed_ahead"] = tuple(known["failed_ahead"])
         return cls(**known)
 
 
@@ -130,9 +148,33 @@ def next_range(state: ChunkState, config: ChunkConfig) -> tuple[int, int] | None
     return state.last_summarized_end, state.last_summarized_end + config.batch_size
 
 
-def _advance(state: ChunkState, end: int, **counters: int) -> ChunkState:
-    return replace(state, last_summarized_end=end, in_flight=None, failed_attempts=0,
-                   not_before=0.0, last_error=None, **counters)
+# The last error of a range whose first attempt failed while it was asked for ahead (its
+# chunk.failed event in the log has the error itself).
+FAILED_AHEAD = "the attempt asked for ahead failed (see its chunk.failed)"
+
+
+def _advance(state: ChunkState, end: int, now: float, config: ChunkConfig, **counters: int
+             ) -> tuple[ChunkState, tuple[Command, ...]]:
+    """Summarized up to `end`; then past the ranges ahead already answered, and the next range
+    asked for ahead becomes the one in flight (its first attempt, already sent: the timeout counts
+    from now, as the wait for it starts now)."""
+    state = replace(state, last_summarized_end=end, in_flight=None, failed_attempts=0,
+                    not_before=0.0, last_error=None, **counters)
+    done = set(state.done_ahead)
+    while state.last_summarized_end in done:
+        done.discard(state.last_summarized_end)
+        state = replace(state, last_summarized_end=state.last_summarized_end + config.batch_size,
+                        completions=state.completions + 1)
+    start = state.last_summarized_end
+    state = replace(state, done_ahead=tuple(sorted(s for s in done if s > start)),
+                    failed_ahead=tuple(s for s in state.failed_ahead if s >= start))
+    if start >= state.requested_end:
+        return state, ()
+    state = replace(state, in_flight=ChunkInFlight(start, start + config.batch_size, 1, now))
+    if start in state.failed_ahead:  # its first attempt failed while it waited its turn
+        state = replace(state, failed_ahead=tuple(s for s in state.failed_ahead if s != start))
+        return _failed(state, 1, FAILED_AHEAD, now, config)
+    return state, ()
 
 
 def _failed(state: ChunkState, attempt: int, error: str, now: float, config: ChunkConfig
@@ -142,7 +184,8 @@ def _failed(state: ChunkState, attempt: int, error: str, now: float, config: Chu
     if attempt >= config.max_attempts:
         end = state.last_summarized_end + config.batch_size
         skip = SkipChunk(state.last_summarized_end, end, attempt, error)
-        return _advance(state, end, skipped=state.skipped + 1), (skip,)
+        state, more = _advance(state, end, now, config, skipped=state.skipped + 1)
+        return state, (skip, *more)
     return replace(state, failed_attempts=attempt, not_before=now + config.backoff(attempt)), ()
 
 
@@ -159,16 +202,32 @@ def _observe(state: ChunkState, item: Observed, now: float, config: ChunkConfig
         return replace(state, last_seq=max(state.last_seq, item.seq)), ()
     if isinstance(item, ChunkDone):
         # The next range's result counts whatever attempt produced it (even a late one after a
-        # timeout or failure); anything else is a duplicate or stale.
+        # timeout or failure); a range asked for ahead is kept for its turn; anything else is a
+        # duplicate or stale.
+        if _ahead(state, item.start_seq, item.end_seq_exclusive, config):
+            if item.start_seq in state.done_ahead:
+                return state, ()
+            return replace(state, done_ahead=tuple(sorted((*state.done_ahead, item.start_seq)))), ()
         if item.start_seq != state.last_summarized_end or item.end_seq_exclusive <= item.start_seq:
             return state, ()
-        return _advance(state, item.end_seq_exclusive, completions=state.completions + 1), ()
+        return _advance(state, item.end_seq_exclusive, now, config, completions=state.completions + 1)
     if isinstance(item, ChunkFailed):
+        if _ahead(state, item.start_seq, item.end_seq_exclusive, config) and item.attempt in (None, 1):
+            if item.start_seq in state.done_ahead or item.start_seq in state.failed_ahead:
+                return state, ()
+            return replace(state, failed_ahead=(*state.failed_ahead, item.start_seq)), ()
         if flight is None or (item.start_seq, item.end_seq_exclusive) != (
                 flight.start_seq, flight.end_seq_exclusive) or item.attempt not in (None, flight.attempt):
             return state, ()
         return _failed(state, flight.attempt, item.error, now, config)
     return state, ()
+
+
+def _ahead(state: ChunkState, start: int, end: int, config: ChunkConfig) -> bool:
+    """[start, end) is a range asked for ahead of the one in flight, not reached yet."""
+    first = state.last_summarized_end + config.batch_size
+    return (first <= start < state.requested_end and end == start + config.batch_size
+            and (start - state.last_summarized_end) % config.batch_size == 0)
 
 
 def _sweep(state: ChunkState, now: float, config: ChunkConfig) -> tuple[ChunkState, tuple[Command, ...]]:
@@ -184,12 +243,25 @@ def _sweep(state: ChunkState, now: float, config: ChunkConfig) -> tuple[ChunkSta
 
 
 def _trigger(state: ChunkState, now: float, config: ChunkConfig) -> tuple[ChunkState, tuple[Command, ...]]:
-    """One request in flight per conversation; none while backing off after a failure."""
-    found = next_range(state, config)
-    if found is None or state.in_flight is not None or now < state.not_before:
-        return state, ()
-    command = RequestChunk(found[0], found[1], state.failed_attempts + 1)
-    return _request(state, found[0], found[1], command.attempt, now), (command,)
+    """One request in flight per conversation, plus up to `max_ahead` ranges asked for ahead
+    while they are due; none while backing off after a failure."""
+    commands: tuple[Command, ...] = ()
+    if state.in_flight is None:
+        found = next_range(state, config)
+        if found is None or now < state.not_before:
+            return state, ()
+        command = RequestChunk(found[0], found[1], state.failed_attempts + 1)
+        state = _request(state, found[0], found[1], command.attempt, now)
+        commands = (command,)
+    head_end = state.in_flight.end_seq_exclusive
+    start = max(state.requested_end, head_end)
+    while (start - head_end) // config.batch_size < config.max_ahead and \
+            state.message_count - start > config.summarization_threshold:
+        command = RequestChunk(start, start + config.batch_size, 1)
+        state = replace(state, requested_end=command.end_seq_exclusive, requests=state.requests + 1)
+        commands += (command,)
+        start = command.end_seq_exclusive
+    return state, commands
 
 
 def step(state: ChunkState, observed: Observed, now: float, config: ChunkConfig

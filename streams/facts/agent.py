@@ -19,7 +19,7 @@ def chunk_config(settings: Settings) -> ChunkConfig:
     return ChunkConfig(
         summarization_threshold=facts.summarization_threshold, batch_size=facts.batch_size,
         request_timeout_s=facts.request_timeout_s, max_attempts=facts.max_attempts,
-        failure_backoff_s=facts.failure_backoff_s,
+        failure_backoff_s=facts.failure_backoff_s, max_ahead=facts.max_ahead,
     )
 
 

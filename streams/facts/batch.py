@@ -2,8 +2,8 @@
 stream agent (streams/facts/agent.py), with the chunk requests answered in waves instead of
 through Kafka.
 
-The fold keeps one request in flight per conversation and asks for the next range when a
-result comes back, so the ranges are fixed by the messages alone: [0, b), [b, 2b)... while
+The fold keeps one request in flight per conversation here (`max_ahead` 0: the live fold may
+ask for ranges ahead, the same ranges) and asks for the next range when a result comes back, so the ranges are fixed by the messages alone: [0, b), [b, 2b)... while
 more than `summarization_threshold` messages are unsummarized. Folding the history first and
 answering afterwards asks for exactly the ranges a stream replay asks for: wave k answers the
 request in flight of every conversation, and folding the answers asks for wave k+1.
@@ -11,7 +11,7 @@ request in flight of every conversation, and folding the answers asks for wave k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from schemas import facts_events as fe
 from schemas.codec import Event
@@ -36,6 +36,9 @@ class ChunkHistoryFold:
     """Folds one partition's history; `now` is fixed, so no request looks stuck meanwhile."""
 
     def __init__(self, config: ChunkConfig, now: float, prompt_version: str, model: str) -> None:
+        # One range at a time (the waves): the ranges are the same as with ranges asked for ahead
+        # (`max_ahead`: fixed by the messages alone either way), and a wave answers one each.
+        config = replace(config, max_ahead=0)
         self.config, self.now, self.prompt_version, self.model = config, now, prompt_version, model
         self.conversations: dict[bytes, ChunkConversation] = {}
 

@@ -40,7 +40,7 @@ def make_slice(ctx: StreamContext) -> Slice:
         extractor = ChunkExtractor(settings, make_json_completer(settings))
         return ChunkStage(extractor, make_embedder(settings), await ctx.reads("chunk_reads"),
                           inputs_wait_s=settings.facts.inputs_wait_s, max_event_bytes=settings.kafka.max_event_bytes,
-                          related_facts=settings.facts.related_facts)
+                          related_facts=settings.facts.related_facts, concurrency=settings.llm.concurrency)
 
     stage = Lazy(build_stage)
 
@@ -48,7 +48,9 @@ def make_slice(ctx: StreamContext) -> Slice:
         """Concurrent: gate, extractor and embeddings never hold up the fold."""
         return await (await stage.get()).handle(event)
 
+    # Slots for the ranges asked for ahead too: they wait for their conversation's turn in the
+    # stage (ChunkStage.turns), which bounds the extractions at the LLM's concurrency.
     stages = [Stage(EXTRACT_STAGE, frozenset({fe.CHUNK_REQUESTED}), one_by_one(extract),
-                    concurrency=settings.llm.concurrency)]
+                    concurrency=settings.llm.concurrency * (1 + settings.facts.max_ahead))]
     interval = max(1.0, min(settings.facts.request_timeout_s, settings.facts.failure_backoff_s or 1.0) / 4)
     return Slice(NAME, RELEVANT, state_codec.loads, dump, fold, stages, ticks=[Ticks(interval, due)])

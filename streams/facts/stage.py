@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -42,12 +43,43 @@ class ChunkInputs:
     occurred_start: datetime
 
 
+class Turns:
+    """One request of a conversation at a time, in the order the requests arrived.
+
+    The chunk fold asks for ranges ahead of the one in flight (`ChunkConfig.max_ahead`); each is
+    extracted after the one before it, so it sees that range's facts (`_recent`) as it did when
+    the fold asked for one range at a time. The stage runner starts a partition's requests in log
+    order, and each takes its turn before it first waits on anything; asyncio.Lock serves waiters
+    first come, first served. `limit` bounds the conversations extracting at once (the LLM's
+    concurrency), so requests waiting for their turn do not count against it."""
+
+    def __init__(self, limit: int) -> None:
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._users: dict[tuple[str, str], int] = {}
+        self._limit = asyncio.Semaphore(limit)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: tuple[str, str]):
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._users[key] = self._users.get(key, 0) + 1
+        try:
+            async with lock, self._limit:
+                yield
+        finally:
+            self._users[key] -= 1
+            if not self._users[key]:
+                del self._users[key], self._locks[key]
+
+
 class ChunkStage:
     """Computes one requested chunk; never blocks the ordered chunk fold. Every failure becomes a
-    chunk.failed event and leaves no state behind: the fold retries the same range later."""
+    chunk.failed event and leaves no state behind: the fold retries the same range later. A
+    conversation's requests are computed one after another, in order (`Turns`)."""
 
     def __init__(self, extractor: ChunkExtractor, embedder: Embedder, reads: ChunkReads, *,
-                 inputs_wait_s: float = 30.0, max_event_bytes: int = 512 * 1024, related_facts: int = 12) -> None:
+                 inputs_wait_s: float = 30.0, max_event_bytes: int = 512 * 1024, related_facts: int = 12,
+                 concurrency: int = 8) -> None:
+        self.turns = Turns(concurrency)
         self.extractor = extractor
         self.embedder = embedder
         self.reads = reads  # the read model (domain/facts/reads.py; projections/chunk_reads.py)
@@ -69,6 +101,10 @@ class ChunkStage:
         skipped it: a worker restarted mid-request resumed after max_attempts timeouts (5 x 30 s
         in tests/integration/test_upgrade.py) instead of one. The projector and the fold ignore the
         second chunk.recorded of a range; it costs one model call, on a re-issue only."""
+        async with self.turns.turn((event.envelope.tenant_id, event.envelope.conversation_id)):
+            return await self._handle(event)
+
+    async def _handle(self, event: Event) -> Envelope | None:
         request: fe.ChunkRequested = event.payload
         cause = event.envelope
         if await self._already_recorded(cause, request):

@@ -173,3 +173,70 @@ def test_state_round_trips_through_json_and_tolerates_missing_keys():
     restored = ChunkState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert restored == state and restored.in_flight is not None
     assert ChunkState.from_dict({"last_seq": 4, "unknown": 1}) == ChunkState(last_seq=4)
+
+
+# --- ranges asked for ahead (facts.max_ahead): a burst does not wait a round trip per range ------
+
+AHEAD = ChunkConfig(max_ahead=2)
+
+
+def test_a_backlog_asks_for_up_to_max_ahead_ranges_beyond_the_one_in_flight_as_they_come_due():
+    state, emitted = run(messages(80), config=AHEAD)
+    # 31 messages: 0-20; 51: 20-40 ahead; 71: 40-60 ahead; 60-80 is not due (20 left <= 30)
+    assert emitted == [RequestChunk(0, 20, 1), RequestChunk(20, 40, 1), RequestChunk(40, 60, 1)]
+    assert state.in_flight.start_seq == 0 and state.requested_end == 60 and state.requests == 3
+    state, emitted = run(messages(40, first=80), state, config=AHEAD)
+    assert emitted == []  # two ahead already: the next waits for the one in flight
+    state, commands = step(state, ChunkDone(0, 20), 1.0, AHEAD)
+    assert commands == (RequestChunk(60, 80, 1),)  # 20-40 is in flight now, without a new request
+    assert state.in_flight == type(state.in_flight)(20, 40, 1, 1.0) and state.last_summarized_end == 20
+
+
+def test_the_ranges_are_the_ones_of_one_at_a_time_and_results_ahead_of_their_turn_are_kept():
+    state, emitted = run(messages(120), config=AHEAD)
+    for start in (40, 20):  # out of order: kept until the range before them is done
+        state, commands = step(state, ChunkDone(start, start + 20), 1.0, AHEAD)
+        assert commands == () and state.last_summarized_end == 0
+    state, commands = step(state, ChunkDone(0, 20), 2.0, AHEAD)
+    assert state.last_summarized_end == 60 and state.completions == 3 and state.done_ahead == ()
+    assert commands == (RequestChunk(60, 80, 1), RequestChunk(80, 100, 1))  # 60-80 in flight, 80-100 ahead
+    emitted += list(commands)
+    for start in (60, 80):
+        state, commands = step(state, ChunkDone(start, start + 20), 3.0, AHEAD)
+        emitted += list(commands)
+    one_at_a_time, _ = run(messages(120))
+    for start in range(0, 100, 20):
+        one_at_a_time, more = step(one_at_a_time, ChunkDone(start, start + 20), 3.0, CFG)
+    assert state.last_summarized_end == one_at_a_time.last_summarized_end == 100 and state.in_flight is None
+    assert sorted(c.start_seq for c in emitted) == list(range(0, 100, 20))  # each range asked for once
+
+
+def test_a_range_whose_first_attempt_failed_ahead_is_retried_after_backoff_in_its_turn():
+    state, _ = run(messages(71), config=AHEAD)
+    state, commands = step(state, ChunkFailed(20, 40, "bad", attempt=1), 1.0, AHEAD)
+    assert commands == () and state.failed_ahead == (20,)
+    state, commands = step(state, ChunkDone(40, 60), 1.5, AHEAD)
+    state, commands = step(state, ChunkDone(0, 20), 2.0, AHEAD)
+    assert commands == () and state.last_summarized_end == 20 and state.in_flight is None
+    assert state.failed_attempts == 1 and state.not_before == 2.0 + AHEAD.failure_backoff_s
+    state, commands = step(state, Tick(), state.not_before, AHEAD)
+    assert commands == (RequestChunk(20, 40, 2),)  # 40-60 is done already: not asked again
+    state, commands = step(state, ChunkDone(20, 40), 40.0, AHEAD)
+    assert state.last_summarized_end == 60 and commands == ()
+
+
+def test_a_lost_answer_ahead_is_reissued_once_its_range_has_waited_its_timeout_in_flight():
+    state, _ = run(messages(51), config=AHEAD)
+    state, _ = step(state, ChunkDone(0, 20), 10.0, AHEAD)  # 20-40 in flight from now, its answer lost
+    state, commands = step(state, Tick(), 10.0 + AHEAD.request_timeout_s, AHEAD)
+    assert commands == ()
+    state, commands = step(state, Tick(), 10.5 + AHEAD.request_timeout_s, AHEAD)
+    assert commands == (RequestChunk(20, 40, 2),)
+
+
+def test_ranges_ahead_round_trip_through_json():
+    state, _ = run(messages(120), config=AHEAD)
+    state, _ = step(state, ChunkDone(40, 60), 1.0, AHEAD)
+    state, _ = step(state, ChunkFailed(20, 40, "x", attempt=1), 1.0, AHEAD)
+    restored = ChunkState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert restored == state and restored.done_ahead == (40,) and restored.failed_ahead == (20,)
