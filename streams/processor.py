@@ -97,7 +97,6 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     relevant = frozenset().union(*(part.relevant for part in slices))
     warming = [part for part in slices if part.warm is not None]
     beginning = [part.begin for part in slices if part.begin is not None]
-    by_name = {part.name: part for part in slices}
     for part in slices:
         ctx.stages.extend(part.stages)
 
@@ -105,8 +104,8 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     async def process_conversation(stream):
         """Ordered per conversation: the records fetched so far taken as a batch (the slices warm
         what the batch needs in one go: one embedding call for its user messages), then each
-        record decoded once, one state read, every slice's fold, their events out first; then at
-        most one state write per conversation of the batch; the batch is acknowledged after."""
+        record decoded once, one state read, every slice's fold, their events out first, then at
+        most one state write; the batch is acknowledged once every record of it is folded."""
         async for records in take_ready(stream, BATCH_RECORDS):
             batch = []
             for record in records:
@@ -119,7 +118,6 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
             for begin in beginning:
                 begin()
             await _warm(states, warming, batch)
-            pending: dict[bytes, Pending] = {}
             for record, event in batch:
                 # A rebalance cut the batch off here: this record and the rest are left unwritten and
                 # unacknowledged (streams/kafka_transport.py refuses their acks), and the seek that
@@ -133,13 +131,9 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
                 _current_event.set(weakref.ref(record))
                 with telemetry.span(f"{AGENT} {event.type}", kind="consumer",  # the append's trace (docs/observability.md)
                                     parent=telemetry.context_of(record.message.headers)):
-                    if not await _process(ctx, record, states, slices, event, pending,
-                                          lambda: in_turn(app, record.message)):
+                    if not await _process(ctx, record, states, slices, event, lambda: in_turn(app, record.message)):
                         _cut_off(record, batch)
                         break
-            # One state write per conversation of the batch (its changelog record), after every
-            # event the batch's folds emitted went out; the batch is acknowledged after this.
-            await _write_batch(app, ctx, states, by_name, pending)
 
     for part in slices:
         for ticks in part.ticks:
@@ -148,21 +142,18 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
 
 
 async def _process(ctx: StreamContext, record, states: States, slices: Sequence[Slice], event: Event,
-                   pending: dict[bytes, Pending], still_in_turn: Callable[[], bool] = lambda: True) -> bool:
-    """One record (a faust event) of the batch: its slices' folds and their events; the states they
-    changed go into `pending` (the batch's states, written once a conversation by `_write_batch`).
-    False when a rebalance began meanwhile (`still_in_turn`): the record changes no state, and is
-    left to its redelivery (the events that went out are sent again, the same)."""
+                   still_in_turn: Callable[[], bool] = lambda: True) -> bool:
+    """One record (a faust event) of the batch: its slices' folds, their events, one state write.
+    False when a rebalance began meanwhile (`still_in_turn`): the state is not written, and the
+    record is left to its redelivery (the events that went out are sent again, the same)."""
     key, refused = record.key, _Refused(record)
-    held = pending.get(key)
-    entry = None if held is None else held.entry
+    entry = None
+    async with ctx.applying(refused, AGENT):  # a record that is not a state record (never written here)
+        entry = states.entry(key)
     if entry is None:
-        async with ctx.applying(refused, AGENT):  # a record that is not a state record (never written here)
-            entry = states.entry(key)
-        if entry is None:
-            return True
+        return True
     now = time.time()
-    outgoing, changed = [], {}
+    outgoing, encoded, changed = [], {}, {}
     for part in slices:
         if event.type not in part.relevant:
             continue
@@ -177,61 +168,20 @@ async def _process(ctx: StreamContext, record, states: States, slices: Sequence[
                 else:
                     new_state, out = part.fold(state, event, now, inputs)
             if new_state != state:
+                encoded[part.name] = part.dump(key, new_state)  # its codec may seal it
                 changed[part.name] = new_state
             outgoing += out
     # Events first, then the state: a crash in between folds the redelivered record again and
     # sends them again (every consumer ignores what it already has), instead of losing them.
     for envelope in outgoing:
         await ctx.memory_events.send(key=key, value=encode(envelope), headers=telemetry.headers())
+    # No await from this check to the write: a state written is in the producer's buffer before the
+    # rebalance's revocation flushes it (faust suspends the flow there, on this event loop).
     if not still_in_turn():
         return False
-    if held is None:
-        held = pending[key] = Pending(entry, Entry(entry.raw, entry.parts, dict(entry.states)))
-    held.records.append(record)
-    if changed:
-        held.entry.states.update(changed)
-        held.changed.update(changed)
+    if encoded:
+        states.write(key, entry, encoded, changed)
     return True
-
-
-@dataclass
-class Pending:
-    """One conversation's states within a batch: `base` as the table holds it, `entry` with every
-    slice's state after the batch's records folded so far (what the next record of the
-    conversation folds on), the slices they changed, and the records (in log order)."""
-
-    base: Entry
-    entry: Entry
-    changed: dict[str, Any] = field(default_factory=dict)
-    records: list = field(default_factory=list)
-
-
-async def _write_batch(app: faust.App, ctx: StreamContext, states: States, slices: dict[str, Slice],
-                       pending: dict[bytes, Pending]) -> None:
-    """At most one table write (one changelog record) per conversation of the batch, re-encoding
-    each changed slice once. A slice whose codec refuses its state: the conversation's last record
-    is dead-lettered for that slice and its state stays as before the batch. A conversation with a
-    record no longer in turn (a rebalance began) is not written: its records are not acknowledged
-    and come again with the rebalance's seek, to be folded on the state the table holds."""
-    encoded: dict[bytes, dict[str, bytes]] = {}
-    for key, held in pending.items():
-        parts = encoded[key] = {}
-        for name, state in held.changed.items():
-            async with ctx.applying(_Refused(held.records[-1]), f"{AGENT}.{name}"):
-                parts[name] = slices[name].dump(key, state)  # its codec may seal it
-    # No await from the checks to the writes: a state written is in the producer's buffer before
-    # the rebalance's revocation flushes it (faust suspends the flow there, on this event loop).
-    for key, held in pending.items():
-        parts = encoded[key]
-        if not parts:
-            continue
-        if not all(in_turn(app, record.message) for record in held.records):
-            log.info("a rebalance began before %s's state of this batch was written; %d record(s) left to"
-                     " their redelivery", key, len(held.records))
-            continue
-        # The task-local current event: the write goes to this conversation's changelog partition.
-        _current_event.set(weakref.ref(held.records[-1]))
-        states.write(key, held.base, parts, {name: held.changed[name] for name in parts})
 
 
 def _cut_off(record, batch: list) -> None:
