@@ -7,6 +7,7 @@ import atexit
 import json
 import logging
 import signal
+from typing import TYPE_CHECKING
 
 from core import privacy, telemetry
 from core.settings import Settings
@@ -17,6 +18,9 @@ from projections.scrub import run_scrubs
 from runtime.embedding_graph import settings_following_stored
 from runtime.kafka_topics import changelog_specs, ensure_topics, topic_specs
 from runtime.llm_factory import preload_llm_client
+
+if TYPE_CHECKING:
+    import faust
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +127,18 @@ async def wait_for_batch_hand_over(settings: Settings, poll_s: float = 2.0) -> N
         await asyncio.sleep(poll_s)
 
 
+def faust_worker(app: faust.App, log_level: str) -> faust.Worker:
+    """faust's worker for `app`, without its terminal spinner (a worker's output is a log): at
+    WARNING and above the spinner set the root logger to DEBUG, so every debug call of the process
+    (faust's line per record sent, httpcore, openai) built a record its handler then dropped
+    (~3 % of a stub worker's CPU, docs/scaling.md)."""
+    import faust  # noqa: PLC0415 - as run_worker: the CLI's other commands do not load it
+
+    worker = faust.Worker(app, loglevel=log_level.lower(), quiet=True)
+    worker.spinner = None
+    return worker
+
+
 def run_worker(settings: Settings, *, role: str = "all") -> None:
     """Entry point of `memory-agent worker`: `role` "all" runs the ordered processor (faust agent),
     the stages and the projectors in one process; "agents", "stages" and "projectors" run one
@@ -150,8 +166,6 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
     if role == "stages":
         asyncio.run(run_stages_only(settings))
         return
-    import faust
-
     from streams.app import make_app
 
     if settings.replay_mode == "batch" and settings.replay_until is not None:
@@ -173,7 +187,7 @@ def run_worker(settings: Settings, *, role: str = "all") -> None:
         async def project() -> None:
             await run_projectors(settings, stop=asyncio.Event(), lag=True)
 
-    worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True)
+    worker = faust_worker(app, settings.log_level)
     # aiokafka builds a debug record per request when its logger inherits DEBUG.
     logging.getLogger("aiokafka").setLevel(max(logging.INFO, logging.getLogger().level))
     worker.execute_from_commandline()

@@ -5,7 +5,7 @@ from aiokafka import TopicPartition
 from memory_agent.cli_generations import _behind
 from memory_agent.replay import behind, expected_projectors, slowest
 from core.settings import Settings
-from memory_agent.worker import projectors
+from memory_agent.worker import faust_worker, projectors
 
 
 def test_the_worker_runs_the_messages_projector_and_those_of_the_enabled_systems_only():
@@ -121,3 +121,17 @@ def test_stages_and_projectors_processes_wait_for_the_batch_hand_over(monkeypatc
     asyncio.run(wait_for_batch_hand_over(Settings(replay_mode="stream", replay_until="2026-01-01T00:00:00Z")))
     asyncio.run(wait_for_batch_hand_over(Settings()))  # the live generation: nothing to wait for
     assert asked == []
+
+
+def test_the_faust_worker_leaves_the_root_logger_at_the_configured_level():
+    """faust's terminal spinner set the root logger to DEBUG at WARNING and above: every debug
+    call of the worker then built a record its handler dropped."""
+    import logging
+
+    import faust
+
+    app = faust.App("test-worker-logging", broker="kafka://127.0.0.1:1", store="memory://", web_enabled=False)
+    root = logging.Logger("probe-root", logging.WARNING)
+    root.addHandler(logging.NullHandler())
+    faust_worker(app, "WARNING").on_setup_root_logger(root, logging.WARNING)
+    assert root.level == logging.WARNING and not root.isEnabledFor(logging.DEBUG)
