@@ -1,0 +1,95 @@
+"""The topic fold's outputs on a generated conversation, recorded from the fold before its CPU
+work (docs/topics.md, "The topic fold's CPU"): a faster fold must give the same topics, the same
+assignments, the same events byte for byte and the same changelog state (replay equivalence is
+public behaviour). Event ids and the wall-clock `occurred_at` of derived events are random in
+any run, so they are set to fixed values before the bytes are compared."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from core.settings import Settings
+from schemas import topic_events as te
+from schemas.codec import decode, encode, new_event
+from schemas.events import MessageAppended
+from schemas.registry import MESSAGE_APPENDED
+from streams.topics_memory import codec
+from streams.topics_memory.agent import AgentConfig, handle, wants_embedding
+from streams.topics_memory.stage import embedded_of
+
+T0 = 1_750_000_000.0
+FIXED = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _config(centred: bool) -> AgentConfig:
+    settings = Settings(topics={"center_on_conversation": centred, "active_topic_bonus": 0.05,
+                                "similarity_threshold": 0.3, "max_topics": 6})
+    return AgentConfig.from_settings(settings, model="stub", prompt_version="topic-summary-v1")
+
+
+def _answer(request) -> bytes | None:
+    e, p = request.envelope, request.payload
+    if request.type != te.TOPIC_COMPACTION_REQUESTED:
+        return None
+    payload = te.TopicCompacted(topic_id=p.topic_id, upto_seq=p.upto_seq, archived_seqs=p.seqs,
+                                summary=f"summary of {p.topic_id} up to {p.upto_seq}", attempt=p.attempt,
+                                prompt_version=p.prompt_version, model=p.model, generation_time_ms=1)
+    return encode(new_event(te.TOPIC_COMPACTED, payload, tenant_id=e.tenant_id, conversation_id=e.conversation_id,
+                            user_id="system", seq=e.seq, event_id="answer", occurred_at=FIXED))
+
+
+def fold_digest(centred: bool, conversations: int = 3, turns: int = 70) -> str:
+    """sha256 over every event the fold emits and every changelog state it writes, in order."""
+    config = _config(centred)
+    rng = np.random.default_rng(22)
+    centres = [rng.normal(size=32) for _ in range(7)]
+    inputs, vectors = [], {}
+    for turn in range(turns):
+        for c in range(conversations):
+            name = f"conv-{c}"
+            for offset, role in ((0, "user"), (1, "assistant")):
+                seq = 2 * turn + offset
+                text = f"{role} says {turn} about subject {(c + turn // 5) % 7}. More words follow here."
+                if turn % 17 == 9 and role == "user":
+                    text = "Different subject: " + text
+                inputs.append(encode(new_event(MESSAGE_APPENDED, MessageAppended(role=role, content=text),
+                                               tenant_id="t", conversation_id=name, user_id="u", seq=seq,
+                                               event_id=f"m-{name}-{seq}",
+                                               occurred_at=datetime.fromtimestamp(T0 + seq * 400 * (1 + turn % 3), UTC))))
+                vectors[(name, seq)] = centres[(c + turn // 5) % 7] + rng.normal(size=32) * 0.7
+    states: dict[str, codec.AgentState] = {}
+    digest = hashlib.sha256()
+    pending = list(reversed(inputs))
+    while pending:
+        event = decode(pending.pop())
+        name = event.envelope.conversation_id
+        state = states.get(name) or codec.loads(None, name)
+        embedded = embedded_of(vectors[(name, event.envelope.seq)]) if wants_embedding(state, event) else None
+        state, outgoing = handle(config, state, event, T0 + 1e6, embedded)
+        states[name] = state
+        replies = []
+        for envelope in outgoing:
+            value = encode(envelope.model_copy(update={"event_id": "x", "occurred_at": FIXED}))
+            digest.update(value)
+            reply = _answer(decode(value))
+            if reply is not None:
+                replies.append(reply)
+        pending.extend(reversed(replies))
+        digest.update(codec.dumps(state))
+    return digest.hexdigest()
+
+
+# Recorded from main 43dc75c's fold (before the CPU work), this generator, these settings.
+RECORDED = {
+    False: "7ac87c53138f6ba670bd42033f86924c11154085942ead468a09823736474281",
+    True: "0b63038948815d6865928efa00f35fa113d5e4bc8ed4eb607b6903b1e9ec3751",
+}
+
+
+@pytest.mark.parametrize("centred", [False, True])
+def test_fold_outputs_match_the_recorded_fold(centred):
+    assert fold_digest(centred) == RECORDED[centred]
