@@ -67,25 +67,71 @@ def _as_array(centroid: tuple[float, ...]) -> np.ndarray:
     return array
 
 
+def _remember(values: tuple[float, ...], array: np.ndarray) -> tuple[float, ...]:
+    """Record `array` as _as_array(values) (it must equal np.asarray(values)): the tuple the fold
+    just built from it is matched against at the next message without converting it back."""
+    if len(_ARRAYS) >= 50_000:
+        _ARRAYS.clear()
+    _ARRAYS[id(values)] = (values, array)
+    return values
+
+
+def _similarity(topic: Topic, unit: np.ndarray, probe: np.ndarray, probe_norm: float,
+                background: np.ndarray | None) -> float:
+    """The exact cosine best_match reports (the per-topic reference: its values are the ones
+    recorded in events and compared with the threshold)."""
+    centroid = _as_array(topic.centroid)
+    if background is None:
+        return min(1.0, max(-1.0, float(centroid @ unit)))
+    rest = centroid * topic.mean_norm - background
+    scale = probe_norm * float(np.linalg.norm(rest))
+    return min(1.0, max(-1.0, float(rest @ probe) / scale)) if scale > 1e-12 else 0.0
+
+
+# Matrix scores within this of the best are taken again exactly, one by one: a matrix product
+# sums in another order than a dot product (last-bit differences, ~1e-16), and the winner, its
+# cosine and the ties must be the per-topic loop's exactly (replay equivalence).
+_NEAR = 1e-9
+
+
 def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0,
                background: np.ndarray | None = None) -> tuple[Topic | None, float]:
     """The working-set topic with the highest cosine similarity (the earliest on ties), the
     active topic's raised by `active_bonus`; the similarity returned is the bonus-free cosine.
     With a `background` (the conversation's mean vector), the cosine is taken between the
-    message and the topics' mean vectors with the background taken off both."""
-    best, best_score, best_similarity = None, -math.inf, -math.inf
+    message and the topics' mean vectors with the background taken off both.
+
+    All topics are scored with one matrix product; only those within _NEAR of the best are
+    scored again exactly (docs/topics.md, "The topic fold's CPU")."""
+    topics = state.topics
+    for topic in topics:
+        if len(topic.centroid) != unit.size or unit.ndim != 1:
+            raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {len(topic.centroid)}")
     probe = unit if background is None else unit - background
     probe_norm = float(np.linalg.norm(probe))
-    for topic in state.topics:
-        centroid = _as_array(topic.centroid)
-        if centroid.shape != unit.shape:
-            raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {centroid.size}")
+    candidates: Sequence[int] = range(len(topics))
+    if len(topics) > 2:
+        matrix = np.stack([_as_array(t.centroid) for t in topics])
         if background is None:
-            similarity = min(1.0, max(-1.0, float(centroid @ unit)))
+            approx = matrix @ unit
         else:
-            rest = centroid * topic.mean_norm - background
-            scale = probe_norm * float(np.linalg.norm(rest))
-            similarity = min(1.0, max(-1.0, float(rest @ probe) / scale)) if scale > 1e-12 else 0.0
+            rest = matrix * np.array([t.mean_norm for t in topics])[:, None] - background
+            scale = probe_norm * np.sqrt(np.einsum("ij,ij->i", rest, rest))
+            tiny = scale <= 1e-9  # near the exact rule's 1e-12 cut: always looked at exactly
+            approx = np.where(tiny, 0.0, (rest @ probe) / np.where(tiny, 1.0, scale))
+        np.clip(approx, -1.0, 1.0, out=approx)
+        if active_bonus:
+            for index, topic in enumerate(topics):
+                if topic.topic_id == state.active_topic_id:
+                    approx[index] += active_bonus
+        near = approx >= approx.max() - _NEAR
+        if background is not None:
+            near |= tiny
+        candidates = np.flatnonzero(near).tolist()
+    best, best_score, best_similarity = None, -math.inf, -math.inf
+    for index in candidates:
+        topic = topics[index]
+        similarity = _similarity(topic, unit, probe, probe_norm, background)
         score = similarity + (active_bonus if topic.topic_id == state.active_topic_id else 0.0)
         if score > best_score:
             best, best_score, best_similarity = topic, score, similarity
@@ -107,7 +153,9 @@ def _with_background(state: TopicsState, unit: np.ndarray, config: TopicConfig) 
     n = state.background_count
     mean = unit if not n else (_as_array(state.background) * n + unit) / (n + 1)
     # Kept at float32 precision, as the changelog stores it: a state read back matches exactly.
-    return evolve(state, background=tuple(mean.astype(np.float32).tolist()), background_count=n + 1)
+    stored = mean.astype(np.float32)
+    background = _remember(tuple(stored.tolist()), stored.astype(np.float64))
+    return evolve(state, background=background, background_count=n + 1)
 
 
 def _after_pause(state: TopicsState, now: float, config: TopicConfig) -> bool:
@@ -181,7 +229,9 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
         count = best.embedding_count + 1
         mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
         norm = float(np.linalg.norm(mean))
-        topic = evolve(best, centroid=tuple((mean / norm).tolist()), embedding_count=count, mean_norm=norm,
+        direction = mean / norm
+        topic = evolve(best, centroid=_remember(tuple(direction.tolist()), direction),
+                        embedding_count=count, mean_norm=norm,
                         messages=_with_message(best.messages, entry), message_count=best.message_count + 1,
                         last_active_at=now, access_count=best.access_count + 1,
                         importance=_importance(msg.importance, best.importance))
@@ -189,7 +239,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     else:
         number = state.next_topic_number
         title = make_title(msg.content, config.title_chars)
-        topic = Topic(make_topic_id(state.conversation_id, number), title, tuple(unit.tolist()),
+        topic = Topic(make_topic_id(state.conversation_id, number), title, _remember(tuple(unit.tolist()), unit),
                       created_at=now, last_active_at=now, message_count=1, messages=(entry,),
                       importance=_importance(msg.importance, config.default_importance))
         state = evolve(state, next_topic_number=number + 1)
