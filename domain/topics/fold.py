@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
+from collections import OrderedDict
 from operator import attrgetter
 from collections.abc import Sequence
 from typing import Any
@@ -92,6 +93,48 @@ def _similarity(topic: Topic, unit: np.ndarray, probe: np.ndarray, probe_norm: f
 # sums in another order than a dot product (last-bit differences, ~1e-16), and the winner, its
 # cosine and the ties must be the per-topic loop's exactly (replay equivalence).
 _NEAR = 1e-9
+_LOOP_UP_TO = 4  # fewer topics than this: the per-topic loop alone is cheaper
+
+
+class _Rows:
+    """The centroids of one conversation's topics as matrix rows, kept from message to message:
+    a message changes one topic's centroid, so one row is copied, not the whole working set."""
+
+    __slots__ = ("centroids", "matrix")
+
+    def __init__(self) -> None:
+        self.centroids: list[tuple[float, ...]] = []  # held: a row is valid while its tuple `is` the topic's
+        self.matrix = np.empty((0, 0))
+
+
+_MATRICES: OrderedDict[str, _Rows] = OrderedDict()
+MATRICES_KEPT = 512  # conversations (20 topics x 384 float64 = 60 KB each)
+
+
+def _matrix(conversation_id: str, topics: tuple[Topic, ...]) -> np.ndarray:
+    """np.stack of the topics' centroid arrays (a view of the conversation's kept rows)."""
+    rows = _MATRICES.get(conversation_id)
+    if rows is None:
+        rows = _MATRICES[conversation_id] = _Rows()
+        while len(_MATRICES) > MATRICES_KEPT:
+            _MATRICES.popitem(last=False)
+    else:
+        _MATRICES.move_to_end(conversation_id)
+    centroids, size = rows.centroids, len(topics)
+    dimensions = len(topics[0].centroid)
+    if rows.matrix.shape[1:] != (dimensions,) or rows.matrix.shape[0] < size:
+        rows.matrix = np.empty((max(size, 2 * rows.matrix.shape[0]), dimensions))
+        centroids.clear()
+    for index, topic in enumerate(topics):
+        if index >= len(centroids):
+            centroids.append(topic.centroid)
+        elif centroids[index] is topic.centroid:
+            continue
+        else:
+            centroids[index] = topic.centroid
+        rows.matrix[index] = _as_array(topic.centroid)
+    del centroids[size:]
+    return rows.matrix[:size]
 
 
 def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0,
@@ -108,26 +151,30 @@ def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0,
         if len(topic.centroid) != unit.size or unit.ndim != 1:
             raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {len(topic.centroid)}")
     probe = unit if background is None else unit - background
-    probe_norm = float(np.linalg.norm(probe))
+    probe_norm = 1.0 if background is None else float(np.linalg.norm(probe))  # only centred matching uses it
     candidates: Sequence[int] = range(len(topics))
-    if len(topics) > 2:
-        matrix = np.stack([_as_array(t.centroid) for t in topics])
+    if len(topics) > _LOOP_UP_TO:
+        matrix = _matrix(state.conversation_id, topics)
+        forced: list[int] = []
         if background is None:
-            approx = matrix @ unit
+            scores = (matrix @ unit).tolist()
         else:
-            rest = matrix * np.array([t.mean_norm for t in topics])[:, None] - background
-            scale = probe_norm * np.sqrt(np.einsum("ij,ij->i", rest, rest))
-            tiny = scale <= 1e-9  # near the exact rule's 1e-12 cut: always looked at exactly
-            approx = np.where(tiny, 0.0, (rest @ probe) / np.where(tiny, 1.0, scale))
-        np.clip(approx, -1.0, 1.0, out=approx)
+            rest = matrix * np.array([t.mean_norm for t in topics])[:, None]
+            rest -= background
+            scales = (np.sqrt(np.einsum("ij,ij->i", rest, rest)) * probe_norm).tolist()
+            scores = (rest @ probe).tolist()
+            for index, scale in enumerate(scales):
+                if scale > 1e-9:
+                    scores[index] /= scale
+                else:  # near the exact rule's 1e-12 cut: always looked at exactly
+                    scores[index] = 0.0
+                    forced.append(index)
         if active_bonus:
             for index, topic in enumerate(topics):
                 if topic.topic_id == state.active_topic_id:
-                    approx[index] += active_bonus
-        near = approx >= approx.max() - _NEAR
-        if background is not None:
-            near |= tiny
-        candidates = np.flatnonzero(near).tolist()
+                    scores[index] += active_bonus
+        top = max(scores) - _NEAR
+        candidates = [index for index, score in enumerate(scores) if score >= top or index in forced]
     best, best_score, best_similarity = None, -math.inf, -math.inf
     for index in candidates:
         topic = topics[index]
