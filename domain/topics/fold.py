@@ -91,8 +91,9 @@ def _similarity(topic: Topic, unit: np.ndarray, probe: np.ndarray, probe_norm: f
 
 # Matrix scores within this of the best are taken again exactly, one by one: a matrix product
 # sums in another order than a dot product (last-bit differences, ~1e-16), and the winner, its
-# cosine and the ties must be the per-topic loop's exactly (replay equivalence).
-_NEAR = 1e-9
+# cosine and the ties must be the per-topic loop's exactly (replay equivalence). The margin
+# is far above those errors and far below any real difference between two topics.
+_NEAR = 1e-7
 _LOOP_UP_TO = 4  # fewer topics than this: the per-topic loop alone is cheaper
 
 
@@ -159,14 +160,18 @@ def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0,
         if background is None:
             scores = (matrix @ unit).tolist()
         else:
-            rest = matrix * np.array([t.mean_norm for t in topics])[:, None]
-            rest -= background
-            scales = (np.sqrt(np.einsum("ij,ij->i", rest, rest)) * probe_norm).tolist()
-            scores = (rest @ probe).tolist()
-            for index, scale in enumerate(scales):
-                if scale > 1e-9:
+            # |rest_i|^2 and rest_i . probe from two products with the unit centroid rows m_i
+            # (rest_i = m_i * n_i - background): no n x d temporaries. Cancellation leaves
+            # ~1e-14 / (|rest_i| |probe|) of error, so a short one is always looked at exactly.
+            norms = np.array([t.mean_norm for t in topics])
+            along_probe, along_background = matrix @ probe, matrix @ background
+            squares = (norms * (norms - 2 * along_background) + float(background @ background)).tolist()
+            scores = (norms * along_probe - float(background @ probe)).tolist()
+            for index, square in enumerate(squares):
+                scale = math.sqrt(square) * probe_norm if square > 0.0 else 0.0
+                if scale > 1e-4:
                     scores[index] /= scale
-                else:  # near the exact rule's 1e-12 cut: always looked at exactly
+                else:
                     scores[index] = 0.0
                     forced.append(index)
         if active_bonus:

@@ -93,3 +93,51 @@ RECORDED = {
 @pytest.mark.parametrize("centred", [False, True])
 def test_fold_outputs_match_the_recorded_fold(centred):
     assert fold_digest(centred) == RECORDED[centred]
+
+
+def _reference_best_match(state, unit, active_bonus=0.0, background=None):
+    """best_match as it was before the matrix (main 43dc75c): one topic at a time."""
+    best, best_score, best_similarity = None, -float("inf"), -float("inf")
+    probe = unit if background is None else unit - background
+    probe_norm = float(np.linalg.norm(probe))
+    for topic in state.topics:
+        centroid = np.asarray(topic.centroid, dtype=np.float64)
+        if background is None:
+            similarity = min(1.0, max(-1.0, float(centroid @ unit)))
+        else:
+            rest = centroid * topic.mean_norm - background
+            scale = probe_norm * float(np.linalg.norm(rest))
+            similarity = min(1.0, max(-1.0, float(rest @ probe) / scale)) if scale > 1e-12 else 0.0
+        score = similarity + (active_bonus if topic.topic_id == state.active_topic_id else 0.0)
+        if score > best_score:
+            best, best_score, best_similarity = topic, score, similarity
+    return best, best_similarity
+
+
+@pytest.mark.parametrize("centred", [False, True])
+def test_best_match_is_the_per_topic_loop_even_on_ties(centred):
+    from domain.topics.fold import best_match
+    from domain.topics.state import Topic, TopicsState
+
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        count = int(rng.integers(1, 12))
+        directions = [rng.normal(size=16) for _ in range(count)]
+        if count > 2:  # exact duplicates and a message equal to a topic: ties and a cosine of 1
+            directions[-1] = directions[0]
+        topics = []
+        for i, d in enumerate(directions):
+            d = d / np.linalg.norm(d)
+            topics.append(Topic(f"c:topic-{i}", "t", tuple(d.tolist()), 0.0, 0.0, mean_norm=float(rng.uniform(0.3, 1))))
+        active = topics[int(rng.integers(count))].topic_id
+        state = TopicsState("c", tuple(topics), active_topic_id=active)
+        unit = np.asarray(topics[0].centroid) if trial % 3 == 0 else rng.normal(size=16)
+        unit = unit / np.linalg.norm(unit)
+        background = None
+        if centred:  # sometimes a topic's mean vector is the background itself (a zero rest)
+            background = (np.asarray(topics[-1].centroid) * topics[-1].mean_norm if trial % 4 == 0
+                          else rng.normal(size=16) * 0.2)
+        for bonus in (0.0, 0.05):
+            got, similarity = best_match(state, unit, bonus, background)
+            want, want_similarity = _reference_best_match(state, unit, bonus, background)
+            assert (got.topic_id, similarity) == (want.topic_id, want_similarity)
