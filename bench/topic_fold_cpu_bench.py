@@ -10,7 +10,8 @@ vectors, compactions answered at once (so topics stay at their real size, <= 12 
 By default each user message's vector is handed to the fold as the processor's `prepare` and the
 batch replay hand it (`stage.embedded_of` of the raw vector: no embedding request/answer pair);
 `--requests` takes the older path through `topic.embedding_requested` / `topic.message_embedded`.
-Reports CPU-ms per message (user and assistant; the embedding answers, if any, and compactions
+Reports CPU-ms per message (of which `handle_ms` in the fold's shell and `dumps_ms` in the
+changelog codec; the rest is decoding and encoding the events, as the processor does) (user and assistant; the embedding answers, if any, and compactions
 are the fold's inputs too and are counted in), the changelog bytes written per message and the topic
 event bytes per message. The machine may be shared: say its load."""
 
@@ -82,6 +83,7 @@ def run(conversations: int, turns: int, subjects: int, requests: bool = False) -
     table: dict[bytes, bytes] = {}
     decoded = codec.DecodedCache(capacity=4096)
     changelog = events = handled = 0
+    in_handle = in_dumps = 0.0
     cpu = time.process_time()
     pending = list(reversed(inputs))
     while pending:
@@ -94,7 +96,9 @@ def run(conversations: int, turns: int, subjects: int, requests: bool = False) -
         embedded = None
         if not requests and wants_embedding(state, event):
             embedded = embedded_of(np.asarray(vectors[(event.envelope.conversation_id, event.envelope.seq)]))
+        started = time.process_time()
         new_state, outgoing = handle(config, state, event, time.time(), embedded)
+        in_handle += time.process_time() - started
         replies = []
         for envelope in outgoing:
             value = encode(envelope)
@@ -105,7 +109,9 @@ def run(conversations: int, turns: int, subjects: int, requests: bool = False) -
                 replies.append(reply)
         pending.extend(reversed(replies))  # answered next, before the following message
         if new_state != state:
+            started = time.process_time()
             value = codec.dumps(new_state, key)
+            in_dumps += time.process_time() - started
             changelog += len(value)
             table[key] = value
             decoded.put(key, value, new_state)
@@ -113,6 +119,7 @@ def run(conversations: int, turns: int, subjects: int, requests: bool = False) -
     messages = len(inputs)
     sizes = sorted(len(v) for v in table.values())
     return {"messages": messages, "inputs": handled, "cpu_ms_per_message": round(cpu * 1000 / messages, 3),
+            "handle_ms": round(in_handle * 1000 / messages, 3), "dumps_ms": round(in_dumps * 1000 / messages, 3),
             "changelog_bytes_per_message": round(changelog / messages),
             "event_bytes_per_message": round(events / messages), "largest_state_bytes": sizes[-1]}
 

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pydantic_core import to_jsonable_python
+
 from schemas import topic_events as te
 from schemas.codec import new_event
 from schemas.envelope import Envelope
@@ -52,28 +54,34 @@ def _event_id() -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def built(type: str, payload_type: type, common: dict, **fields) -> Envelope:
-    """`new_event` for the events of every message (assigned, created, activated) without
-    validating what the fold built itself from validated input: the same envelope, the same
-    bytes (tests/unit/test_topic_fold_recorded.py). Validation stays at the edges (decoding)."""
-    payload = payload_type.model_construct(**fields).model_dump(mode="json")
+def built(type: str, payload: dict, common: dict) -> Envelope:
+    """`new_event` for the events of every message (assigned, created, activated), the payload
+    given as its JSON form: no model is built nor validated for what the fold made itself from
+    validated input (the same bytes: tests/unit/test_topic_fold_recorded.py). Validation stays at
+    the edges (decoding); the payload's keys are in its model's field order."""
     return Envelope.model_construct(type=type, schema_version=REGISTRY[type].version, event_id=_event_id(),
                                     occurred_at=datetime.now(UTC), payload=payload, **common)
 
 
-def snapshot(topic: Topic) -> te.TopicSnapshot:
-    return te.TopicSnapshot.model_construct(
-        title=topic.title, importance=topic.importance, access_count=topic.access_count,
-        message_count=topic.message_count, created_at=when(topic.created_at),
-        last_active_at=when(topic.last_active_at),
-    )
+def _time(timestamp: float) -> str:
+    """A time as the payload models write it in JSON (pydantic's own serializer)."""
+    return to_jsonable_python(when(timestamp))
+
+
+def snapshot(topic: Topic) -> dict:
+    """te.TopicSnapshot's JSON form."""
+    return {"title": topic.title, "importance": topic.importance, "access_count": topic.access_count,
+            "message_count": topic.message_count, "created_at": _time(topic.created_at),
+            "last_active_at": _time(topic.last_active_at)}
 
 
 def assigned(cause: Cause, topic: Topic, seq: int, role: str, content: str, timestamp: float,
              similarity: float | None, matched: bool, *, content_from_log: bool = False) -> Envelope:
-    return built(te.TOPIC_MESSAGE_ASSIGNED, te.TopicMessageAssigned, cause.common(),
-                 topic_id=topic.topic_id, seq=seq, role=role, content=content, occurred_at=when(timestamp),
-                 similarity=similarity, matched=matched, content_from_log=content_from_log, topic=snapshot(topic))
+    """te.TopicMessageAssigned."""
+    return built(te.TOPIC_MESSAGE_ASSIGNED, {
+        "topic_id": topic.topic_id, "seq": seq, "role": role, "content": content, "occurred_at": _time(timestamp),
+        "similarity": similarity, "matched": matched, "content_from_log": content_from_log,
+        "topic": snapshot(topic)}, cause.common())
 
 
 def to_event(command: object, cause: Cause, state: TopicsState, now: float, *, prompt_version: str,
@@ -101,11 +109,12 @@ def to_event(command: object, cause: Cause, state: TopicsState, now: float, *, p
                         message.timestamp, command.similarity, matched)
     if isinstance(command, TopicCreated):
         topic = state.topic(command.topic_id)
-        return built(te.TOPIC_CREATED, te.TopicCreated, common, topic_id=command.topic_id, title=command.title,
-                     seq=command.seq, importance=topic.importance, created_at=when(topic.created_at))
+        return built(te.TOPIC_CREATED, {"topic_id": command.topic_id, "title": command.title, "seq": command.seq,
+                                        "importance": topic.importance, "created_at": _time(topic.created_at)},
+                     common)
     if isinstance(command, TopicActivated):
-        return built(te.TOPIC_ACTIVATED, te.TopicActivated, common, topic_id=command.topic_id,
-                     previous_topic_id=command.previous_topic_id, seq=cause.seq)
+        return built(te.TOPIC_ACTIVATED, {"topic_id": command.topic_id, "previous_topic_id": command.previous_topic_id,
+                                          "seq": cause.seq}, common)
     if isinstance(command, ArchiveRestoreRequested):
         topic = state.topic(command.topic_id)
         payload = te.TopicArchiveRestoreRequested(topic_id=command.topic_id, seq=cause.seq,

@@ -75,7 +75,9 @@ def fold_digest(centred: bool, conversations: int = 3, turns: int = 70) -> str:
         for envelope in outgoing:
             value = encode(envelope.model_copy(update={"event_id": "x", "occurred_at": FIXED}))
             digest.update(value)
-            reply = _answer(decode(value))
+            derived = decode(value)  # every event the fold built passes the strict decoding, field for field
+            assert derived.payload.model_dump(mode="json") == envelope.payload, envelope.type
+            reply = _answer(derived)
             if reply is not None:
                 replies.append(reply)
         pending.extend(reversed(replies))
