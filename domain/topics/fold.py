@@ -45,7 +45,7 @@ Stepped = tuple[TopicsState, tuple[Command, ...]]
 
 def unit_vector(values: Sequence[float]) -> np.ndarray:
     """The embedding scaled to length 1; an empty, non-finite or zero vector is a caller bug."""
-    vector = np.asarray(values, dtype=np.float64)
+    vector = as_array(values) if isinstance(values, tuple) else np.asarray(values, dtype=np.float64)
     norm = float(np.linalg.norm(vector)) if vector.ndim == 1 and vector.size else 0.0
     if not math.isfinite(norm) or norm == 0.0:
         raise ValueError("an embedding must be a non-empty, finite, non-zero vector")
@@ -55,7 +55,7 @@ def unit_vector(values: Sequence[float]) -> np.ndarray:
 _ARRAYS: dict[int, tuple[tuple[float, ...], np.ndarray]] = {}
 
 
-def _as_array(centroid: tuple[float, ...]) -> np.ndarray:
+def as_array(centroid: tuple[float, ...]) -> np.ndarray:
     """np.asarray(centroid), remembered per tuple object: an unchanged topic keeps its tuple
     from event to event, and converting 20 x 384 floats for every message is the fold's main cost."""
     hit = _ARRAYS.get(id(centroid))
@@ -68,8 +68,8 @@ def _as_array(centroid: tuple[float, ...]) -> np.ndarray:
     return array
 
 
-def _remember(values: tuple[float, ...], array: np.ndarray) -> tuple[float, ...]:
-    """Record `array` as _as_array(values) (it must equal np.asarray(values)): the tuple the fold
+def remember_array(values: tuple[float, ...], array: np.ndarray) -> tuple[float, ...]:
+    """Record `array` as as_array(values) (it must equal np.asarray(values)): the tuple the fold
     just built from it is matched against at the next message without converting it back."""
     if len(_ARRAYS) >= 50_000:
         _ARRAYS.clear()
@@ -81,7 +81,7 @@ def _similarity(topic: Topic, unit: np.ndarray, probe: np.ndarray, probe_norm: f
                 background: np.ndarray | None) -> float:
     """The exact cosine best_match reports (the per-topic reference: its values are the ones
     recorded in events and compared with the threshold)."""
-    centroid = _as_array(topic.centroid)
+    centroid = as_array(topic.centroid)
     if background is None:
         return min(1.0, max(-1.0, float(centroid @ unit)))
     rest = centroid * topic.mean_norm - background
@@ -133,7 +133,7 @@ def _matrix(conversation_id: str, topics: tuple[Topic, ...]) -> np.ndarray:
             continue
         else:
             centroids[index] = topic.centroid
-        rows.matrix[index] = _as_array(topic.centroid)
+        rows.matrix[index] = as_array(topic.centroid)
     del centroids[size:]
     return rows.matrix[:size]
 
@@ -196,17 +196,17 @@ def background_of(state: TopicsState, config: TopicConfig) -> np.ndarray | None:
     if not config.center_on_conversation or not state.background_count:
         return None
     n = state.background_count
-    return _as_array(state.background) * (n / (n + config.background_warmup))
+    return as_array(state.background) * (n / (n + config.background_warmup))
 
 
 def _with_background(state: TopicsState, unit: np.ndarray, config: TopicConfig) -> TopicsState:
     if not config.center_on_conversation:
         return state
     n = state.background_count
-    mean = unit if not n else (_as_array(state.background) * n + unit) / (n + 1)
+    mean = unit if not n else (as_array(state.background) * n + unit) / (n + 1)
     # Kept at float32 precision, as the changelog stores it: a state read back matches exactly.
     stored = mean.astype(np.float32)
-    background = _remember(tuple(stored.tolist()), stored.astype(np.float64))
+    background = remember_array(tuple(stored.tolist()), stored.astype(np.float64))
     return evolve(state, background=background, background_count=n + 1)
 
 
@@ -279,10 +279,10 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     if best is not None and similarity + bonus > config.similarity_threshold:
         # Running mean of the members' unit embeddings; matching uses its direction.
         count = best.embedding_count + 1
-        mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
+        mean = (as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
         norm = float(np.linalg.norm(mean))
         direction = mean / norm
-        topic = evolve(best, centroid=_remember(tuple(direction.tolist()), direction),
+        topic = evolve(best, centroid=remember_array(tuple(direction.tolist()), direction),
                         embedding_count=count, mean_norm=norm,
                         messages=_with_message(best.messages, entry), message_count=best.message_count + 1,
                         last_active_at=now, access_count=best.access_count + 1,
@@ -291,7 +291,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     else:
         number = state.next_topic_number
         title = make_title(msg.content, config.title_chars)
-        topic = Topic(make_topic_id(state.conversation_id, number), title, _remember(tuple(unit.tolist()), unit),
+        topic = Topic(make_topic_id(state.conversation_id, number), title, remember_array(tuple(unit.tolist()), unit),
                       created_at=now, last_active_at=now, message_count=1, messages=(entry,),
                       importance=_importance(msg.importance, config.default_importance))
         state = evolve(state, next_topic_number=number + 1)
