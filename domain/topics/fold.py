@@ -53,6 +53,10 @@ def unit_vector(values: Sequence[float]) -> np.ndarray:
 
 
 _ARRAYS: dict[int, tuple[tuple[float, ...], np.ndarray]] = {}
+# Each entry holds a tuple of Python floats and its array (~15 KB at 384 dimensions): at most
+# ~150 MB. Matching reads the kept centroid rows (_MATRICES), so only the vectors made since the
+# conversation's last message are looked up here; forgetting them costs one conversion each.
+ARRAYS_KEPT = 10_000
 
 
 def as_array(centroid: tuple[float, ...]) -> np.ndarray:
@@ -61,7 +65,7 @@ def as_array(centroid: tuple[float, ...]) -> np.ndarray:
     hit = _ARRAYS.get(id(centroid))
     if hit is not None and hit[0] is centroid:
         return hit[1]
-    if len(_ARRAYS) >= 50_000:
+    if len(_ARRAYS) >= ARRAYS_KEPT:
         _ARRAYS.clear()
     array = np.asarray(centroid, dtype=np.float64)
     _ARRAYS[id(centroid)] = (centroid, array)  # holding the tuple keeps its id from being reused
@@ -71,7 +75,7 @@ def as_array(centroid: tuple[float, ...]) -> np.ndarray:
 def remember_array(values: tuple[float, ...], array: np.ndarray) -> tuple[float, ...]:
     """Record `array` as as_array(values) (it must equal np.asarray(values)): the tuple the fold
     just built from it is matched against at the next message without converting it back."""
-    if len(_ARRAYS) >= 50_000:
+    if len(_ARRAYS) >= ARRAYS_KEPT:
         _ARRAYS.clear()
     _ARRAYS[id(values)] = (values, array)
     return values
