@@ -5,9 +5,14 @@ the state back through the changelog codec — on interleaved conversations with
 vectors, compactions answered at once (so topics stay at their real size, <= 12 active messages).
 
     python -m bench.topic_fold_cpu_bench [--conversations 30] [--turns 200] [--subjects 8] [--repeat 3] [--profile]
+                                         [--requests]
 
-Reports CPU-ms per message (user and assistant; the embedding answers and compactions are the
-fold's inputs too and are counted in), the changelog bytes written per message and the topic
+By default each user message's vector is handed to the fold as the processor's `prepare` and the
+batch replay hand it (`stage.embedded_of` of the raw vector: no embedding request/answer pair);
+`--requests` takes the older path through `topic.embedding_requested` / `topic.message_embedded`.
+Reports CPU-ms per message (of which `handle_ms` in the fold's shell and `dumps_ms` in the
+changelog codec; the rest is decoding and encoding the events, as the processor does) (user and assistant; the embedding answers, if any, and compactions
+are the fold's inputs too and are counted in), the changelog bytes written per message and the topic
 event bytes per message. The machine may be shared: say its load."""
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from schemas.envelope import conversation_key
 from schemas.events import MessageAppended
 from schemas.registry import MESSAGE_APPENDED
 from streams.topics_memory import codec
-from streams.topics_memory.agent import AgentConfig, handle
+from streams.topics_memory.agent import AgentConfig, handle, wants_embedding
+from streams.topics_memory.stage import embedded_of
 
 T0 = 1_750_000_000.0
 USER_TEXT = "How do I plan the next step of this, given what we said before? " * 4
@@ -57,7 +63,7 @@ def answer(request, vector) -> bytes | None:
     return None
 
 
-def run(conversations: int, turns: int, subjects: int) -> dict:
+def run(conversations: int, turns: int, subjects: int, requests: bool = False) -> dict:
     config = AgentConfig.from_settings(Settings(), model="stub", prompt_version="topic-summary-v1")
     rng = np.random.default_rng(4)
     centres = [rng.normal(size=384) for _ in range(subjects)]
@@ -77,6 +83,7 @@ def run(conversations: int, turns: int, subjects: int) -> dict:
     table: dict[bytes, bytes] = {}
     decoded = codec.DecodedCache(capacity=4096)
     changelog = events = handled = 0
+    in_handle = in_dumps = 0.0
     cpu = time.process_time()
     pending = list(reversed(inputs))
     while pending:
@@ -86,7 +93,12 @@ def run(conversations: int, turns: int, subjects: int) -> dict:
         key = conversation_key(event.envelope.tenant_id, event.envelope.conversation_id)
         raw_state = table.get(key)
         state = decoded.get(key, raw_state, event.envelope.conversation_id)
-        new_state, outgoing = handle(config, state, event, time.time())
+        embedded = None
+        if not requests and wants_embedding(state, event):
+            embedded = embedded_of(np.asarray(vectors[(event.envelope.conversation_id, event.envelope.seq)]))
+        started = time.process_time()
+        new_state, outgoing = handle(config, state, event, time.time(), embedded)
+        in_handle += time.process_time() - started
         replies = []
         for envelope in outgoing:
             value = encode(envelope)
@@ -97,7 +109,9 @@ def run(conversations: int, turns: int, subjects: int) -> dict:
                 replies.append(reply)
         pending.extend(reversed(replies))  # answered next, before the following message
         if new_state != state:
+            started = time.process_time()
             value = codec.dumps(new_state, key)
+            in_dumps += time.process_time() - started
             changelog += len(value)
             table[key] = value
             decoded.put(key, value, new_state)
@@ -105,6 +119,7 @@ def run(conversations: int, turns: int, subjects: int) -> dict:
     messages = len(inputs)
     sizes = sorted(len(v) for v in table.values())
     return {"messages": messages, "inputs": handled, "cpu_ms_per_message": round(cpu * 1000 / messages, 3),
+            "handle_ms": round(in_handle * 1000 / messages, 3), "dumps_ms": round(in_dumps * 1000 / messages, 3),
             "changelog_bytes_per_message": round(changelog / messages),
             "event_bytes_per_message": round(events / messages), "largest_state_bytes": sizes[-1]}
 
@@ -116,12 +131,13 @@ def main() -> None:
     parser.add_argument("--subjects", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3, help="runs; the one with the least CPU is reported")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--requests", action="store_true", help="vectors through the log's request/answer pair")
     args = parser.parse_args()
     print(machine())
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()
-    runs = [run(args.conversations, args.turns, args.subjects) for _ in range(args.repeat)]
+    runs = [run(args.conversations, args.turns, args.subjects, args.requests) for _ in range(args.repeat)]
     print(min(runs, key=lambda r: r["cpu_ms_per_message"]) | {"all_cpu_ms_per_message": [r["cpu_ms_per_message"] for r in runs]})
     if args.profile:
         profile.disable()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
+from collections import OrderedDict
 from operator import attrgetter
 from collections.abc import Sequence
 from typing import Any
@@ -44,7 +45,7 @@ Stepped = tuple[TopicsState, tuple[Command, ...]]
 
 def unit_vector(values: Sequence[float]) -> np.ndarray:
     """The embedding scaled to length 1; an empty, non-finite or zero vector is a caller bug."""
-    vector = np.asarray(values, dtype=np.float64)
+    vector = as_array(values) if isinstance(values, tuple) else np.asarray(values, dtype=np.float64)
     norm = float(np.linalg.norm(vector)) if vector.ndim == 1 and vector.size else 0.0
     if not math.isfinite(norm) or norm == 0.0:
         raise ValueError("an embedding must be a non-empty, finite, non-zero vector")
@@ -52,19 +53,93 @@ def unit_vector(values: Sequence[float]) -> np.ndarray:
 
 
 _ARRAYS: dict[int, tuple[tuple[float, ...], np.ndarray]] = {}
+# Each entry holds a tuple of Python floats and its array (~15 KB at 384 dimensions): at most
+# ~150 MB. Matching reads the kept centroid rows (_MATRICES), so only the vectors made since the
+# conversation's last message are looked up here; forgetting them costs one conversion each.
+ARRAYS_KEPT = 10_000
 
 
-def _as_array(centroid: tuple[float, ...]) -> np.ndarray:
+def as_array(centroid: tuple[float, ...]) -> np.ndarray:
     """np.asarray(centroid), remembered per tuple object: an unchanged topic keeps its tuple
     from event to event, and converting 20 x 384 floats for every message is the fold's main cost."""
     hit = _ARRAYS.get(id(centroid))
     if hit is not None and hit[0] is centroid:
         return hit[1]
-    if len(_ARRAYS) >= 50_000:
+    if len(_ARRAYS) >= ARRAYS_KEPT:
         _ARRAYS.clear()
     array = np.asarray(centroid, dtype=np.float64)
     _ARRAYS[id(centroid)] = (centroid, array)  # holding the tuple keeps its id from being reused
     return array
+
+
+def remember_array(values: tuple[float, ...], array: np.ndarray) -> tuple[float, ...]:
+    """Record `array` as as_array(values) (it must equal np.asarray(values)): the tuple the fold
+    just built from it is matched against at the next message without converting it back."""
+    if len(_ARRAYS) >= ARRAYS_KEPT:
+        _ARRAYS.clear()
+    _ARRAYS[id(values)] = (values, array)
+    return values
+
+
+def _similarity(topic: Topic, unit: np.ndarray, probe: np.ndarray, probe_norm: float,
+                background: np.ndarray | None) -> float:
+    """The exact cosine best_match reports (the per-topic reference: its values are the ones
+    recorded in events and compared with the threshold)."""
+    centroid = as_array(topic.centroid)
+    if background is None:
+        return min(1.0, max(-1.0, float(centroid @ unit)))
+    rest = centroid * topic.mean_norm - background
+    scale = probe_norm * float(np.linalg.norm(rest))
+    return min(1.0, max(-1.0, float(rest @ probe) / scale)) if scale > 1e-12 else 0.0
+
+
+# Matrix scores within this of the best are taken again exactly, one by one: a matrix product
+# sums in another order than a dot product (last-bit differences, ~1e-16), and the winner, its
+# cosine and the ties must be the per-topic loop's exactly (replay equivalence). The margin
+# is far above those errors and far below any real difference between two topics.
+_NEAR = 1e-7
+_LOOP_UP_TO = 4  # fewer topics than this: the per-topic loop alone is cheaper
+
+
+class _Rows:
+    """The centroids of one conversation's topics as matrix rows, kept from message to message:
+    a message changes one topic's centroid, so one row is copied, not the whole working set."""
+
+    __slots__ = ("centroids", "matrix")
+
+    def __init__(self) -> None:
+        self.centroids: list[tuple[float, ...]] = []  # held: a row is valid while its tuple `is` the topic's
+        self.matrix = np.empty((0, 0))
+
+
+_MATRICES: OrderedDict[str, _Rows] = OrderedDict()
+MATRICES_KEPT = 512  # conversations (20 topics x 384 float64 = 60 KB each)
+
+
+def _matrix(conversation_id: str, topics: tuple[Topic, ...]) -> np.ndarray:
+    """np.stack of the topics' centroid arrays (a view of the conversation's kept rows)."""
+    rows = _MATRICES.get(conversation_id)
+    if rows is None:
+        rows = _MATRICES[conversation_id] = _Rows()
+        while len(_MATRICES) > MATRICES_KEPT:
+            _MATRICES.popitem(last=False)
+    else:
+        _MATRICES.move_to_end(conversation_id)
+    centroids, size = rows.centroids, len(topics)
+    dimensions = len(topics[0].centroid)
+    if rows.matrix.shape[1:] != (dimensions,) or rows.matrix.shape[0] < size:
+        rows.matrix = np.empty((max(size, 2 * rows.matrix.shape[0]), dimensions))
+        centroids.clear()
+    for index, topic in enumerate(topics):
+        if index >= len(centroids):
+            centroids.append(topic.centroid)
+        elif centroids[index] is topic.centroid:
+            continue
+        else:
+            centroids[index] = topic.centroid
+        rows.matrix[index] = as_array(topic.centroid)
+    del centroids[size:]
+    return rows.matrix[:size]
 
 
 def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0,
@@ -72,20 +147,47 @@ def best_match(state: TopicsState, unit: np.ndarray, active_bonus: float = 0.0,
     """The working-set topic with the highest cosine similarity (the earliest on ties), the
     active topic's raised by `active_bonus`; the similarity returned is the bonus-free cosine.
     With a `background` (the conversation's mean vector), the cosine is taken between the
-    message and the topics' mean vectors with the background taken off both."""
-    best, best_score, best_similarity = None, -math.inf, -math.inf
+    message and the topics' mean vectors with the background taken off both.
+
+    All topics are scored with one matrix product; only those within _NEAR of the best are
+    scored again exactly (docs/topics.md, "The topic fold's CPU")."""
+    topics = state.topics
+    for topic in topics:
+        if len(topic.centroid) != unit.size or unit.ndim != 1:
+            raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {len(topic.centroid)}")
     probe = unit if background is None else unit - background
-    probe_norm = float(np.linalg.norm(probe))
-    for topic in state.topics:
-        centroid = _as_array(topic.centroid)
-        if centroid.shape != unit.shape:
-            raise ValueError(f"embedding has {unit.size} dimensions, topic {topic.topic_id} {centroid.size}")
+    probe_norm = 1.0 if background is None else float(np.linalg.norm(probe))  # only centred matching uses it
+    candidates: Sequence[int] = range(len(topics))
+    if len(topics) > _LOOP_UP_TO:
+        matrix = _matrix(state.conversation_id, topics)
+        forced: list[int] = []
         if background is None:
-            similarity = min(1.0, max(-1.0, float(centroid @ unit)))
+            scores = (matrix @ unit).tolist()
         else:
-            rest = centroid * topic.mean_norm - background
-            scale = probe_norm * float(np.linalg.norm(rest))
-            similarity = min(1.0, max(-1.0, float(rest @ probe) / scale)) if scale > 1e-12 else 0.0
+            # |rest_i|^2 and rest_i . probe from two products with the unit centroid rows m_i
+            # (rest_i = m_i * n_i - background): no n x d temporaries. Cancellation leaves
+            # ~1e-14 / (|rest_i| |probe|) of error, so a short one is always looked at exactly.
+            norms = np.array([t.mean_norm for t in topics])
+            along_probe, along_background = matrix @ probe, matrix @ background
+            squares = (norms * (norms - 2 * along_background) + float(background @ background)).tolist()
+            scores = (norms * along_probe - float(background @ probe)).tolist()
+            for index, square in enumerate(squares):
+                scale = math.sqrt(square) * probe_norm if square > 0.0 else 0.0
+                if scale > 1e-4:
+                    scores[index] /= scale
+                else:
+                    scores[index] = 0.0
+                    forced.append(index)
+        if active_bonus:
+            for index, topic in enumerate(topics):
+                if topic.topic_id == state.active_topic_id:
+                    scores[index] += active_bonus
+        top = max(scores) - _NEAR
+        candidates = [index for index, score in enumerate(scores) if score >= top or index in forced]
+    best, best_score, best_similarity = None, -math.inf, -math.inf
+    for index in candidates:
+        topic = topics[index]
+        similarity = _similarity(topic, unit, probe, probe_norm, background)
         score = similarity + (active_bonus if topic.topic_id == state.active_topic_id else 0.0)
         if score > best_score:
             best, best_score, best_similarity = topic, score, similarity
@@ -98,16 +200,18 @@ def background_of(state: TopicsState, config: TopicConfig) -> np.ndarray | None:
     if not config.center_on_conversation or not state.background_count:
         return None
     n = state.background_count
-    return _as_array(state.background) * (n / (n + config.background_warmup))
+    return as_array(state.background) * (n / (n + config.background_warmup))
 
 
 def _with_background(state: TopicsState, unit: np.ndarray, config: TopicConfig) -> TopicsState:
     if not config.center_on_conversation:
         return state
     n = state.background_count
-    mean = unit if not n else (_as_array(state.background) * n + unit) / (n + 1)
+    mean = unit if not n else (as_array(state.background) * n + unit) / (n + 1)
     # Kept at float32 precision, as the changelog stores it: a state read back matches exactly.
-    return evolve(state, background=tuple(mean.astype(np.float32).tolist()), background_count=n + 1)
+    stored = mean.astype(np.float32)
+    background = remember_array(tuple(stored.tolist()), stored.astype(np.float64))
+    return evolve(state, background=background, background_count=n + 1)
 
 
 def _after_pause(state: TopicsState, now: float, config: TopicConfig) -> bool:
@@ -179,9 +283,11 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     if best is not None and similarity + bonus > config.similarity_threshold:
         # Running mean of the members' unit embeddings; matching uses its direction.
         count = best.embedding_count + 1
-        mean = (_as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
+        mean = (as_array(best.centroid) * best.mean_norm * best.embedding_count + unit) / count
         norm = float(np.linalg.norm(mean))
-        topic = evolve(best, centroid=tuple((mean / norm).tolist()), embedding_count=count, mean_norm=norm,
+        direction = mean / norm
+        topic = evolve(best, centroid=remember_array(tuple(direction.tolist()), direction),
+                        embedding_count=count, mean_norm=norm,
                         messages=_with_message(best.messages, entry), message_count=best.message_count + 1,
                         last_active_at=now, access_count=best.access_count + 1,
                         importance=_importance(msg.importance, best.importance))
@@ -189,7 +295,7 @@ def _on_user(state: TopicsState, msg: UserMessage, now: float, config: TopicConf
     else:
         number = state.next_topic_number
         title = make_title(msg.content, config.title_chars)
-        topic = Topic(make_topic_id(state.conversation_id, number), title, tuple(unit.tolist()),
+        topic = Topic(make_topic_id(state.conversation_id, number), title, remember_array(tuple(unit.tolist()), unit),
                       created_at=now, last_active_at=now, message_count=1, messages=(entry,),
                       importance=_importance(msg.importance, config.default_importance))
         state = evolve(state, next_topic_number=number + 1)

@@ -157,7 +157,10 @@ class TopicsState:
     background_count: int = 0
 
     def topic(self, topic_id: str | None) -> Topic | None:
-        return next((t for t in self.topics if t.topic_id == topic_id), None)
+        for t in self.topics:  # a plain loop: called several times per input, a generator costs 2x
+            if t.topic_id == topic_id:
+                return t
+        return None
 
     def compacting(self, topic_id: str) -> Topic | None:
         """A working-set topic, or an evicted one still draining its compactions."""

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from domain.topics.fold import as_array
 from domain.topics.gaps import GapRecovery
 from domain.topics.inbox import Inbox
 from domain.topics.state import Topic, TopicsState
@@ -38,7 +39,9 @@ def pack_vector(values: Any) -> str:
     hit = _PACKED.get(id(values))
     if hit is not None and hit[0] is values:
         return hit[1]
-    packed = base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode("ascii")
+    # The fold's float64 array of the tuple (remembered when it built it) cast as np.asarray(values, "<f4") casts.
+    array = as_array(values) if isinstance(values, tuple) else np.asarray(values, dtype=np.float64)
+    packed = base64.b64encode(array.astype("<f4").tobytes()).decode("ascii")
     if isinstance(values, tuple):
         if len(_PACKED) >= 50_000:
             _PACKED.clear()

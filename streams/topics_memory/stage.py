@@ -11,6 +11,7 @@ import numpy as np
 
 from core.embeddings.port import Embedder, EmbeddingError
 from core.llm.port import ChatMessage, LlmError
+from domain.topics.fold import remember_array
 from domain.topics.reads import TopicReads
 from runtime.outage import Backoff, is_transient
 from schemas import topic_events as te
@@ -29,10 +30,16 @@ def unit(vector: np.ndarray) -> list[float] | None:
     """The vector the fold matches on: unit length, each component rounded to 7 places (as the
     `topic.message_embedded` events carried it); None for a zero or non-finite vector (an empty
     message: nothing to match on)."""
+    found = unit_array(vector)
+    return None if found is None else found.tolist()
+
+
+def unit_array(vector: np.ndarray) -> np.ndarray | None:
+    """`unit` as a float64 array."""
     norm = float(np.linalg.norm(vector))
     if not np.isfinite(norm) or norm == 0.0:
         return None
-    return np.round(np.asarray(vector / norm, dtype=np.float64), 7).tolist()  # = round(x, 7) each
+    return np.round(np.asarray(vector / norm, dtype=np.float64), 7)  # = round(x, 7) each
 
 
 def gave_up(error: str) -> str:
@@ -41,8 +48,12 @@ def gave_up(error: str) -> str:
 
 
 def embedded_of(vector: np.ndarray) -> Embedded:
-    found = unit(vector)
-    return Embedded(tuple(found)) if found is not None else Embedded(None, gave_up(ZERO_VECTOR))
+    """The vector as the fold takes it, normalised and rounded once; its array is remembered for
+    the fold's matching (domain/topics/fold.py, `as_array`): not converted back from the tuple."""
+    found = unit_array(vector)
+    if found is None:
+        return Embedded(None, gave_up(ZERO_VECTOR))
+    return Embedded(remember_array(tuple(found.tolist()), found))
 
 
 def failed_for_good(exc: BaseException) -> str | None:
