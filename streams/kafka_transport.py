@@ -147,6 +147,12 @@ async def seek_to_committed_or_beginning(consumer, changelog_topics) -> dict:
              if (offset is None or offset <= 0) and tp.topic not in changelog_topics]
     if fresh:
         await consumer.seek_to_beginning(*fresh)
+    # Where each stream partition resumes after the rebalance: what tells "committed past records
+    # nobody folded" from "records dropped after the seek" (docs/backbone.md, 2026-11-28).
+    log.info("stream partitions resume at their committed offsets %s; from their beginning: %s",
+             sorted((f"{tp.topic}:{tp.partition}", offset) for tp, offset in committed.items()
+                    if tp.topic not in changelog_topics and offset is not None and offset > 0),
+             sorted(f"{tp.topic}:{tp.partition}" for tp in fresh))
     return committed
 
 

@@ -100,6 +100,8 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     for part in slices:
         ctx.stages.extend(part.stages)
 
+    firsts: dict[tuple[str, int], int] = {}  # (topic, partition) -> the generation its last record came in
+
     @app.agent(ctx.conversation_and_memory_events, name=AGENT, concurrency=1)
     async def process_conversation(stream):
         """Ordered per conversation: the records fetched so far taken as a batch (the slices warm
@@ -125,6 +127,7 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
                 if not in_turn(app, record.message):
                     _cut_off(record, batch)
                     break
+                _log_first(firsts, record.message)
                 # The task-local current event faust's own iteration sets: a table write goes to
                 # this record's partition of the changelog. Not `stream.current_event`: faust's
                 # buffering task sets that one for the next batch meanwhile and reads it back.
@@ -182,6 +185,16 @@ async def _process(ctx: StreamContext, record, states: States, slices: Sequence[
     if encoded:
         states.write(key, entry, encoded, changed)
     return True
+
+
+def _log_first(firsts: dict, message) -> None:
+    """The first record this worker folds of a partition in a generation: where its turn began
+    (with the seek's log line in streams/kafka_transport.py, docs/backbone.md 2026-11-28)."""
+    turn = (message.topic, message.partition)
+    if firsts.get(turn) != message.generation_id:
+        firsts[turn] = message.generation_id
+        log.info("generation %s: first record folded of %s[%d] is @%d",
+                 message.generation_id, message.topic, message.partition, message.offset)
 
 
 def _cut_off(record, batch: list) -> None:
