@@ -1,4 +1,4 @@
-"""faust's aiokafka transport: a configurable fetch wait, and two holes closed for takeovers.
+"""faust's aiokafka transport: a configurable fetch wait, and the holes closed for takeovers.
 
 faust creates its consumer with `fetch_max_wait_ms=1500` (not a setting). aiokafka leaves a
 partition whose records are still buffered out of the next fetch request, so new records on
@@ -19,6 +19,12 @@ When a worker takes over partitions (a peer was SIGKILLed, tests/integration/tes
   `_Producer.flush` empties the buffer first.
 
 - Acks: a record fetched before a rebalance is never acknowledged (`_Consumer.ack`, `in_turn`).
+- Resume: faust's recovery resumes the stream partitions, seeks them to their committed offsets and
+  only then resumes the flow control (clearing the streams' queues), its fetch loop delivering all
+  along: records fetched from a sought position before the read offsets were reset were dropped as
+  read, and records delivered before the clear were cleared, both never fetched again (the
+  takeover hole, docs/backbone.md). `_Consumer` holds the stream partitions back until the flow
+  resumes (`resume_partitions`, `resume_flow`).
 - Put back: records a fetch took that faust would drop (the flow stopped by a rebalance, or
   their partition paused meanwhile) are sought back to (`put_back`): dropped, a changelog
   partition's restore never reached its end (the recovery stall, docs/backbone.md).
@@ -33,6 +39,7 @@ import time
 
 from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import TRANSPORTS
+from faust.transport.consumer import ensure_TPset
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from runtime.fetch_pace import FetchPace
@@ -73,8 +80,48 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
 
 
 class _Consumer(faust_aiokafka.Consumer):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._held_back: set = set()  # stream partitions resumed by a rebalance's end, fetched once its flow resumes
+
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def resume_partitions(self, tps) -> None:
+        """faust's, except that stream partitions wait for the flow's resumption (`resume_flow`).
+
+        faust resumes stream partitions only at the end of a rebalance (`Recovery`), in this order:
+        resume them, seek them to their committed offsets, resume the flow control (which clears
+        every stream's queue), resume the consumer's flow. The flow is already active there (since
+        the changelog phase), so its fetch loop delivers stream records all along that sequence,
+        and two ways lose them: records fetched from a sought position before the seek has reset
+        the read offsets are dropped as already read (below the last generation's read offset: a
+        held partition's cut-off records), and records delivered before the flow control resumes
+        are cleared from the queues, never to be fetched again (issue 22, docs/backbone.md
+        "The takeover hole"). Held back until `resume_flow`, they are first fetched from the
+        sought positions, against the reset read offsets, into cleared queues."""
+        tps = ensure_TPset(tps)
+        stream = {tp for tp in tps if not self._is_changelog_tp(tp)}
+        self._held_back |= stream
+        super().resume_partitions(tps - stream)
+
+    def pause_partitions(self, tps) -> None:
+        """faust's; a paused partition is no longer held back, nor read because its buffer was full."""
+        tps = ensure_TPset(tps)
+        self._held_back -= tps
+        self._buffered_partitions.difference_update(tps)
+        super().pause_partitions(tps)
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        self._held_back -= ensure_TPset(revoked)
+        await super().on_partitions_revoked(revoked)
+
+    def resume_flow(self) -> None:
+        """faust's, with the stream partitions held back (`resume_partitions`) resumed first."""
+        if self._held_back:
+            held, self._held_back = self._held_back, set()
+            super().resume_partitions(held)
+        super().resume_flow()
 
     def ack(self, message) -> bool:
         """faust's ack, refused for a record that was not applied in turn (`in_turn`): fetched

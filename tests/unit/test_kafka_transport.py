@@ -4,6 +4,7 @@ import contextlib
 from pathlib import Path
 
 from aiokafka import TopicPartition
+from faust.types import TP
 
 from core.settings import KafkaSettings, Settings
 from streams import kafka_transport
@@ -134,3 +135,76 @@ async def test_records_of_a_partition_paused_during_the_fetch_are_put_back(tmp_p
     consumer = FetchingConsumer(records)
     assert await thread._fetch_records(consumer, {active}, timeout=1.0) == {active: kept}
     assert consumer.sought == {standby: 5}
+
+
+class StreamPartition:
+    """A stream partition as aiokafka and faust's fetch loop (`Consumer._drain_messages`) see it:
+    aiokafka's position, moved past every record it hands out, and faust's rule for a record it
+    got: delivered into the stream's queue unless its offset lies below the partition's read
+    offset (then dropped as read already)."""
+
+    def __init__(self, consumer, tp, *, position, read_offset=None):
+        self.consumer, self.tp, self.position = consumer, tp, position
+        consumer._read_offset[tp] = read_offset
+
+    def fetch(self, queue) -> None:
+        """One pass of the fetch loop: the record at the position, if the partition is fetched now."""
+        if self.tp not in self.consumer._get_active_partitions() or not self.consumer.flow_active:
+            return
+        offset, self.position = self.position, self.position + 1
+        read = self.consumer._read_offset[self.tp]
+        if read is None or offset >= read:
+            queue.put_nowait((self.tp.partition, offset))
+            self.consumer._read_offset[self.tp] = offset
+
+
+async def test_the_end_of_a_rebalance_delivers_every_record_from_the_committed_offsets(tmp_path: Path):
+    """The takeover hole (issue 22, docs/backbone.md): faust's recovery ends by resuming the stream
+    partitions, seeking them to their committed offsets, resuming the flow control (which clears
+    the streams' queues) and the flow, and its fetch loop ran all along (the flow active since
+    the changelog phase). A held partition's batch cut off at @55 (delivered up to @65, committed
+    55): @55, fetched from the sought position before the seek reset the read offset, was dropped
+    as read, and the fold went on at @56. A newly assigned partition never committed: what the
+    fetch loop delivered during the seek was cleared from the queue, and the fold went on after
+    it (a run placed 477 of 480 messages). Here faust's own `Recovery.on_recovery_completed` runs,
+    with aiokafka and the fetch loop modelled (`StreamPartition`): the fetch loop runs before and
+    after the seek, while the seek waits for the broker."""
+    app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
+    consumer, recovery = app.consumer, app.tables.recovery
+    changelog = TP(next(iter(app.tables.changelog_topics)), 0)
+    held_tp, new_tp = TP("conversations", 1), TP("conversations", 0)
+    assignment = {changelog, held_tp, new_tp}
+    held = StreamPartition(consumer, held_tp, position=66, read_offset=65)
+    new = StreamPartition(consumer, new_tp, position=0)  # aiokafka's reset to the beginning
+    queue = app.FlowControlQueue(maxsize=1000, clear_on_resume=True)  # a stream's queue, as faust makes it
+
+    async def seek_to_committed():  # the consumer thread's seek, while faust's fetch loop runs on
+        for partition in (held, new):
+            partition.fetch(queue)
+        held.position, new.position = 55, 0
+        for partition in (held, new):
+            partition.fetch(queue)
+        return {held_tp: 55, new_tp: None, changelog: None}
+
+    async def no_fetcher():
+        return None
+
+    consumer.assignment = lambda: set(assignment)
+    consumer._thread.seek_to_committed = seek_to_committed
+    app._fetcher.maybe_start = no_fetcher
+    # The rebalance so far: every partition paused at the assignment, the changelog phase's flow.
+    consumer._set_active_tps(assignment)
+    consumer.pause_partitions(assignment)
+    consumer.resume_partitions({changelog})
+    app.flow_control.resume()
+    consumer.resume_flow()
+
+    await recovery.on_recovery_completed(app.consumer_generation_id)
+    for _ in range(2):
+        for partition in (held, new):
+            partition.fetch(queue)
+
+    delivered = [queue.get_nowait() for _ in range(queue.qsize())]
+    assert [offset for partition, offset in delivered if partition == held_tp.partition] == [55, 56]
+    assert [offset for partition, offset in delivered if partition == new_tp.partition] == [0, 1]
+    assert {held_tp, new_tp} <= consumer._get_active_partitions() and consumer.flow_active
