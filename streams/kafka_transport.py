@@ -105,6 +105,15 @@ class _Consumer(faust_aiokafka.Consumer):
         self._held_back |= stream
         super().resume_partitions(tps - stream)
 
+    def _set_active_tps(self, tps) -> set:
+        """faust's (at an assignment: every assigned partition active, until its `pause_partitions`
+        a few awaits later), without the stream partitions: they become active only once the
+        rebalance's end resumes them (`resume_partitions`). At a worker's first assignment nothing
+        was revoked, so the flow is still active, and a fetch in that window could deliver stream
+        records to be folded once the changelog phase resumes the flow control, before the table
+        is restored."""
+        return super()._set_active_tps({tp for tp in ensure_TPset(tps) if self._is_changelog_tp(tp)})
+
     def pause_partitions(self, tps) -> None:
         """faust's; a paused partition is no longer held back, nor read because its buffer was full."""
         tps = ensure_TPset(tps)

@@ -208,3 +208,19 @@ async def test_the_end_of_a_rebalance_delivers_every_record_from_the_committed_o
     assert [offset for partition, offset in delivered if partition == held_tp.partition] == [55, 56]
     assert [offset for partition, offset in delivered if partition == new_tp.partition] == [0, 1]
     assert {held_tp, new_tp} <= consumer._get_active_partitions() and consumer.flow_active
+
+
+def test_an_assignment_makes_no_stream_partition_active_before_the_rebalance_s_end(tmp_path: Path):
+    """faust marks every assigned partition active and pauses them a few awaits later; at a worker's
+    first assignment the flow is active (nothing was revoked), so a fetch in between could take
+    stream records before the table is restored. Only the rebalance's end makes them active."""
+    app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
+    consumer = app.consumer
+    changelog, stream = TP(next(iter(app.tables.changelog_topics)), 0), TP("conversations", 0)
+    consumer._set_active_tps({changelog, stream})
+    assert consumer._get_active_partitions() == {changelog} and consumer.flow_active
+    consumer.pause_partitions({changelog, stream})
+    consumer.resume_partitions({stream})  # the rebalance's end: held back until the flow resumes
+    assert stream not in consumer._get_active_partitions()
+    consumer.resume_flow()
+    assert consumer._get_active_partitions() == {stream}
