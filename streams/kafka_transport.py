@@ -24,7 +24,8 @@ When a worker takes over partitions (a peer was SIGKILLed, tests/integration/tes
   along: records fetched from a sought position before the read offsets were reset were dropped as
   read, and records delivered before the clear were cleared, both never fetched again (the
   takeover hole, docs/backbone.md). `_Consumer` holds the stream partitions back until the flow
-  resumes (`resume_partitions`, `resume_flow`).
+  resumes (`resume_partitions`, `resume_flow`), and an assignment does not make them active
+  before that (`_set_active_tps`).
 - Put back: records a fetch took that faust would drop (the flow stopped by a rebalance, or
   their partition paused meanwhile) are sought back to (`put_back`): dropped, a changelog
   partition's restore never reached its end (the recovery stall, docs/backbone.md).
