@@ -1,4 +1,4 @@
-"""faust's aiokafka transport: a configurable fetch wait, and two holes closed for takeovers.
+"""faust's aiokafka transport: a configurable fetch wait, and the holes closed for takeovers.
 
 faust creates its consumer with `fetch_max_wait_ms=1500` (not a setting). aiokafka leaves a
 partition whose records are still buffered out of the next fetch request, so new records on
@@ -19,17 +19,16 @@ When a worker takes over partitions (a peer was SIGKILLed, tests/integration/tes
   `_Producer.flush` empties the buffer first.
 
 - Acks: a record fetched before a rebalance is never acknowledged (`_Consumer.ack`, `in_turn`).
+- Resume: faust's recovery resumes the stream partitions, seeks them to their committed offsets and
+  only then resumes the flow control (clearing the streams' queues), its fetch loop delivering all
+  along: records fetched from a sought position before the read offsets were reset were dropped as
+  read, and records delivered before the clear were cleared, both never fetched again (the
+  takeover hole, docs/backbone.md). `_Consumer` holds the stream partitions back until the flow
+  resumes (`resume_partitions`, `resume_flow`), and an assignment does not make them active
+  before that (`_set_active_tps`).
 - Put back: records a fetch took that faust would drop (the flow stopped by a rebalance, or
   their partition paused meanwhile) are sought back to (`put_back`): dropped, a changelog
   partition's restore never reached its end (the recovery stall, docs/backbone.md).
-- Read offsets: faust drops a fetched record below the highest offset it has handed on of its
-  partition (`Consumer._read_offset`), and counts a jump above it as a gap that is acknowledged
-  (compacted topics). After a rebalance faust resumes the stream partitions before it seeks them
-  to their committed offsets, so a fetch in between hands records on and raises that offset: the
-  seek's records were then dropped as seen, and records that had not reached the processor
-  with them were lost to it (a conversation stalled for good, docs/backbone.md "Records dropped
-  as already read"). `StreamReadOffsets` forgets it for the stream partitions: every fetched
-  record is delivered (the processor folds a record again without change) and no gap is acked.
 
 Used through the `memkafka://` broker scheme that `make_app` sets.
 """
@@ -38,10 +37,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
 
 from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import TRANSPORTS
+from faust.transport.consumer import ensure_TPset
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from runtime.fetch_pace import FetchPace
@@ -81,32 +80,58 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return await self.call_thread(seek_to_committed_or_beginning, consumer, self.app.tables.changelog_topics)
 
 
-class StreamReadOffsets(dict):
-    """faust's `Consumer._read_offset` (the highest offset handed on, per partition) that answers
-    None for every partition outside `changelog_topics()`: faust's fetch loop then delivers every
-    record of a stream partition it fetches and never counts a jump as a gap to acknowledge.
-    Changelog partitions keep faust's rule (their restore seeks them itself)."""
-
-    def __init__(self, changelog_topics: Callable[[], Iterable[str]]) -> None:
-        super().__init__()
-        self._changelog_topics = changelog_topics
-
-    def __missing__(self, tp):
-        return None
-
-    def __getitem__(self, tp):
-        if tp.topic in self._changelog_topics():
-            return dict.get(self, tp)
-        return None
-
-
 class _Consumer(faust_aiokafka.Consumer):
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._read_offset = StreamReadOffsets(lambda: self.app.tables.changelog_topics)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._held_back: set = set()  # stream partitions resumed by a rebalance's end, fetched once its flow resumes
 
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    def resume_partitions(self, tps) -> None:
+        """faust's, except that stream partitions wait for the flow's resumption (`resume_flow`).
+
+        faust resumes stream partitions only at the end of a rebalance (`Recovery`), in this order:
+        resume them, seek them to their committed offsets, resume the flow control (which clears
+        every stream's queue), resume the consumer's flow. The flow is already active there (since
+        the changelog phase), so its fetch loop delivers stream records all along that sequence,
+        and two ways lose them: records fetched from a sought position before the seek has reset
+        the read offsets are dropped as already read (below the last generation's read offset: a
+        held partition's cut-off records), and records delivered before the flow control resumes
+        are cleared from the queues, never to be fetched again (issue 22, docs/backbone.md
+        "The takeover hole"). Held back until `resume_flow`, they are first fetched from the
+        sought positions, against the reset read offsets, into cleared queues."""
+        tps = ensure_TPset(tps)
+        stream = {tp for tp in tps if not self._is_changelog_tp(tp)}
+        self._held_back |= stream
+        super().resume_partitions(tps - stream)
+
+    def _set_active_tps(self, tps) -> set:
+        """faust's (at an assignment: every assigned partition active, until its `pause_partitions`
+        a few awaits later), without the stream partitions: they become active only once the
+        rebalance's end resumes them (`resume_partitions`). At a worker's first assignment nothing
+        was revoked, so the flow is still active, and a fetch in that window could deliver stream
+        records to be folded once the changelog phase resumes the flow control, before the table
+        is restored."""
+        return super()._set_active_tps({tp for tp in ensure_TPset(tps) if self._is_changelog_tp(tp)})
+
+    def pause_partitions(self, tps) -> None:
+        """faust's; a paused partition is no longer held back, nor read because its buffer was full."""
+        tps = ensure_TPset(tps)
+        self._held_back -= tps
+        self._buffered_partitions.difference_update(tps)
+        super().pause_partitions(tps)
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        self._held_back -= ensure_TPset(revoked)
+        await super().on_partitions_revoked(revoked)
+
+    def resume_flow(self) -> None:
+        """faust's, with the stream partitions held back (`resume_partitions`) resumed first."""
+        if self._held_back:
+            held, self._held_back = self._held_back, set()
+            super().resume_partitions(held)
+        super().resume_flow()
 
     def ack(self, message) -> bool:
         """faust's ack, refused for a record that was not applied in turn (`in_turn`): fetched

@@ -4,6 +4,7 @@ import contextlib
 from pathlib import Path
 
 from aiokafka import TopicPartition
+from faust.types import TP
 
 from core.settings import KafkaSettings, Settings
 from streams import kafka_transport
@@ -136,45 +137,90 @@ async def test_records_of_a_partition_paused_during_the_fetch_are_put_back(tmp_p
     assert consumer.sought == {standby: 5}
 
 
-async def _deliveries(app, fetches) -> list[int]:
-    """faust's own fetch loop (`Consumer._drain_messages`) over `fetches` (lists of offsets of one
-    stream partition, one fetch each): the offsets it hands on to the streams, in order."""
-    from types import SimpleNamespace
+class StreamPartition:
+    """A stream partition as aiokafka and faust's fetch loop (`Consumer._drain_messages`) see it:
+    aiokafka's position, moved past every record it hands out, and faust's rule for a record it
+    got: delivered into the stream's queue unless its offset lies below the partition's read
+    offset (then dropped as read already)."""
 
-    from faust.types import TP
+    def __init__(self, consumer, tp, *, position, read_offset=None):
+        self.consumer, self.tp, self.position = consumer, tp, position
+        consumer._read_offset[tp] = read_offset
 
-    consumer, tp, delivered = app.consumer, TP("conversation-events", 1), []
-    fetcher = SimpleNamespace(_stopped=SimpleNamespace(is_set=lambda: not fetches))
-
-    async def callback(message):
-        delivered.append(message.offset)
-
-    async def getmany(timeout):
-        for offset in fetches.pop(0):
-            yield tp, SimpleNamespace(offset=offset, topic=tp.topic, key=b"k", value=b"v")
-
-    consumer.callback, consumer.getmany = callback, getmany
-    await consumer._drain_messages(fetcher)
-    return delivered
+    def fetch(self, queue) -> None:
+        """One pass of the fetch loop: the record at the position, if the partition is fetched now."""
+        if self.tp not in self.consumer._get_active_partitions() or not self.consumer.flow_active:
+            return
+        offset, self.position = self.position, self.position + 1
+        read = self.consumer._read_offset[self.tp]
+        if read is None or offset >= read:
+            queue.put_nowait((self.tp.partition, offset))
+            self.consumer._read_offset[self.tp] = offset
 
 
-async def test_a_record_the_seek_brings_back_is_delivered_again_and_no_jump_is_a_gap(tmp_path: Path):
-    """After a rebalance faust resumes the stream partitions before it seeks them to their
-    committed offsets: a fetch in between hands @24-26 on, the seek brings @24 back. faust's own
-    rule dropped every record below the highest offset handed on (a conversation whose records
-    had not all reached the processor then stalled for good: tests/integration/test_upgrade.py
-    under load); here every fetched record is delivered, and a jump is no gap to acknowledge."""
+async def test_the_end_of_a_rebalance_delivers_every_record_from_the_committed_offsets(tmp_path: Path):
+    """The takeover hole (issue 22, docs/backbone.md): faust's recovery ends by resuming the stream
+    partitions, seeking them to their committed offsets, resuming the flow control (which clears
+    the streams' queues) and the flow, and its fetch loop ran all along (the flow active since
+    the changelog phase). A held partition's batch cut off at @55 (delivered up to @65, committed
+    55): @55, fetched from the sought position before the seek reset the read offset, was dropped
+    as read, and the fold went on at @56. A newly assigned partition never committed: what the
+    fetch loop delivered during the seek was cleared from the queue, and the fold went on after
+    it (a run placed 477 of 480 messages). Here faust's own `Recovery.on_recovery_completed` runs,
+    with aiokafka and the fetch loop modelled (`StreamPartition`): the fetch loop runs before and
+    after the seek, while the seek waits for the broker."""
     app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
-    assert isinstance(app.consumer._read_offset, kafka_transport.StreamReadOffsets)
-    assert await _deliveries(app, [[24, 25, 26], [24, 25, 26, 27], [40]]) == [24, 25, 26, 24, 25, 26, 27, 40]
-    assert not app.consumer._gap  # faust counted 28-39 as a gap, acknowledged at the next commit
+    consumer, recovery = app.consumer, app.tables.recovery
+    changelog = TP(next(iter(app.tables.changelog_topics)), 0)
+    held_tp, new_tp = TP("conversations", 1), TP("conversations", 0)
+    assignment = {changelog, held_tp, new_tp}
+    held = StreamPartition(consumer, held_tp, position=66, read_offset=65)
+    new = StreamPartition(consumer, new_tp, position=0)  # aiokafka's reset to the beginning
+    queue = app.FlowControlQueue(maxsize=1000, clear_on_resume=True)  # a stream's queue, as faust makes it
+
+    async def seek_to_committed():  # the consumer thread's seek, while faust's fetch loop runs on
+        for partition in (held, new):
+            partition.fetch(queue)
+        held.position, new.position = 55, 0
+        for partition in (held, new):
+            partition.fetch(queue)
+        return {held_tp: 55, new_tp: None, changelog: None}
+
+    async def no_fetcher():
+        return None
+
+    consumer.assignment = lambda: set(assignment)
+    consumer._thread.seek_to_committed = seek_to_committed
+    app._fetcher.maybe_start = no_fetcher
+    # The rebalance so far: every partition paused at the assignment, the changelog phase's flow.
+    consumer._set_active_tps(assignment)
+    consumer.pause_partitions(assignment)
+    consumer.resume_partitions({changelog})
+    app.flow_control.resume()
+    consumer.resume_flow()
+
+    await recovery.on_recovery_completed(app.consumer_generation_id)
+    for _ in range(2):
+        for partition in (held, new):
+            partition.fetch(queue)
+
+    delivered = [queue.get_nowait() for _ in range(queue.qsize())]
+    assert [offset for partition, offset in delivered if partition == held_tp.partition] == [55, 56]
+    assert [offset for partition, offset in delivered if partition == new_tp.partition] == [0, 1]
+    assert {held_tp, new_tp} <= consumer._get_active_partitions() and consumer.flow_active
 
 
-def test_changelog_partitions_keep_faust_s_read_offsets():
-    from faust.types import TP
-
-    offsets = kafka_transport.StreamReadOffsets(lambda: {"app-conversation-state-changelog"})
-    changelog, stream = TP("app-conversation-state-changelog", 0), TP("conversation-events", 0)
-    offsets[changelog], offsets[stream] = 41, 41
-    assert (offsets[changelog], offsets[stream]) == (41, None)
-    assert offsets[TP("app-conversation-state-changelog", 3)] is None  # never read: faust's default
+def test_an_assignment_makes_no_stream_partition_active_before_the_rebalance_s_end(tmp_path: Path):
+    """faust marks every assigned partition active and pauses them a few awaits later; at a worker's
+    first assignment the flow is active (nothing was revoked), so a fetch in between could take
+    stream records before the table is restored. Only the rebalance's end makes them active."""
+    app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
+    consumer = app.consumer
+    changelog, stream = TP(next(iter(app.tables.changelog_topics)), 0), TP("conversations", 0)
+    consumer._set_active_tps({changelog, stream})
+    assert consumer._get_active_partitions() == {changelog} and consumer.flow_active
+    consumer.pause_partitions({changelog, stream})
+    consumer.resume_partitions({stream})  # the rebalance's end: held back until the flow resumes
+    assert stream not in consumer._get_active_partitions()
+    consumer.resume_flow()
+    assert consumer._get_active_partitions() == {stream}

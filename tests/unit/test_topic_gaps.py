@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
+import pytest
+
 from domain.topics.gaps import GapConfig, GapRead, GapRecovery, due, missing_in, outstanding, settled, step
 from schemas import topic_events as te
 from schemas.events import MessageAppended
@@ -247,3 +249,20 @@ def test_system_and_tool_messages_are_seen_not_skipped():
     chat.turn(4, axis(0))
     assert chat.state.topics.skipped == ()
     assert not chat.state.topics.never_placed(2) and not chat.state.topics.never_placed(3)
+
+
+@pytest.mark.xfail(strict=True, reason="known (issue 22): the fold keeps only a count of unassigned messages, so a reply"
+                                       " placed 'unassigned' is not placed again when its turn's user message comes late")
+def test_a_reply_left_unassigned_joins_its_turn_s_topic_once_the_late_user_message_is_placed():
+    """The 477-of-480 takeover run (docs/backbone.md, "The takeover hole"): seq 0 (a user message)
+    never reached the fold, seq 1 (its reply) did and found no active topic: "unassigned". The
+    gap read placed seq 0 later, but seq 1 stayed without a topic for good."""
+    d = Driver(config(embedding_timeout_s=60))
+    assert d.say(1, "assistant", "noted") == [(te.TOPIC_MESSAGE_UNASSIGNED,
+                                              te.TopicMessageUnassigned(seq=1, reason="no active topic"))]
+    assert d.state.topics.skipped == ((0, 0),)
+    d.wall = T0 + 61
+    assert te.TOPIC_BACKLOG_REQUESTED in kinds(tick(d))
+    placed = recalled(d, 0)
+    assigned = {p.seq: p.topic_id for t, p in placed if t == te.TOPIC_MESSAGE_ASSIGNED}
+    assert assigned.get(0) is not None and assigned.get(1) == assigned[0]
