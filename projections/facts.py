@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 from core.settings import Settings
 from runtime.dead_letter import DeadLetter
 from schemas import facts_events as fe
-from schemas.codec import Event, decode
+from schemas.codec import Event, decode, peek_type
 from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
 from domain.facts import decisions as rules
@@ -33,7 +33,9 @@ from domain.facts.ids import from_vector, vector_literal
 log = logging.getLogger(__name__)
 NEIGHBOURS = 10
 _ACTIONS = {fe.FACT_EDITED: "edited", fe.FACT_DELETED: "deleted"}
-_MESSAGE_PREFIX = b'{"type":"message.appended"'  # how schemas.codec.encode starts every message
+# What this projector applies; every other event (all of the truth, most of the memory topic:
+# topic placements, summaries) is skipped unparsed when its type can be peeked.
+_APPLIED = frozenset({fe.CHUNK_RECORDED, fe.MEMORY_STORED, *fe.MANAGEMENT_TYPES})
 
 INSERT_CHUNK = """
 INSERT INTO conversation_chunks (chunk_id, tenant_id, conversation_id, user_id, subject_id, content, embedding,
@@ -147,8 +149,9 @@ class FactsProjector:
         letters: list[DeadLetter] = []
         async with conn.pipeline():
             for record in records:
-                if record.value is not None and record.value.startswith(_MESSAGE_PREFIX):
-                    continue  # most of the truth: skip without validating it
+                kind = peek_type(record.value)
+                if kind is not None and kind not in _APPLIED:
+                    continue  # another system's event: skipped without validating it
                 try:
                     event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
                 except InvalidEvent:

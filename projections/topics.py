@@ -14,7 +14,7 @@ from projections.decoding import events_of
 from schemas import topic_events as te
 from schemas.codec import Event
 from schemas.limits import Limits
-from domain.topics.archive import compress_bytes, merge_messages, to_json_bytes
+from domain.topics.archive import merge_messages, pack_bytes
 from domain.topics.state import TopicMessage
 
 log = logging.getLogger(__name__)
@@ -374,9 +374,9 @@ async def _compacted_many(conn, events: Sequence[Event]) -> None:
         key = (q["tenant"], q["conversation"], q["topic"])
         merged = merge_messages(old.get(key), moving.get(key, ()))
         if merged:
-            packed = compress_bytes(merged)
+            packed, json_bytes = pack_bytes(merged)
             archives.append(q | {"archive": packed, "count": len(merged), "first": merged[0].seq,
-                                 "last": merged[-1].seq, "json": len(to_json_bytes(merged)), "gzip": len(packed)})
+                                 "last": merged[-1].seq, "json": json_bytes, "gzip": len(packed)})
     async with conn.cursor() as cur:
         if archives:
             await cur.executemany(_ARCHIVE, archives)

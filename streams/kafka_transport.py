@@ -22,6 +22,14 @@ When a worker takes over partitions (a peer was SIGKILLed, tests/integration/tes
 - Put back: records a fetch took that faust would drop (the flow stopped by a rebalance, or
   their partition paused meanwhile) are sought back to (`put_back`): dropped, a changelog
   partition's restore never reached its end (the recovery stall, docs/backbone.md).
+- Read offsets: faust drops a fetched record below the highest offset it has handed on of its
+  partition (`Consumer._read_offset`), and counts a jump above it as a gap that is acknowledged
+  (compacted topics). After a rebalance faust resumes the stream partitions before it seeks them
+  to their committed offsets, so a fetch in between hands records on and raises that offset: the
+  seek's records were then dropped as seen, and records that had not reached the processor
+  with them were lost to it (a conversation stalled for good, docs/backbone.md "Records dropped
+  as already read"). `StreamReadOffsets` forgets it for the stream partitions: every fetched
+  record is delivered (the processor folds a record again without change) and no gap is acked.
 
 Used through the `memkafka://` broker scheme that `make_app` sets.
 """
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 
 from aiokafka.errors import IllegalStateError
 from faust.transport.drivers import TRANSPORTS
@@ -72,7 +81,30 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         return await self.call_thread(seek_to_committed_or_beginning, consumer, self.app.tables.changelog_topics)
 
 
+class StreamReadOffsets(dict):
+    """faust's `Consumer._read_offset` (the highest offset handed on, per partition) that answers
+    None for every partition outside `changelog_topics()`: faust's fetch loop then delivers every
+    record of a stream partition it fetches and never counts a jump as a gap to acknowledge.
+    Changelog partitions keep faust's rule (their restore seeks them itself)."""
+
+    def __init__(self, changelog_topics: Callable[[], Iterable[str]]) -> None:
+        super().__init__()
+        self._changelog_topics = changelog_topics
+
+    def __missing__(self, tp):
+        return None
+
+    def __getitem__(self, tp):
+        if tp.topic in self._changelog_topics():
+            return dict.get(self, tp)
+        return None
+
+
 class _Consumer(faust_aiokafka.Consumer):
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._read_offset = StreamReadOffsets(lambda: self.app.tables.changelog_topics)
+
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 

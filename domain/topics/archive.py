@@ -27,7 +27,14 @@ def to_json_bytes(messages: Iterable[MessageLike]) -> bytes:
 
 def compress_bytes(messages: Iterable[MessageLike]) -> bytes:
     """JSON -> gzip: what the read model stores (bytea). mtime=0 keeps replays byte-identical."""
-    return gzip.compress(to_json_bytes(messages), compresslevel=9, mtime=0)
+    return pack_bytes(messages)[0]
+
+
+def pack_bytes(messages: Iterable[MessageLike]) -> tuple[bytes, int]:
+    """`compress_bytes` and the length of the JSON it compressed (the projector stores both),
+    the JSON encoded once."""
+    raw = to_json_bytes(messages)
+    return gzip.compress(raw, compresslevel=9, mtime=0), len(raw)
 
 
 def decompress_bytes(data: bytes | None) -> list[TopicMessage]:

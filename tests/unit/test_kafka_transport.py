@@ -134,3 +134,47 @@ async def test_records_of_a_partition_paused_during_the_fetch_are_put_back(tmp_p
     consumer = FetchingConsumer(records)
     assert await thread._fetch_records(consumer, {active}, timeout=1.0) == {active: kept}
     assert consumer.sought == {standby: 5}
+
+
+async def _deliveries(app, fetches) -> list[int]:
+    """faust's own fetch loop (`Consumer._drain_messages`) over `fetches` (lists of offsets of one
+    stream partition, one fetch each): the offsets it hands on to the streams, in order."""
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    consumer, tp, delivered = app.consumer, TP("conversation-events", 1), []
+    fetcher = SimpleNamespace(_stopped=SimpleNamespace(is_set=lambda: not fetches))
+
+    async def callback(message):
+        delivered.append(message.offset)
+
+    async def getmany(timeout):
+        for offset in fetches.pop(0):
+            yield tp, SimpleNamespace(offset=offset, topic=tp.topic, key=b"k", value=b"v")
+
+    consumer.callback, consumer.getmany = callback, getmany
+    await consumer._drain_messages(fetcher)
+    return delivered
+
+
+async def test_a_record_the_seek_brings_back_is_delivered_again_and_no_jump_is_a_gap(tmp_path: Path):
+    """After a rebalance faust resumes the stream partitions before it seeks them to their
+    committed offsets: a fetch in between hands @24-26 on, the seek brings @24 back. faust's own
+    rule dropped every record below the highest offset handed on (a conversation whose records
+    had not all reached the processor then stalled for good: tests/integration/test_upgrade.py
+    under load); here every fetched record is delivered, and a jump is no gap to acknowledge."""
+    app = make_app(Settings(state_dir=tmp_path, systems=["window"]))
+    assert isinstance(app.consumer._read_offset, kafka_transport.StreamReadOffsets)
+    assert await _deliveries(app, [[24, 25, 26], [24, 25, 26, 27], [40]]) == [24, 25, 26, 24, 25, 26, 27, 40]
+    assert not app.consumer._gap  # faust counted 28-39 as a gap, acknowledged at the next commit
+
+
+def test_changelog_partitions_keep_faust_s_read_offsets():
+    from faust.types import TP
+
+    offsets = kafka_transport.StreamReadOffsets(lambda: {"app-conversation-state-changelog"})
+    changelog, stream = TP("app-conversation-state-changelog", 0), TP("conversation-events", 0)
+    offsets[changelog], offsets[stream] = 41, 41
+    assert (offsets[changelog], offsets[stream]) == (41, None)
+    assert offsets[TP("app-conversation-state-changelog", 3)] is None  # never read: faust's default

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from core.embeddings import EmbeddingError, make_embedder
 from core.llm.port import ChatMessage
 from core.settings import Settings, TopicSettings
+from domain.topics.archive import pack_bytes, to_json_bytes
 from schemas import topic_events as te
 from schemas.codec import decode, encode, new_event
 from streams.topics_memory import (
@@ -120,6 +121,8 @@ def test_the_stored_archive_is_gzip_bytes_and_merging_twice_changes_nothing():
     assert [m.seq for m in decompress_bytes(merged)] == [0, 1, 2]
     assert merge_archive_bytes(merged, [TopicMessage(2, "user", "more", 3.0)]) == merged
     assert decompress_bytes(None) == [] and decompress_bytes(b"") == []
+    # The projector's one encoding: the same stored bytes, and the JSON's length it records.
+    assert pack_bytes(first) == (packed, len(to_json_bytes(first)))
 
 
 @pytest.fixture(scope="module")
