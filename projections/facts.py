@@ -141,21 +141,26 @@ class FactsProjector:
         return [settings.kafka.conversation_topic, settings.kafka.memory_topic(settings.generation)]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
-        """Each event in log order, in pipeline mode: a statement whose answer nothing waits for
+        """The batch's own events decoded first (the others skipped unparsed; none: the connection
+        is not touched), then applied in log order in pipeline mode: a statement whose answer nothing waits for
         (a new fact with its history, a supersede, a merge's update) goes out with the next one,
         so an extracted fact costs one round trip (its neighbours), not one a statement. Each
         event's savepoint syncs the pipeline on its way out, so a statement the database refuses
         still refuses that event only (`apply_event`)."""
+        mine: list[tuple[ConsumerRecord, Event]] = []
+        for record in records:
+            kind = peek_type(record.value)
+            if kind is not None and kind not in _APPLIED:
+                continue  # another system's event: skipped without validating it
+            try:
+                mine.append((record, decode(record.value, key=record.key, limits=Limits.of(self.settings))))
+            except InvalidEvent:
+                continue  # the messages and memory projectors dead-letter invalid input once
         letters: list[DeadLetter] = []
+        if not mine:
+            return letters  # nothing of this projector's: the connection is not touched
         async with conn.pipeline():
-            for record in records:
-                kind = peek_type(record.value)
-                if kind is not None and kind not in _APPLIED:
-                    continue  # another system's event: skipped without validating it
-                try:
-                    event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
-                except InvalidEvent:
-                    continue  # the messages and memory projectors dead-letter invalid input once
+            for record, event in mine:
                 letter = await self.apply_event(conn, record, event)
                 if letter is not None:
                     letters.append(letter)
