@@ -40,6 +40,13 @@ class KafkaSettings(BaseModel):
     # A consumer that stops heartbeating (a killed worker) leaves its group after this long;
     # until then a restarted worker waits in "(Re-)joining group" (faust's own default: 60 s).
     session_timeout_s: float = Field(default=10.0, ge=6.0, le=300.0)
+    # Records the conversation processor holds ahead of its fold (faust's `stream_buffer_maxsize`):
+    # one queue for the conversation and the memory topic, so a stage's result waits behind up to
+    # this many messages of a burst (docs/scaling.md, burst10).
+    stream_buffer_maxsize: int = Field(default=4096, ge=16)
+    # Bytes of one partition a fetch of the conversation processor takes at most (faust's
+    # `consumer_max_fetch_size`; also its tables' changelog restores).
+    stream_max_fetch_bytes: int = Field(default=1024 * 1024, ge=64 * 1024)
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}.{name}"

@@ -54,12 +54,34 @@ WITH scope AS MATERIALIZED (
 SELECT fact_id, content, category, owner_user_id, importance, tags, 1 - (embedding <=> %(vector)s::vector)
   FROM scope ORDER BY embedding <=> %(vector)s::vector, fact_id LIMIT %(limit)s
 """
-_INSERT_FACT = """
-INSERT INTO facts (fact_id, tenant_id, owner_user_id, subject_id, category, memory_type, content, importance, tags,
-    source_conversation_id, source_chunk_id, source_event_ids, embedding, embedding_model, extracted_by,
-    prompt_version, valid_from, event_id, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::vector, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (fact_id) DO NOTHING RETURNING fact_id
+# The new fact, its history entry and its link in one statement (one round trip, no answer
+# awaited in pipeline mode): the fact (nothing when its id is there already), then, when it was
+# inserted, its history entry (as _HISTORY) and its link. The history and the link read the inserted row from the CTE; their
+# foreign keys to it are checked at the end of the statement.
+_INSERT_FACT_WITH_HISTORY = """
+WITH fact AS (
+    INSERT INTO facts (fact_id, tenant_id, owner_user_id, subject_id, category, memory_type, content, importance,
+        tags, source_conversation_id, source_chunk_id, source_event_ids, embedding, embedding_model, extracted_by,
+        prompt_version, valid_from, event_id, updated_at)
+    VALUES (%(fact_id)s, %(tenant)s, %(owner)s, %(subject)s, %(category)s, %(memory_type)s, %(content)s,
+            %(importance)s, %(tags)s, %(conversation)s, %(chunk)s, %(sources)s, %(vector)s::vector, %(model)s,
+            %(extracted_by)s, %(prompt_version)s, %(at)s, %(event_id)s, %(at)s)
+    ON CONFLICT (fact_id) DO NOTHING RETURNING fact_id),
+history AS (
+    INSERT INTO fact_history (fact_id, change, old_content, new_content, detail, event_id, changed_at)
+    SELECT fact_id, %(change)s, NULL, %(content)s, %(detail)s, %(history_id)s, %(at)s FROM fact
+    ON CONFLICT DO NOTHING),
+link AS (
+    INSERT INTO fact_links (from_fact_id, to_fact_id, relationship, event_id)
+    SELECT fact_id, %(target)s, %(link)s, %(event_id)s FROM fact WHERE %(link)s::text IS NOT NULL
+    ON CONFLICT DO NOTHING)
+SELECT fact_id FROM fact
+"""
+# Whether any owner's decision could apply to a fact of this owner and subject (_manage reads
+# nothing else): none, and a new fact needs no _manage.
+_ANY_DECISION = """
+SELECT EXISTS (SELECT 1 FROM fact_decisions
+                WHERE tenant_id = %s AND owner_user_id = %s AND subject_id IS NOT DISTINCT FROM %s)
 """
 _MERGE = """
 UPDATE facts SET importance = %(importance)s, tags = %(tags)s, content = %(content)s,
@@ -119,18 +141,29 @@ class FactsProjector:
         return [settings.kafka.conversation_topic, settings.kafka.memory_topic(settings.generation)]
 
     async def apply(self, conn: psycopg.AsyncConnection, records: Sequence[ConsumerRecord]) -> list[DeadLetter]:
-        letters: list[DeadLetter] = []
+        """The batch's own events decoded first (the others skipped unparsed; none: the connection
+        is not touched), then applied in log order in pipeline mode: a statement whose answer nothing waits for
+        (a new fact with its history, a supersede, a merge's update) goes out with the next one,
+        so an extracted fact costs one round trip (its neighbours), not one a statement. Each
+        event's savepoint syncs the pipeline on its way out, so a statement the database refuses
+        still refuses that event only (`apply_event`)."""
+        mine: list[tuple[ConsumerRecord, Event]] = []
         for record in records:
             kind = peek_type(record.value)
             if kind is not None and kind not in _APPLIED:
                 continue  # another system's event: skipped without validating it
             try:
-                event = decode(record.value, key=record.key, limits=Limits.of(self.settings))
+                mine.append((record, decode(record.value, key=record.key, limits=Limits.of(self.settings))))
             except InvalidEvent:
                 continue  # the messages and memory projectors dead-letter invalid input once
-            letter = await self.apply_event(conn, record, event)
-            if letter is not None:
-                letters.append(letter)
+        letters: list[DeadLetter] = []
+        if not mine:
+            return letters  # nothing of this projector's: the connection is not touched
+        async with conn.pipeline():
+            for record, event in mine:
+                letter = await self.apply_event(conn, record, event)
+                if letter is not None:
+                    letters.append(letter)
         return letters
 
     async def apply_event(self, conn: psycopg.AsyncConnection, record: ConsumerRecord,
@@ -185,20 +218,24 @@ class FactsProjector:
                             [e.event_id], "manual", "manual", "stored")
         fact = fe.RecordedFact(fact_id=p.fact_id, category=p.category, memory_type=p.memory_type, content=p.content,
                                importance=p.importance, tags=p.tags, embedding=p.embedding)
-        if await self._fact(conn, source, 0, fact) and p.visibility == "shared":
+        if await self._fact(conn, source, 0, fact, answer=True) and p.visibility == "shared":
             await conn.execute("UPDATE facts SET visibility = 'shared' WHERE fact_id = %s", (p.fact_id,))
             await self._manage(conn, e.tenant_id, p.fact_id)  # a later owner's decision still wins
         return None
 
-    async def _fact(self, conn, src: FactSource, index: int, fact: fe.RecordedFact) -> bool:
-        """Dedup one fact against its owner's current ones; True when it was inserted as a new row."""
+    async def _fact(self, conn, src: FactSource, index: int, fact: fe.RecordedFact, *, answer: bool = False) -> bool:
+        """Dedup one fact against its owner's current ones; True when it was inserted as a new row
+        (known only when `answer` is asked or the owner has decisions: else False, and the insert's
+        answer is not awaited)."""
         vector = vector_literal(fact.embedding.values)
+        decided = await conn.execute(_ANY_DECISION, (src.tenant_id, src.owner_user_id, src.subject_id))
         cur = await conn.execute(_NEIGHBOURS, {
             "tenant": src.tenant_id, "subject": src.subject_id, "model": fact.embedding.model,
             "owner": src.owner_user_id, "vector": vector, "limit": NEIGHBOURS})
         neighbours = [Neighbour(fid, content, category, owner, src.subject_id or "", float(sim), importance,
                                 tuple(tags))
                       for fid, content, category, owner, importance, tags, sim in await cur.fetchall()]
+        any_decision = (await decided.fetchone())[0]
         new = NewFact(fact.content, from_vector(fact.embedding), fact.category, src.owner_user_id,
                       src.subject_id or "", fact.importance, tuple(fact.tags))
         verdict = LlmVerdict(fact.relation, fact.target_fact_id) if fact.relation and fact.target_fact_id else None
@@ -215,20 +252,21 @@ class FactsProjector:
                                (src.observed_at, src.observed_at, decision.target_fact_id))
             await conn.execute(_HISTORY, (decision.target_fact_id, "superseded", None, fact.content,
                                           Jsonb(detail), history_id, src.observed_at))
-        cur = await conn.execute(_INSERT_FACT, (
-            fact.fact_id, src.tenant_id, src.owner_user_id, src.subject_id, fact.category, fact.memory_type,
-            fact.content, fact.importance, fact.tags, src.conversation_id, src.chunk_id, src.source_event_ids,
-            vector, fact.embedding.model, src.extracted_by, src.prompt_version, src.observed_at, src.event_id,
-            src.observed_at))
+        linked = decision.target_fact_id is not None and decision.link_type is not None
+        cur = await conn.execute(_INSERT_FACT_WITH_HISTORY, {
+            "fact_id": fact.fact_id, "tenant": src.tenant_id, "owner": src.owner_user_id, "subject": src.subject_id,
+            "category": fact.category, "memory_type": fact.memory_type, "content": fact.content,
+            "importance": fact.importance, "tags": fact.tags, "conversation": src.conversation_id,
+            "chunk": src.chunk_id, "sources": src.source_event_ids, "vector": vector, "model": fact.embedding.model,
+            "extracted_by": src.extracted_by, "prompt_version": src.prompt_version, "at": src.observed_at,
+            "event_id": src.event_id, "change": src.change, "detail": Jsonb(detail), "history_id": history_id,
+            "target": decision.target_fact_id if linked else None, "link": decision.link_type if linked else None})
+        if not (answer or any_decision):
+            return False  # no decision of this owner's can apply to it: nothing waits for the answer
         if await cur.fetchone() is None:
             return False
-        await conn.execute(_HISTORY, (fact.fact_id, src.change, None, fact.content, Jsonb(detail), history_id,
-                                      src.observed_at))
-        if decision.target_fact_id is not None and decision.link_type is not None:
-            await conn.execute(
-                "INSERT INTO fact_links (from_fact_id, to_fact_id, relationship, event_id) VALUES (%s, %s, %s, %s)"
-                " ON CONFLICT DO NOTHING", (fact.fact_id, decision.target_fact_id, decision.link_type, src.event_id))
-        await self._manage(conn, src.tenant_id, fact.fact_id)
+        if any_decision:
+            await self._manage(conn, src.tenant_id, fact.fact_id)
         return True
 
     async def _merge(self, conn, src: FactSource, fact: fe.RecordedFact, decision: FactDecision, history_id: str,

@@ -52,6 +52,8 @@ def make_app(settings: Settings, *, stages: bool = True, ports: StreamPorts | No
         # faust heartbeats from its consumer thread, so a busy event loop does not expire it.
         broker_session_timeout=kafka.session_timeout_s,
         broker_heartbeat_interval=min(3.0, kafka.session_timeout_s / 4),
+        stream_buffer_maxsize=kafka.stream_buffer_maxsize,
+        consumer_max_fetch_size=kafka.stream_max_fetch_bytes,
     )
     app.fetch_max_wait_ms = kafka.fetch_max_wait_ms
     app.idle_fetch_max_wait_ms = kafka.idle_fetch_max_wait_ms
