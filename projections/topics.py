@@ -72,6 +72,7 @@ INSERT INTO topic_conversations (tenant_id, conversation_id, last_seq) VALUES (%
 ON CONFLICT (tenant_id, conversation_id) DO UPDATE
    SET last_seq = GREATEST(topic_conversations.last_seq, EXCLUDED.last_seq), updated_at = now()
 """
+_UNASSIGNED_SEQ = "tenant_id = %(tenant)s AND conversation_id = %(conversation)s AND seq = %(seq)s"
 _PLACED = """
 INSERT INTO topic_conversations (tenant_id, conversation_id, last_seq) VALUES (%(tenant)s, %(conversation)s, %(seq)s)
 ON CONFLICT (tenant_id, conversation_id) DO UPDATE
@@ -187,7 +188,10 @@ def _assigned_params(event: Event) -> dict:
 async def _assigned(conn, event: Event, q: dict) -> None:
     # Without the text (a re-sent assignment) and not in the log yet: the compaction that
     # archives the message takes it from the log then (see _compacted).
-    await conn.execute(_ASSIGNED_FROM_LOG if event.payload.content_from_log else _ASSIGNED, _assigned_params(event))
+    q = _assigned_params(event)
+    await conn.execute(_ASSIGNED_FROM_LOG if event.payload.content_from_log else _ASSIGNED, q)
+    if event.payload.content_from_log:  # a reply first left unassigned, placed later (issue 22): one row, not two
+        await conn.execute(f"DELETE FROM topic_unassigned WHERE {_UNASSIGNED_SEQ}", q)
 
 
 # The messages of many assignments in one statement, in their order (the first copy of a seq

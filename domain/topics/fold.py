@@ -38,7 +38,15 @@ from domain.topics.protocol import (
     UnmatchedUserMessage,
     UserMessage,
 )
-from domain.topics.state import PendingCompaction, Topic, TopicMessage, TopicsState, evolve, make_topic_id
+from domain.topics.state import (
+    MAX_WAITING_REPLIES,
+    PendingCompaction,
+    Topic,
+    TopicMessage,
+    TopicsState,
+    evolve,
+    make_topic_id,
+)
 
 Stepped = tuple[TopicsState, tuple[Command, ...]]
 
@@ -312,12 +320,49 @@ def _join_active(state: TopicsState, msg: AssistantMessage | UnmatchedUserMessag
     topic = state.active_topic
     if topic is None:
         reason = msg.reason if isinstance(msg, UnmatchedUserMessage) else "no active topic"
-        return evolve(state, unassigned_count=state.unassigned_count + 1), (MessageUnassigned(msg.seq, reason),)
+        state = evolve(state, unassigned_count=state.unassigned_count + 1)
+        if isinstance(msg, AssistantMessage) and any(first < msg.seq for first, _ in state.skipped):
+            # Its turn's user message may still come (passed over): remember the reply (issue 22).
+            waiting = state.waiting_replies + ((msg.seq, msg.timestamp, -1, ""),)
+            state = evolve(state, waiting_replies=waiting[-MAX_WAITING_REPLIES:])
+        return state, (MessageUnassigned(msg.seq, reason),)
     role = "user" if isinstance(msg, UnmatchedUserMessage) else "assistant"
     entry = TopicMessage(msg.seq, role, msg.content, msg.timestamp, state.placements)
     topic = evolve(topic, messages=_with_message(topic.messages, entry), message_count=topic.message_count + 1,
                     last_active_at=now)
     return state.with_topic(topic), (MessageAssigned(topic.topic_id, msg.seq, None),)
+
+
+def _passed_over_between(state: TopicsState, low: int, high: int) -> bool:
+    """A seq strictly between `low` and `high` the fold passed over and has not placed."""
+    return any(first < high and last > low for first, last in state.skipped)
+
+
+def _place_waiting(state: TopicsState, observed: Observed, commands: tuple[Command, ...], now: float) -> Stepped:
+    """After a late placement: a late user message becomes the turn of the waiting replies
+    above it (the newest user message below each); a reply whose turn has no passed-over seq
+    left before it joins its turn's topic, with the events of a placement (issue 22)."""
+    if isinstance(observed, UserMessage):
+        topic_id = next(c.topic_id for c in reversed(commands) if isinstance(c, MessageAssigned))
+        waiting = tuple((seq, timestamp, observed.seq, topic_id) if turn < observed.seq < seq
+                        else (seq, timestamp, turn, topic)
+                        for seq, timestamp, turn, topic in state.waiting_replies)
+        state = evolve(state, waiting_replies=waiting)
+    placed: list[Command] = []
+    kept: list[tuple[int, float, int, str]] = []
+    for seq, timestamp, turn, topic_id in state.waiting_replies:
+        if turn < 0 or _passed_over_between(state, turn, seq):
+            kept.append((seq, timestamp, turn, topic_id))
+            continue
+        topic = state.topic(topic_id)
+        if topic is None:  # its topic was evicted meanwhile: the reply stays unassigned
+            continue
+        entry = TopicMessage(seq, "assistant", "", timestamp, state.placements)
+        state = state.with_topic(evolve(topic, messages=_with_message(topic.messages, entry),
+                                        message_count=topic.message_count + 1, last_active_at=now))
+        state = evolve(state, unassigned_count=max(0, state.unassigned_count - 1))
+        placed.append(MessageAssigned(topic_id, seq, None))
+    return evolve(state, waiting_replies=tuple(kept)), tuple(placed)
 
 
 def _with_message(messages: tuple[TopicMessage, ...], entry: TopicMessage) -> tuple[TopicMessage, ...]:
@@ -449,6 +494,9 @@ def step(state: TopicsState, observed: Observed, now: float, config: TopicConfig
             state, commands = _on_user(state, observed, now, config, late)
         else:
             state, commands = _join_active(state, observed, now)
+        if late and state.waiting_replies:
+            state, placed = _place_waiting(state, observed, commands, now)
+            commands += placed
     elif isinstance(observed, (CompactionDone, CompactionFailed)):
         state = _on_result(state, observed, wall, config)
     state, evicted = _evictions(state, now, config)  # first, so no compaction is asked for a leaver

@@ -132,6 +132,7 @@ class Topic:
 
 
 MAX_SKIPPED = 64  # seq ranges passed over that a topic fold remembers (the oldest are forgotten)
+MAX_WAITING_REPLIES = 16  # replies left unassigned awaiting a passed-over user message (the oldest are forgotten)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,11 @@ class TopicsState:
     # center_on_conversation) and how many it holds; () until the first one.
     background: tuple[float, ...] = ()
     background_count: int = 0
+    # Replies placed "unassigned" (no active topic) while a seq below them was still passed
+    # over: their turn's user message may come late (issue 22). Each (seq, timestamp, turn_seq,
+    # turn_topic_id): the newest user message placed below the reply since, and its topic
+    # (-1, "" before one). The newest MAX_WAITING_REPLIES are kept.
+    waiting_replies: tuple[tuple[int, float, int, str], ...] = ()
 
     def topic(self, topic_id: str | None) -> Topic | None:
         for t in self.topics:  # a plain loop: called several times per input, a generator costs 2x
@@ -203,6 +209,8 @@ class TopicsState:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         data["topics"] = [t.to_dict() for t in self.topics]
         data["draining"] = [t.to_dict() for t in self.draining]
+        if not self.waiting_replies:  # nearly always: left out, so stored states keep their bytes
+            del data["waiting_replies"]
         return data
 
     @classmethod
@@ -211,6 +219,8 @@ class TopicsState:
         known["topics"] = tuple(Topic.from_dict(t) for t in known.get("topics", ()))
         known["draining"] = tuple(Topic.from_dict(t) for t in known.get("draining", ()))
         known["skipped"] = tuple((int(first), int(last)) for first, last in known.get("skipped", ()))
+        known["waiting_replies"] = tuple((int(seq), float(timestamp), int(turn), str(topic))
+                                         for seq, timestamp, turn, topic in known.get("waiting_replies", ()))
         background = known.get("background", ())
         known["background"] = background if isinstance(background, tuple) else tuple(map(float, background))
         return cls(**known)

@@ -78,6 +78,8 @@ def dumps(state: AgentState, key: bytes | None = None) -> bytes:
     topics = {name: getattr(state.topics, name) for name in TopicsState.__dataclass_fields__}
     topics["topics"] = [topic_json(topic) for topic in state.topics.topics]
     topics["draining"] = [topic_json(topic) for topic in state.topics.draining]
+    if not state.topics.waiting_replies:  # nearly always: left out, as TopicsState.to_dict does
+        del topics["waiting_replies"]
     if state.topics.background:  # the conversation's mean vector (centred matching), packed as centroids are
         topics["background"] = pack_vector(state.topics.background)
     inbox = state.inbox.to_dict()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from pydantic_core import to_jsonable_python
@@ -102,8 +102,14 @@ def to_event(command: object, cause: Cause, state: TopicsState, now: float, *, p
                                            attempt=command.attempt, final=command.final,
                                            ranges=[[first, last] for first, last in command.ranges])
         return new_event(te.TOPIC_BACKLOG_REQUESTED, payload, **common)
+    if isinstance(command, MessageAssigned) and (message is None or message.seq != command.seq):
+        # A reply left unassigned, placed once its turn's late user message was (issue 22):
+        # the fold keeps no text, so the projector takes it from the projected log.
+        topic = state.topic(command.topic_id)
+        placed = next(m for m in topic.messages if m.seq == command.seq)
+        return assigned(replace(cause, seq=command.seq), topic, placed.seq, placed.role, "", placed.timestamp, None, True,
+                        content_from_log=True)
     if isinstance(command, MessageAssigned):
-        assert message is not None and message.seq == command.seq
         matched = message.role != "user" or message.gave_up is None
         return assigned(cause, state.topic(command.topic_id), message.seq, message.role, message.content,
                         message.timestamp, command.similarity, matched)

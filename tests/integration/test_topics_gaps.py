@@ -22,7 +22,7 @@ from tests.integration.test_topics_backlog import events_of
 TIMEOUT_S = 2  # embedding_timeout_s: also how long a passed-over seq waits before it is read back
 WORKER_ENV = {"MEMORY_SYSTEMS": '["topics"]', "MEMORY_EMBEDDING__PROVIDER": "stub",
               "MEMORY_TOPICS__EMBEDDING_TIMEOUT_S": str(TIMEOUT_S)}
-FOUND, LOST = "gap-found", "gap-lost"
+FOUND, LOST, REPLY = "gap-found", "gap-lost", "gap-reply"
 
 
 def role(seq: int) -> str:
@@ -85,11 +85,16 @@ async def test_seqs_the_fold_never_got_are_read_back_from_the_log_and_a_truly_mi
         await project_only(settings, FOUND, range(10, 15))  # 10-14: in the projection, never on the fold's path
         await say(client, FOUND, range(15, 21))
         await say(client, LOST, [s for s in range(0, 12) if s != 5])  # seq 5 exists nowhere
+        # Issue 22: user seq 0 misses the fold, its reply 1 finds no topic ("unassigned"), and
+        # joins seq 0's topic once the gap read has placed it.
+        await project_only(settings, REPLY, [0])
+        await say(client, REPLY, range(1, 4))
 
         async def all_placed() -> bool:
             if worker.returncode is not None:
                 raise AssertionError(f"the worker exited (log {worker.log_path})")
-            return await placed_seqs(settings, FOUND) == 21 and await placed_seqs(settings, LOST) == 11
+            return (await placed_seqs(settings, FOUND) == 21 and await placed_seqs(settings, LOST) == 11
+                    and await placed_seqs(settings, REPLY) == 4)
 
         try:
             await wait_until(all_placed, 180, f"every message placed (log {worker.log_path})")
@@ -108,7 +113,9 @@ async def test_seqs_the_fold_never_got_are_read_back_from_the_log_and_a_truly_mi
         assert [p["ranges"] for kind, p in found if kind == "asked"] == [[[10, 14]]], found
         assert [(p["count"], p["missing"]) for kind, p in found if kind == "read"] == [(5, 0)], found
         assert await scalar(settings, "SELECT count(*) FROM topic_unassigned") == 0
-        assert await scalar(settings, "SELECT sum(message_count) FROM topics") == 21 + 11  # each placed once
+        assert await scalar(settings, "SELECT sum(message_count) FROM topics") == 21 + 11 + 4  # each placed once
+        assert await scalar(settings, "SELECT count(DISTINCT topic_id) FROM topic_messages"
+                                      " WHERE conversation_id = %s AND seq IN (0, 1)", (REPLY,)) == 1
 
 
 async def _projected(settings, conversation_id: str, count: int) -> bool:

@@ -251,8 +251,6 @@ def test_system_and_tool_messages_are_seen_not_skipped():
     assert not chat.state.topics.never_placed(2) and not chat.state.topics.never_placed(3)
 
 
-@pytest.mark.xfail(strict=True, reason="known (issue 22): the fold keeps only a count of unassigned messages, so a reply"
-                                       " placed 'unassigned' is not placed again when its turn's user message comes late")
 def test_a_reply_left_unassigned_joins_its_turn_s_topic_once_the_late_user_message_is_placed():
     """The 477-of-480 takeover run (docs/backbone.md, "The takeover hole"): seq 0 (a user message)
     never reached the fold, seq 1 (its reply) did and found no active topic: "unassigned". The
@@ -266,3 +264,52 @@ def test_a_reply_left_unassigned_joins_its_turn_s_topic_once_the_late_user_messa
     placed = recalled(d, 0)
     assigned = {p.seq: p.topic_id for t, p in placed if t == te.TOPIC_MESSAGE_ASSIGNED}
     assert assigned.get(0) is not None and assigned.get(1) == assigned[0]
+
+
+def test_a_waiting_reply_joins_the_topic_of_the_newest_user_message_below_it_not_the_active_one():
+    """Seqs 0-2 passed over (user, reply, user), reply 3 left unassigned: user 0 read back first
+    makes 3 wait (1 and 2 are still passed over); user 2, in another topic than the active one,
+    is 3's turn. The reply's event carries no text (the fold keeps none): the projector takes it
+    from the log."""
+    d = Driver(config())
+    d.say(3, "assistant", "noted")
+    assert [s for s, *_ in d.state.topics.waiting_replies] == [3] and d.state.topics.unassigned_count == 1
+    first = d.recall(0, "user", "about cats", after_seq=-1, embedding=axis(0))
+    assert 3 not in {p.seq for t, p in first if t == te.TOPIC_MESSAGE_ASSIGNED}
+    d.recall(1, "assistant", "cats purr", after_seq=0)
+    placed = d.recall(2, "user", "about boats", after_seq=1, embedding=axis(1))
+    assigned = {p.seq: p for t, p in placed if t == te.TOPIC_MESSAGE_ASSIGNED}
+    assert assigned[3].topic_id == assigned[2].topic_id != d.state.topics.active_topic_id
+    assert assigned[3].content_from_log and assigned[3].role == "assistant" and assigned[3].content == ""
+    topic = d.state.topics.topic(assigned[2].topic_id)
+    assert [m.seq for m in topic.messages] == [2, 3] and topic.message_count == 2
+    assert d.state.topics.waiting_replies == () and d.state.topics.unassigned_count == 0
+
+
+def test_the_fold_remembers_only_the_newest_waiting_replies():
+    from domain.topics.state import MAX_WAITING_REPLIES
+
+    d = Driver(config())
+    extra = 3
+    for seq in range(1, MAX_WAITING_REPLIES + extra + 1):
+        d.say(seq, "assistant", f"reply {seq}")
+    assert [s for s, *_ in d.state.topics.waiting_replies] == list(range(extra + 1, MAX_WAITING_REPLIES + extra + 1))
+    placed = d.recall(0, "user", "hello", after_seq=-1, embedding=axis(0))
+    assigned = sorted(p.seq for t, p in placed if t == te.TOPIC_MESSAGE_ASSIGNED)
+    assert assigned == [0] + list(range(extra + 1, MAX_WAITING_REPLIES + extra + 1))  # the oldest stay unassigned
+    assert d.state.topics.unassigned_count == extra and d.state.topics.waiting_replies == ()
+
+
+def test_a_reply_with_nothing_passed_over_below_it_is_not_remembered_and_old_states_load():
+    from streams.topics_memory import codec
+    import orjson
+
+    d = Driver(config())
+    d.say(0, "assistant", "welcome")  # a greeting before any user message: no turn will ever come
+    assert d.state.topics.waiting_replies == () and b"waiting_replies" not in codec.dumps(d.state)
+    d.say(2, "assistant", "noted")
+    raw = codec.dumps(d.state)
+    assert codec.loads(raw, "c").topics.waiting_replies == ((2, T0 + 2, -1, ""),)
+    data = orjson.loads(raw)
+    del data["topics"]["waiting_replies"]  # a state stored before issue 22
+    assert codec.loads(orjson.dumps(data), "c").topics.waiting_replies == ()
