@@ -342,8 +342,8 @@ def _place_waiting(state: TopicsState, observed: Observed, commands: tuple[Comma
     """After a late placement: a late user message becomes the turn of the waiting replies
     above it (the newest user message below each); a reply whose turn has no passed-over seq
     left before it joins its turn's topic, with the events of a placement (issue 22)."""
-    if isinstance(observed, UserMessage):
-        topic_id = next(c.topic_id for c in reversed(commands) if isinstance(c, MessageAssigned))
+    topic_id = next((c.topic_id for c in commands if isinstance(c, MessageAssigned) and c.seq == observed.seq), None)
+    if isinstance(observed, UserMessage) and topic_id is not None:
         waiting = tuple((seq, timestamp, observed.seq, topic_id) if turn < observed.seq < seq
                         else (seq, timestamp, turn, topic)
                         for seq, timestamp, turn, topic in state.waiting_replies)
