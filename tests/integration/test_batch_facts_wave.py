@@ -13,7 +13,6 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
-from aiokafka.structs import ConsumerRecord
 
 from domain.facts import ids
 from memory_agent.batch_replay.facts import FactsBatch, _BatchStage
@@ -22,8 +21,9 @@ from runtime.db import connect, make_pool
 from projections.chunk_reads import PostgresChunkReads
 from projections.facts import FactsProjector
 from schemas import facts_events as fe
-from schemas.codec import encode, new_event
+from schemas.codec import new_event
 from streams.facts.stage import ChunkInputs, ChunkStage
+from tests.support.projected import consumer_records
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 
@@ -113,15 +113,6 @@ def _chunk(settings, conversation: str, start: int, facts: int, dimensions: int 
                      seq=start + 1)
 
 
-def _records(envelopes) -> list[ConsumerRecord]:
-    out = []
-    for offset, envelope in enumerate(envelopes):
-        value = encode(envelope)
-        out.append(ConsumerRecord("derived", 0, offset, 0, 0, envelope.key, value, None, len(envelope.key),
-                                  len(value), ()))
-    return out
-
-
 _ROWS = (
     "SELECT chunk_id, conversation_id, user_id, content, embedding::text, message_range_start, message_range_end,"
     " source_event_ids, event_id, occurred_start, occurred_end FROM conversation_chunks ORDER BY 1",
@@ -141,7 +132,7 @@ async def test_a_waves_events_projected_in_bulk_leave_the_projectors_rows(settin
                                                                 model="m"),
                           tenant_id="t", conversation_id="c1", user_id="ana", seq=3)
     envelopes.insert(1, requested)
-    records, types = _records(envelopes), [e.type for e in envelopes]
+    records, types = consumer_records(envelopes), [e.type for e in envelopes]
     batch = FactsBatch(settings, None, None, None, "changelog")
     results = []
     for apply in (lambda conn: FactsProjector(settings).apply(conn, records),

@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from aiokafka.structs import ConsumerRecord
 
 from domain.facts import ids
 from projections.facts import FactsProjector
 from runtime.db import connect
 from schemas import facts_events as fe
-from schemas.codec import decode, encode, new_event
+from schemas.codec import decode, new_event
+from tests.support.projected import consumer_records, table_rows
 
 T0 = datetime(2026, 3, 1, tzinfo=timezone.utc)
 
@@ -71,32 +71,18 @@ def _log(settings) -> list:
     ]
 
 
-def _records(envelopes) -> list[ConsumerRecord]:
-    out = []
-    for offset, envelope in enumerate(envelopes):
-        value = encode(envelope)
-        out.append(ConsumerRecord("derived", 0, offset, 0, 0, envelope.key, value, None, len(envelope.key),
-                                  len(value), ()))
-    return out
-
-
 _CLOCKS = {"id", "pos", "created_pos", "valid_to_pos", "deleted_pos", "created_at", "updated_at"}
 
 
 async def _rows(conn) -> dict[str, list[str]]:
-    rows = {}
-    for table in ("conversation_chunks", "facts", "fact_history", "fact_links", "fact_decisions"):
-        cur = await conn.execute(f"SELECT * FROM {table}")
-        names = [column.name for column in cur.description]
-        rows[table] = sorted(repr({n: v for n, v in zip(names, row) if n not in _CLOCKS})
-                             for row in await cur.fetchall())
-    return rows
+    return await table_rows(conn, ("conversation_chunks", "facts", "fact_history", "fact_links", "fact_decisions"),
+                            _CLOCKS)
 
 
 @pytest.mark.asyncio
 async def test_the_pipelined_batch_leaves_the_rows_of_one_event_at_a_time(settings):
     envelopes = _log(settings)
-    records = _records(envelopes)
+    records = consumer_records(envelopes)
     projector = FactsProjector(settings)
     tables = "conversation_chunks, facts, fact_history, fact_links, fact_decisions"
     async with await connect(settings) as conn:

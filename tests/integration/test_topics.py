@@ -13,6 +13,7 @@ import pytest
 from runtime.client import MemoryClient
 from domain.topics.fold import make_title
 from tests.integration.conftest import SEALING, running_api, scalar, wait_until, sealed_variant, worker_process
+from tests.support.projected import table_rows
 from tests.support.topic_reader import topic_residue
 from tests.support.fake_openai import FakeOpenAI
 
@@ -303,14 +304,9 @@ _ROW_CLOCKS = {"updated_at", "projected_at", "projected_pos"}  # when a row was 
 
 
 async def _topic_rows(conn) -> dict:
-    rows = {}
-    for table in ("topics", "topic_messages", "topic_archives", "topic_unassigned", "topic_conversations",
-                  "topic_assignments", "topic_activations", "topic_compactions"):
-        cur = await conn.execute(f"SELECT * FROM {table}")
-        names = [column.name for column in cur.description]
-        rows[table] = sorted(repr({n: v for n, v in zip(names, row) if n not in _ROW_CLOCKS})
-                             for row in await cur.fetchall())
-    return rows
+    return await table_rows(conn, ("topics", "topic_messages", "topic_archives", "topic_unassigned",
+                                   "topic_conversations", "topic_assignments", "topic_activations",
+                                   "topic_compactions"), _ROW_CLOCKS)
 
 
 @pytest.mark.asyncio
