@@ -21,6 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from infra import launcher, state
 from infra.postgres import PostgresConfig
+from tests.integration.conftest import wait_until
 from core.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +58,10 @@ def test_up_is_idempotent_and_status_reports_running(local_settings: Settings) -
     assert current.postgres.address == PostgresConfig.from_settings(local_settings).address
 
 
+async def listed(admin: AIOKafkaAdminClient, topic: str) -> bool:
+    return topic in await admin.list_topics()
+
+
 @needs_launchers
 async def test_kafka_round_trips_a_record(local_settings: Settings) -> None:
     launcher.up(local_settings)
@@ -66,7 +71,8 @@ async def test_kafka_round_trips_a_record(local_settings: Settings) -> None:
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-        assert topic in await admin.list_topics()
+        # The controller creates it asynchronously: a fresh broker may list it a moment later.
+        await wait_until(lambda: listed(admin, topic), 30, f"{topic} listed")
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
         await producer.start()
         try:
