@@ -211,10 +211,14 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
     `finish_sql` adds (the surfaced turns, the continued turn)."""
     distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
     hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
-    rank = f"CASE WHEN {hit} THEN ts_rank(t.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    rank = f"CASE WHEN s.hit THEN ts_rank(s.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    # The keyword match is computed once a row (`s`, kept apart by OFFSET 0: PostgreSQL does not
+    # share the expression between the `hit` column and the rank's CASE), the rank for the hits
+    # only: ~0.45 of the search's ~10.7 CPU-ms on a long conversation ("Tenth round").
     return (
-        f"WITH c AS (SELECT {_CARRIED}, ({distance})::float8 AS distance, {hit} AS hit, {rank} AS rank"
-        f" FROM memory_items t WHERE {scope_sql(subject_id)}),"
+        f"WITH s AS (SELECT {_CARRIED}, ({distance})::float8 AS distance, {hit} AS hit"
+        f" FROM memory_items t WHERE {scope_sql(subject_id)} OFFSET 0),"
+        f" c AS (SELECT s.*, {rank} AS rank FROM s),"
         " ranked AS (SELECT c.*,"
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
