@@ -11,7 +11,7 @@ from fastapi.security import APIKeyHeader
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from psycopg_pool import AsyncConnectionPool
 
-from api import access_log, docs_offline, errors, ui
+from api import access_log, collector, docs_offline, errors, ui
 from api.auth import KeyRing
 from api.deps import check_connection
 from api.erasure_requests import ErasureGate
@@ -83,6 +83,7 @@ def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
         if warm_up:
             await warm_up_retrieval(app.state)
         stop_tracing = telemetry.configure(settings, "api")  # None: off (docs/observability.md)
+        collector.settle()  # what the process started with is not scanned again (api/collector.py)
         try:
             yield
         finally:

@@ -117,25 +117,26 @@ _REPLY = (
     " AND r.kind = 'message' AND r.item_id = t.conversation_id || ':' || (t.seq + 1) AND r.content IS NOT NULL"
     " AND (r.conversation_id <> %(conversation)s OR r.seq < %(before)s) LIMIT 1) r ON true"
 )
-_SURFACED = (
-    " LEFT JOIN surfaced_items s ON s.tenant_id = %(tenant)s AND s.conversation_id = %(conversation)s"
-    " AND s.item_kind = t.kind AND s.item_id = t.item_id"
-)
 # A question that carries its reply is scored as the pair: the query's words the reply holds
 # count for its keyword coverage too (`reply_lexemes`; a short reply, "It happened at yoga in
 # the park.", means its question plus itself). NULL for a row without a reply.
-# The searched lexemes a row's words hold: each lexeme's one-word tsquery (`lexeme_queries`,
-# parsed once a statement) matched against the row's tsvector, a binary search each; unnesting the
-# tsvector instead made a row per distinct word of every row (a chunk has ~80), the statement's
-# largest part after the joins above (docs/retrieval.md, "Ninth round").
-_HELD = ("ARRAY(SELECT w.lexeme FROM unnest(%(lexemes)s::text[], %(lexeme_queries)s::tsquery[]) AS w(lexeme, q)"
-         " WHERE {tsv} @@ w.q)")
+# The searched lexemes a row's words hold: the row's tsvector with every lexeme set to weight D,
+# the searched ones to A, filtered to A (`setweight`, `ts_filter`: one pass over the row's
+# lexemes in C, exact lexeme equality as a one-word tsquery's match). Unnesting the tsvector made
+# a row per distinct word of every row (a chunk has ~80: "Ninth round"); a one-word tsquery per
+# searched lexeme matched with `@@` was a subquery per row, ~1.8 of the search's ~12.6 CPU-ms on
+# a long conversation ("Tenth round"). The array is in the tsvector's order: every reader treats
+# it as a set.
+_HELD = ("COALESCE(tsvector_to_array(ts_filter(setweight(setweight({tsv}, 'D'), 'A', %(lexemes)s::text[]),"
+         " '{{a}}')), '{{}}'::text[])")
+# The row's columns after its scores. `item_seq` (a message's seq) is for the continued turn's
+# lookup after the cut (`finish_sql`); the row factory reads columns by name and ignores it.
 _TAIL = (
     " r.content AS reply, r.role AS reply_role,"
-    " CASE WHEN s.item_id IS NULL THEN NULL ELSE ARRAY[s.surfaced_seq, s.previous_seq] END AS surfaced_seqs,"
     f" {_HELD.format(tsv='t.content_tsv')} AS lexemes,"
     " length(t.content_tsv) AS doc_lexemes,"
-    f" CASE WHEN r.content_tsv IS NOT NULL THEN {_HELD.format(tsv='r.content_tsv')} END AS reply_lexemes"
+    f" CASE WHEN r.content_tsv IS NOT NULL THEN {_HELD.format(tsv='r.content_tsv')} END AS reply_lexemes,"
+    " t.seq AS item_seq"
 )
 _TSQUERY = "%(keywords)s::tsquery"
 # The thread of a question carrying its reply: the two messages of the same session just
@@ -161,17 +162,33 @@ _THREAD_TAIL = ", th.a AS thread_lexemes"
 # message line (service.continue_best). After a mere reaction ("Wow!") a speaker as often
 # changes the subject (measured: docs/evaluation.md).
 _CONTINUED = (
-    " LEFT JOIN LATERAL (SELECT n1.item_id, n1.seq FROM memory_items n1 WHERE t.kind = 'message'"
-    " AND n1.tenant_id = t.tenant_id AND n1.kind = 'message'"
-    " AND n1.item_id = t.conversation_id || ':' || (t.seq + CASE WHEN r.item_id IS NULL THEN 1 ELSE 2 END)"
+    " LEFT JOIN LATERAL (SELECT n1.item_id, n1.seq FROM memory_items n1 WHERE b.kind = 'message'"
+    " AND n1.tenant_id = %(tenant)s AND n1.kind = 'message'"
+    " AND n1.item_id = b.conversation_id || ':' || (b.item_seq + CASE WHEN b.reply IS NULL THEN 1 ELSE 2 END)"
     f" AND n1.content IS NOT NULL AND n1.content ~ {_ASKS} LIMIT 1) n1 ON true"
     " LEFT JOIN LATERAL (SELECT n2.content FROM memory_items n2 WHERE n1.item_id IS NOT NULL"
-    " AND n2.tenant_id = t.tenant_id AND n2.kind = 'message'"
-    " AND n2.item_id = t.conversation_id || ':' || (n1.seq + 1) AND n2.role = COALESCE(r.role, t.role)"
-    f" AND n2.content IS NOT NULL AND n2.ts <= t.ts + interval '{THREAD_GAP}'"
+    " AND n2.tenant_id = %(tenant)s AND n2.kind = 'message'"
+    " AND n2.item_id = b.conversation_id || ':' || (n1.seq + 1) AND n2.role = COALESCE(b.reply_role, b.role)"
+    f" AND n2.content IS NOT NULL AND n2.ts <= b.timestamp + interval '{THREAD_GAP}'"
     " AND (n2.conversation_id <> %(conversation)s OR n2.seq < %(before)s) LIMIT 1) n2 ON true"
 )
 _CONTINUED_TAIL = ", n2.content AS continued"
+
+
+def finish_sql(search: str, continued: bool) -> str:
+    """The rows of `search` (exact_sql's or indexed_sql's, cut or not: best_rows_sql) with what
+    the ranking does not read, looked up for the rows handed on only: when this conversation
+    last surfaced each (`surfaced_seqs`) and, with `continued`, the turn its answer may go on in
+    (`_CONTINUED`); kind by kind in the order of `%(kinds)s`, then by id. A long conversation's
+    search finds ~340 rows and hands on 80: these lookups cost ~1.9 CPU-ms over all of them
+    ("Tenth round")."""
+    return (
+        "SELECT b.*, CASE WHEN s.item_id IS NULL THEN NULL ELSE ARRAY[s.surfaced_seq, s.previous_seq] END"
+        f" AS surfaced_seqs{_CONTINUED_TAIL if continued else ''} FROM ({search}) b"
+        " LEFT JOIN surfaced_items s ON s.tenant_id = %(tenant)s AND s.conversation_id = %(conversation)s"
+        f" AND s.item_kind = b.kind AND s.item_id = b.item_id{_CONTINUED if continued else ''}"
+        " ORDER BY array_position(%(kinds)s::text[], b.kind::text), b.item_id"
+    )
 
 
 # The messages right after a keyword top-k message (within THREAD_BACK of it, same conversation).
@@ -186,19 +203,22 @@ _CARRIED = ("t.tenant_id, t.kind, t.item_id, t.content, t.content_tsv, t.ts, t.i
             " t.occurred_end, t.role")
 
 
-def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False,
-              continued: bool = False) -> str:
+def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False) -> str:
     """A small scope, read once: every item's exact cosine and keyword match, the top k of each
     kind by either, its columns carried along (no second visit of the table). `thread`: the
     two messages after a keyword top-k message are candidates too, and every message row
-    carries the query's lexemes of its thread (`_THREAD`). `continued`: each message row with
-    the next turn its answer may go on in (`_CONTINUED`)."""
+    carries the query's lexemes of its thread (`_THREAD`). The rows in no order, without what
+    `finish_sql` adds (the surfaced turns, the continued turn)."""
     distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
     hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
-    rank = f"CASE WHEN {hit} THEN ts_rank(t.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    rank = f"CASE WHEN s.hit THEN ts_rank(s.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    # The keyword match is computed once a row (`s`, kept apart by OFFSET 0: PostgreSQL does not
+    # share the expression between the `hit` column and the rank's CASE), the rank for the hits
+    # only: ~0.45 of the search's ~10.7 CPU-ms on a long conversation ("Tenth round").
     return (
-        f"WITH c AS (SELECT {_CARRIED}, ({distance})::float8 AS distance, {hit} AS hit, {rank} AS rank"
-        f" FROM memory_items t WHERE {scope_sql(subject_id)}),"
+        f"WITH s AS (SELECT {_CARRIED}, ({distance})::float8 AS distance, {hit} AS hit"
+        f" FROM memory_items t WHERE {scope_sql(subject_id)} OFFSET 0),"
+        f" c AS (SELECT s.*, {rank} AS rank FROM s),"
         " ranked AS (SELECT c.*,"
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
@@ -208,20 +228,16 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
         " CASE WHEN t.hit THEN t.rank::float8 ELSE 0.0::float8 END AS keyword_score,"
         " (t.distance IS NOT NULL AND t.by_vector <= %(k)s) AS in_vector,"
         f" (t.hit AND t.by_keyword <= %(k)s) AS in_keyword, {_TAIL}{_THREAD_TAIL if thread else ''}"
-        f"{_CONTINUED_TAIL if continued else ''}"
-        f" FROM near t{_REPLY}{_SURFACED}{_THREAD if thread else ''}"
-        f"{_CONTINUED if continued else ''}"
+        f" FROM near t{_REPLY}{_THREAD if thread else ''}"
         " WHERE (t.distance IS NOT NULL AND t.by_vector <= %(k)s) OR (t.hit AND t.by_keyword <= %(k)s) OR t.follows"
-        " ORDER BY array_position(%(kinds)s::text[], t.kind::text), t.item_id"
     )
 
 
-def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False,
-                continued: bool = False) -> str:
+def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False) -> str:
     """A large scope: per kind, the top k by the HNSW index (an iterative scan keeps reading
     while the scope filter rejects hits) and the top k by the GIN index, then their rows
     (`thread`: as in exact_sql, the messages after a keyword hit too, each message with its
-    thread's lexemes)."""
+    thread's lexemes). As exact_sql's, the rows in no order, without what `finish_sql` adds."""
     scope = scope_sql(subject_id)
     vec = (
         "SELECT v.kind, v.item_id FROM unnest(%(kinds)s::text[]) AS kk(kind), LATERAL ("
@@ -249,13 +265,10 @@ def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: 
         f" SELECT {_COLUMNS}, COALESCE(1 - (t.embedding <=> %(vector)s::vector), 0.0)::float8 AS cosine,"
         f" {rank} AS keyword_score, (t.kind, t.item_id) IN (SELECT * FROM vec) AS in_vector,"
         f" (t.kind, t.item_id) IN (SELECT * FROM kw) AS in_keyword, {_TAIL}{_THREAD_TAIL if thread else ''}"
-        f"{_CONTINUED_TAIL if continued else ''}"
-        f" FROM memory_items t{_REPLY}{_SURFACED}{_THREAD if thread else ''}"
-        f"{_CONTINUED if continued else ''}"
+        f" FROM memory_items t{_REPLY}{_THREAD if thread else ''}"
         " WHERE t.tenant_id = %(tenant)s AND t.content IS NOT NULL"
         " AND (t.kind <> 'message' OR t.conversation_id IS DISTINCT FROM %(conversation)s OR t.seq < %(before)s)"
         " AND (t.kind, t.item_id) IN (SELECT * FROM vec UNION SELECT * FROM kw UNION SELECT * FROM fol)"
-        " ORDER BY array_position(%(kinds)s::text[], t.kind::text), t.item_id"
     )
 
 
@@ -281,19 +294,19 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     keyword = use_keyword and keywords.fact is not None
     exact = prepared.scope_items <= exact_max_items
     sql = (exact_sql if exact else indexed_sql)(scope.subject_id, vector=use_vector, keyword=keyword,
-                                                 thread=thread_weight > 0, continued=continued)
+                                                 thread=thread_weight > 0)
     params = {
         "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
         "conversation": scope.conversation_id, "before": scope.messages_before_seq, "k": k,
         "vector": vector if isinstance(vector, str) else vector_literal(vector), "keywords": keywords.fact or "",
-        "lexemes": list(keywords.lexemes), "lexeme_queries": [quote(lexeme) for lexeme in keywords.lexemes],
-        "kinds": list(kinds),
+        "lexemes": list(keywords.lexemes), "kinds": list(kinds),
     }
     weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
     one_statement = exact or side is None or len(kinds) < 2
     if prescore is not None and one_statement and prepared.scope_items > prescore.keep:  # else nothing to cut
         sql = best_rows_sql(sql, prescore.method, thread=thread_weight > 0)
         params.update(prescore.params(weights))
+    sql = finish_sql(sql, continued)  # the surfaced turns and the continued turn, of the rows handed on only
 
     async def fetch(on: psycopg.AsyncConnection, of: Sequence[Kind]) -> list[SearchRow]:
         async with on.cursor(row_factory=rows_with_coverage(weights, thread_weight)) as cur:
@@ -308,5 +321,5 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     return await across_connections(conn, kinds, fetch, side, ef_search)
 
 
-__all__ = ["EXACT_SCAN_MAX_ITEMS", "PREPARE_SQL", "Prepared", "exact_sql", "indexed_sql", "keywords_from",
+__all__ = ["EXACT_SCAN_MAX_ITEMS", "PREPARE_SQL", "Prepared", "exact_sql", "finish_sql", "indexed_sql", "keywords_from",
            "one_query", "prepare_items", "prepare_params", "prepared_from", "scope_sql", "search_items"]

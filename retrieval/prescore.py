@@ -83,13 +83,13 @@ def relevance_sql(method: Method, thread: bool = False) -> str:
 
 
 def best_rows_sql(search: str, method: Method, thread: bool = False) -> str:
-    """`search` (a statement whose rows have the columns of retrieval.search.SearchRow, kind by
-    kind in `%(kinds)s` order, then by id) cut to its `%(ps_keep)s` best rows by the score, in
-    the same order. Surfaced rows are cut like the others: the score is the one they rank by."""
+    """`search` (a statement whose rows have the columns of retrieval.search.SearchRow that the
+    score reads) cut to its `%(ps_keep)s` best rows by the score (ties by kind and id), in no
+    order (retrieval.items.finish_sql orders them). Surfaced rows are cut like the others: the
+    score is the one they rank by."""
     final = f"{relevance_sql(method, thread)} * {_IMPORTANCE} * {_RECENCY}"
     return (f"WITH found AS MATERIALIZED ({search})"
-            f" SELECT b.* FROM (SELECT f.* FROM found f ORDER BY {final} DESC, f.kind, f.item_id"
-            " LIMIT %(ps_keep)s) b ORDER BY array_position(%(kinds)s::text[], b.kind::text), b.item_id")
+            f" SELECT f.* FROM found f ORDER BY {final} DESC, f.kind, f.item_id LIMIT %(ps_keep)s")
 
 
 __all__ = ["Prescore", "best_rows_sql", "relevance_sql"]

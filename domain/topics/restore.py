@@ -12,6 +12,7 @@ their order in the conversation. Pure: the token counter is passed in.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Callable, Sequence, TypeVar
 
 from domain.judge import STOP_WORDS
@@ -29,6 +30,7 @@ def stem(word: str) -> str:
     return word
 
 
+@lru_cache(maxsize=8192)  # pure; an archive's messages are asked again at every turn of a restored topic
 def words_of(text: str) -> frozenset[str]:
     """The stems of a text's content words (stop words and one- or two-letter words left out,
     numbers kept)."""
