@@ -179,6 +179,55 @@ def server_cpu_ms(postmaster: int) -> float:
     return ticks * 1000 / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu_ms() -> float:
+    """Every core's busy time so far (all processes of the machine: /proc/stat's first line, idle
+    and iowait left out), in ms."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def schedstat_ms(pid: int, thread: int | None = None) -> tuple[float, float]:
+    """(ms on a core, ms runnable but waiting for a core) so far, from /proc/.../schedstat: of one
+    thread of the process, or summed over its live threads. (0, 0) once it is gone."""
+    tids = [thread] if thread is not None else [t.name for t in os.scandir(f"/proc/{pid}/task")] \
+        if os.path.isdir(f"/proc/{pid}/task") else []
+    running = waiting = 0
+    for tid in tids:
+        try:
+            on_cpu, queued, _ = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        running, waiting = running + int(on_cpu), waiting + int(queued)
+    return running / 1e6, waiting / 1e6
+
+
+def listener_pid(port: int) -> int | None:
+    """The process listening on a local TCP port (e.g. a private stack's Kafka broker: its JVM), if
+    this user can see it; None otherwise."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{cols[9]}]")
+    if not inodes:
+        return None
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in os.scandir(f"/proc/{entry.name}/fd"):
+                if os.readlink(fd.path) in inodes:
+                    return int(entry.name)
+        except (FileNotFoundError, PermissionError, ProcessLookupError, NotADirectoryError):
+            continue
+    return None
+
+
 async def postmaster_pid(settings: Settings) -> int | None:
     """The server's postmaster, if it runs on this machine (its CPU is then measurable)."""
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, autocommit=True) as conn:

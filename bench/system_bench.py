@@ -20,7 +20,16 @@ of the generation at lag 0 for three polls in a row. Reported:
   CPU while an embedding call / an OpenAI-client call was in flight (time.process_time around the
   calls, overlaps counted once: an upper bound, the event loop keeps working during a call), the
   rest is "everything else" (Kafka, faust, decoding, folds, PostgreSQL client). PostgreSQL's and
-  Kafka's own CPU are not counted;
+  Kafka's own CPU are not counted here (below);
+* every process the run loads (`cpu_by_process`, over the same interval): the workers, this
+  script (the stub LLM server runs in it), the Kafka broker (the JVM listening on the bootstrap
+  port), the PostgreSQL server (postmaster and backends) and the whole machine (/proc/stat, other
+  users' processes too), in CPU-ms a message and in cores, and the same in cores while idle
+  (`idle_cores_by_process`); Kafka's and PostgreSQL's figures are theirs alone only on a private
+  stack. With them `scheduler_share` (/proc/.../schedstat): the workers' event-loop threads on a
+  core, runnable but waiting for a core, and asleep (waiting on the network or for records), as
+  shares of the wall time. A loop that mostly waits for a core on a machine whose cores are busy
+  is bounded by the machine's CPU, not by a wait of its own;
 * per message: the PostgreSQL transactions the projectors committed
   (`memory_projector_transactions_total`), every transaction of the database over the workers'
   life (`pg_stat_database`; meaningful only on a PostgreSQL the run has to itself, e.g. a private
@@ -54,7 +63,8 @@ from aiokafka.errors import KafkaError
 
 from bench.backbone_bench import produce
 from bench.burst_workload import WORKLOADS, burst, produce_burst
-from bench.common import bench_settings, child_env, drop, drop_topics, prepare, report, scalar
+from bench.common import (bench_settings, child_env, drop, drop_topics, listener_pid, machine_cpu_ms,
+                          postmaster_pid, prepare, report, scalar, schedstat_ms, server_cpu_ms)
 from runtime.client import MemoryClient
 from tests.support.fake_openai import FakeOpenAI
 
@@ -81,10 +91,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Lag:
-    """Total records behind the log end over every consumer group of the run's topic prefix."""
+    """Total records behind the log end over every consumer group of the run's topic prefix (and,
+    from the last poll, per group: `by_group`, the prefix left out of the names)."""
 
     def __init__(self, settings) -> None:
         self.prefix = settings.kafka.topic_prefix
+        self.by_group: dict[str, int] = {}
         self.admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
         self.consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka.bootstrap_servers)
 
@@ -100,14 +112,71 @@ class Lag:
     async def total(self) -> tuple[int, int]:
         """(records behind, groups seen)."""
         groups = [g[0] for g in await self.admin.list_consumer_groups() if self.prefix in g[0]]
-        behind = 0
+        self.by_group = {}
         for group in groups:
             offsets = {tp: m.offset for tp, m in (await self.admin.list_consumer_group_offsets(group)).items()
                        if m.offset >= 0}
             if offsets:
                 ends = await self.consumer.end_offsets(list(offsets))
-                behind += sum(max(0, ends[tp] - offset) for tp, offset in offsets.items())
-        return behind, len(groups)
+                name = group.replace(self.prefix, "").strip(".-") or group
+                self.by_group[name] = sum(max(0, ends[tp] - offset) for tp, offset in offsets.items())
+        return sum(self.by_group.values()), len(groups)
+
+
+class Processes:
+    """CPU so far (ms, user + system) of every process a run loads: the workers, this script (the
+    stub LLM server runs in it, with the polls), the Kafka broker (the JVM listening on the
+    bootstrap port, if local), the PostgreSQL server (postmaster and backends, if local) and the
+    whole machine (/proc/stat: every core, every process, other users' too). Meaningful for Kafka
+    and PostgreSQL only on a private stack (nobody else's traffic)."""
+
+    def __init__(self, settings, workers: list) -> None:
+        self.workers = workers
+        host, _, port = settings.kafka.bootstrap_servers.split(",")[0].rpartition(":")
+        self.kafka = listener_pid(int(port)) if host in ("127.0.0.1", "localhost") and port.isdigit() else None
+        self.postmaster = None
+
+    async def find_postgres(self, settings) -> None:
+        self.postmaster = await postmaster_pid(settings)
+
+    def snapshot(self) -> dict[str, float]:
+        shot = {"workers": 1000 * sum(cpu_seconds(p.pid) for p in self.workers),
+                "bench (stub LLM, polls)": 1000 * cpu_seconds(os.getpid())}
+        if self.kafka is not None:
+            shot["kafka"] = 1000 * cpu_seconds(self.kafka)
+        if self.postmaster is not None:
+            try:
+                shot["postgres"] = server_cpu_ms(self.postmaster)
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                pass
+        shot["machine"] = machine_cpu_ms()
+        return shot
+
+    def waits(self) -> dict[str, float]:
+        """Scheduler times so far (ms): the workers' event-loop threads (their main threads) on a
+        core and runnable but waiting for one; every thread of the workers and of Kafka waiting
+        for a core."""
+        loop = [schedstat_ms(p.pid, p.pid) for p in self.workers]
+        return {"worker loop on a core": sum(r for r, _ in loop),
+                "worker loop waiting for a core": sum(w for _, w in loop),
+                "worker threads waiting for a core": sum(schedstat_ms(p.pid)[1] for p in self.workers),
+                **({"kafka threads waiting for a core": schedstat_ms(self.kafka)[1]} if self.kafka else {})}
+
+    def loop_share(self, start: dict, end: dict, seconds: float) -> dict:
+        """Each scheduler time over the interval as a share of its wall time (for the worker loop:
+        what is left of 1 is the loop asleep, waiting on the network or for work)."""
+        shares = {name: round((end[name] - start[name]) / 1000 / seconds, 2) for name in start}
+        awake = shares["worker loop on a core"] + shares["worker loop waiting for a core"]
+        shares["worker loop asleep"] = round(len(self.workers) - awake, 2)
+        return shares
+
+    @staticmethod
+    def split(start: dict, end: dict, messages: int, seconds: float) -> dict:
+        """Per message (ms) and in cores over `seconds`, each process and the rest of the machine."""
+        used = {name: end[name] - start[name] for name in start if name in end}
+        used["rest of the machine"] = used["machine"] - sum(v for k, v in used.items() if k != "machine")
+        return {name: {"cpu_ms_per_message": round(ms / messages, 2), "cores": round(ms / 1000 / seconds, 2)}
+                for name, ms in used.items()}
 
 
 async def records_by_topic(settings) -> dict[str, int]:
@@ -257,10 +326,12 @@ async def run(args, models: str, workers: int) -> dict:
         polls = 0  # this script's own transactions meanwhile (one per scalar read)
         load_start = os.getloadavg()[0]
         processes = await start_workers(settings, workers, env)
+        watched = Processes(settings, processes)
+        await watched.find_postgres(settings)
         profilers = await start_profilers(processes, Path(args.profile) / f"{models}-{workers}") if args.profile else []
         clock = time.perf_counter()
         first = first_cpu = None
-        max_lag, quiet, samples = 0, 0, []
+        max_lag, quiet, samples, group_samples = 0, 0, [], []
         rss_mid, rss_max = None, 0.0  # MB, all workers: when half the messages are indexed; highest polled
         async with Lag(settings) as lag:
             while True:
@@ -277,13 +348,15 @@ async def run(args, models: str, workers: int) -> dict:
                     continue
                 now = time.perf_counter() - clock
                 if first is None and rows:
-                    first, first_cpu = now, sum(cpu_seconds(p.pid) for p in processes)
+                    first, first_cpu, first_shot = now, sum(cpu_seconds(p.pid) for p in processes), watched.snapshot()
+                    first_waits = watched.waits()
                 max_lag = max(max_lag, behind)
                 rss_now = sum(rss_mb(p.pid)[0] for p in processes)
                 rss_max = max(rss_max, rss_now)
                 if rss_mid is None and indexed >= indexed_total / 2:
                     rss_mid = rss_now
                 samples.append((round(now), rows, indexed, behind))
+                group_samples.append((round(now), {g: n for g, n in lag.by_group.items() if n}))
                 settled = rows == args.messages and indexed == indexed_total and behind == 0 and groups >= 4
                 quiet = quiet + 1 if settled else 0
                 if quiet >= 3:
@@ -292,13 +365,18 @@ async def run(args, models: str, workers: int) -> dict:
                     raise TimeoutError(f"not settled after {now:.0f} s: last sample {samples[-1]}")
         settled_at = now - 2.0  # the first of the three quiet polls
         cpu = sum(cpu_seconds(p.pid) for p in processes) - first_cpu
+        cpu_split = Processes.split(first_shot, watched.snapshot(), args.messages, now - first)
+        wait_split = watched.loop_share(first_waits, watched.waits(), now - first)
         load_end = os.getloadavg()[0]
         # The fixed cost of running: every consumer polls the broker and heartbeats with no work
         # to do. On a shared machine the run is slow, so this part weighs on the per-message figure.
         rss_peak = sum(rss_mb(p.pid)[1] for p in processes)
         idle_from, idle_clock = sum(cpu_seconds(p.pid) for p in processes), time.perf_counter()
+        idle_shot = watched.snapshot()
         await asyncio.sleep(args.idle_seconds)
         idle_rate = (sum(cpu_seconds(p.pid) for p in processes) - idle_from) / (time.perf_counter() - idle_clock)
+        idle_split = {name: split["cores"] for name, split in
+                      Processes.split(idle_shot, watched.snapshot(), 1, time.perf_counter() - idle_clock).items()}
         splits = await stop_workers(processes)
         for profiler in profilers:  # py-spy writes its file when its target exits
             await asyncio.wait_for(profiler.wait(), 60)
@@ -320,6 +398,16 @@ async def run(args, models: str, workers: int) -> dict:
             "max_consumer_lag_records": max_lag,
             "summaries_completed": summaries,
             "worker_cpu_ms_per_message": per_message(cpu),
+            # Every process the run loads, from the first projected row to the settled state (the
+            # worker's figure above, with Kafka's, PostgreSQL's, this script's and the rest of the
+            # machine's): CPU-ms a message and cores. A machine near its core count bounds the rate.
+            "cpu_by_process": cpu_split,
+            # Over the same interval, as a share of its wall time: the workers' event loops on a
+            # core, runnable but waiting for one (the machine saturated), and asleep (waiting on
+            # Kafka, PostgreSQL or for records); threads of the workers and of Kafka waiting for a core.
+            "scheduler_share": wait_split,
+            # Cores each process used while idle after settling (the same --idle-seconds).
+            "idle_cores_by_process": idle_split,
             # CPU-ms per second with nothing to do (all workers), measured after settling, and the
             # per-message figure without it: what a message costs a worker that is kept busy.
             "idle_worker_cpu_ms_per_s": round(1000 * idle_rate, 1),
@@ -357,6 +445,8 @@ async def run(args, models: str, workers: int) -> dict:
             "records_per_message": {name: round(count / args.messages, 2) for name, count in written.items() if count},
             "memory_events_per_message": {kind: round(count / args.messages, 3) for kind, count in sorted(by_type.items())},
             "lag_samples": " ".join(f"{t}s:{r}/{i}/{b}" for t, r, i, b in samples[:: max(1, len(samples) // 12)]),
+            # The consumer groups still behind at each poll (records), once the first row is projected.
+            "lag_by_group_samples": [f"{t}s {lags}" for t, lags in group_samples if first is not None and t >= first],
         }
     finally:
         for process in (*processes, *profilers):  # a failed or interrupted run leaves no worker behind

@@ -106,8 +106,9 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     async def process_conversation(stream):
         """Ordered per conversation: the records fetched so far taken as a batch (the slices warm
         what the batch needs in one go: one embedding call for its user messages), then each
-        record decoded once, one state read, every slice's fold, their events out first, then at
-        most one state write; the batch is acknowledged once every record of it is folded."""
+        record decoded once and folded by every slice on the state its predecessors left, their
+        events out first; a conversation's state is written once a batch, after its last record
+        of the batch; the batch is acknowledged once every record of it is folded."""
         async for records in take_ready(stream, BATCH_RECORDS):
             batch = []
             for record in records:
@@ -120,7 +121,9 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
             for begin in beginning:
                 begin()
             await _warm(states, warming, batch)
-            for record, event in batch:
+            last = {record.key: index for index, (record, _) in enumerate(batch)}
+            pending: dict[bytes, Pending] = {}
+            for index, (record, event) in enumerate(batch):
                 # A rebalance cut the batch off here: this record and the rest are left unwritten and
                 # unacknowledged (streams/kafka_transport.py refuses their acks), and the seek that
                 # ends the rebalance delivers them again, to this worker or the partition's new owner.
@@ -134,8 +137,9 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
                 _current_event.set(weakref.ref(record))
                 with telemetry.span(f"{AGENT} {event.type}", kind="consumer",  # the append's trace (docs/observability.md)
                                     parent=telemetry.context_of(record.message.headers)):
-                    if not await _process(ctx, record, states, slices, event, lambda: in_turn(app, record.message)):
-                        _cut_off(record, batch)
+                    if not await _process(ctx, record, states, slices, event, pending, last[record.key] == index,
+                                          lambda: in_turn(app, record.message)):
+                        _cut_off(record, batch, pending)
                         break
 
     for part in slices:
@@ -144,19 +148,37 @@ def register(app: faust.App, ctx: StreamContext, slices: Sequence[Slice]) -> fau
     return table
 
 
+@dataclass
+class Pending:
+    """One conversation's states within a batch: `base` as the table holds them, `entry` with
+    every slice's state after the batch's records folded so far (what its next record of the
+    batch folds on), the slices they changed, and those records (in log order)."""
+
+    base: Entry
+    entry: Entry
+    changed: dict[str, Any] = field(default_factory=dict)
+    records: list = field(default_factory=list)
+
+
 async def _process(ctx: StreamContext, record, states: States, slices: Sequence[Slice], event: Event,
+                   pending: dict[bytes, Pending], last: bool = True,
                    still_in_turn: Callable[[], bool] = lambda: True) -> bool:
-    """One record (a faust event) of the batch: its slices' folds, their events, one state write.
-    False when a rebalance began meanwhile (`still_in_turn`): the state is not written, and the
-    record is left to its redelivery (the events that went out are sent again, the same)."""
+    """One record (a faust event) of the batch: its slices' folds on the states its conversation's
+    earlier records of the batch left (`pending`), and their events; after the conversation's
+    `last` record of the batch, its one state write (`_write`). False when a rebalance began
+    meanwhile (`still_in_turn`): the record changes no state, the conversation's pending states
+    are not written, and its records are left to their redelivery (the events that went out are
+    sent again, the same)."""
     key, refused = record.key, _Refused(record)
-    entry = None
-    async with ctx.applying(refused, AGENT):  # a record that is not a state record (never written here)
-        entry = states.entry(key)
+    held = pending.get(key)
+    entry = None if held is None else held.entry
     if entry is None:
-        return True
+        async with ctx.applying(refused, AGENT):  # a record that is not a state record (never written here)
+            entry = states.entry(key)
+        if entry is None:
+            return True
     now = time.time()
-    outgoing, encoded, changed = [], {}, {}
+    outgoing, changed = [], {}
     for part in slices:
         if event.type not in part.relevant:
             continue
@@ -171,20 +193,41 @@ async def _process(ctx: StreamContext, record, states: States, slices: Sequence[
                 else:
                     new_state, out = part.fold(state, event, now, inputs)
             if new_state != state:
-                encoded[part.name] = part.dump(key, new_state)  # its codec may seal it
                 changed[part.name] = new_state
             outgoing += out
     # Events first, then the state: a crash in between folds the redelivered record again and
     # sends them again (every consumer ignores what it already has), instead of losing them.
     for envelope in outgoing:
         await ctx.memory_events.send(key=key, value=encode(envelope), headers=telemetry.headers())
-    # No await from this check to the write: a state written is in the producer's buffer before the
-    # rebalance's revocation flushes it (faust suspends the flow there, on this event loop).
     if not still_in_turn():
         return False
-    if encoded:
-        states.write(key, entry, encoded, changed)
+    if held is None:
+        held = pending[key] = Pending(entry, Entry(entry.raw, entry.parts, dict(entry.states)))
+    held.records.append(record)
+    if changed:
+        held.entry.states.update(changed)
+        held.changed.update(changed)
+    if last:
+        await _write(ctx, states, slices, key, pending.pop(key), still_in_turn)
     return True
+
+
+async def _write(ctx: StreamContext, states: States, slices: Sequence[Slice], key: bytes, held: Pending,
+                 still_in_turn: Callable[[], bool]) -> None:
+    """A conversation's one table write (changelog record) of the batch, after its last record,
+    each changed slice encoded once. A slice whose codec refuses its state: the conversation's
+    last record is dead-lettered for that slice, whose state stays as before the batch."""
+    encoded = {}
+    for part in slices:
+        if part.name in held.changed:
+            async with ctx.applying(_Refused(held.records[-1]), f"{AGENT}.{part.name}"):
+                encoded[part.name] = part.dump(key, held.changed[part.name])  # its codec may seal it
+    # No await from this check to the write: a state written is in the producer's buffer before the
+    # rebalance's revocation flushes it (faust suspends the flow there, on this event loop). The
+    # check is the last record's: a rebalance suspends the flow for every record of the batch.
+    if not encoded or not still_in_turn():
+        return
+    states.write(key, held.base, encoded, {name: held.changed[name] for name in encoded})
 
 
 def _log_first(firsts: dict, message) -> None:
@@ -197,10 +240,12 @@ def _log_first(firsts: dict, message) -> None:
                  message.generation_id, message.topic, message.partition, message.offset)
 
 
-def _cut_off(record, batch: list) -> None:
+def _cut_off(record, batch: list, pending: dict | None = None) -> None:
     left = len(batch) - [r for r, _ in batch].index(record)
-    log.info("a rebalance cut the batch off at %s[%d]@%d; %d record(s) left to their redelivery",
-             record.message.topic, record.message.partition, record.message.offset, left)
+    unwritten = sum(len(held.records) for held in (pending or {}).values())
+    log.info("a rebalance cut the batch off at %s[%d]@%d; %d record(s) left to their redelivery, and %d folded"
+             " record(s) of %d conversation(s) not written", record.message.topic, record.message.partition,
+             record.message.offset, left, unwritten, len(pending or {}))
 
 
 @dataclass(frozen=True)

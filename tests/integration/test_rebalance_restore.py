@@ -112,8 +112,6 @@ async def test_a_rebalance_keeps_the_state_of_a_partition_the_worker_held(settin
         async with worker_process(settings, log_name="held-a", extra_env=env | {
                     "MEMORY_STATE_DIR": f"/tmp/memory-agent-test/{settings.generation}-a"}) as a, \
                 MemoryClient(settings) as client:
-            partition_of = await say(client, range(0, 4))
-
             async def folded(upto: int, count: int):
                 async def check() -> bool:
                     return (await scalar(settings, "SELECT count(*) FROM topic_conversations") == CONVERSATIONS
@@ -121,6 +119,11 @@ async def test_a_rebalance_keeps_the_state_of_a_partition_the_worker_held(settin
                             and await scalar(settings, "SELECT count(*) FROM messages") == count)
                 return check
 
+            # Seq 0 folded before seqs 1-3 are sent: the processor writes a conversation's state once
+            # a batch, so each conversation's first state record is surely older than its last.
+            partition_of = await say(client, range(0, 1))
+            await wait_until(await folded(0, CONVERSATIONS), 120, f"seq 0 folded (log {a.log_path})")
+            await say(client, range(1, 4))
             await wait_until(await folded(3, 4 * CONVERSATIONS), 120, f"seqs 0-3 folded (log {a.log_path})")
             before = assignments(a)
             async with worker_process(settings, log_name="held-b", extra_env=env | {
@@ -138,6 +141,9 @@ async def test_a_rebalance_keeps_the_state_of_a_partition_the_worker_held(settin
                     if partition in kept and value is not None:
                         first.setdefault(key, (partition, value))
                 assert first, f"A's partitions {kept} hold no state (log {a.log_path})"
+                latest = {key: value for partition, _, key, value in records if key in first and value is not None}
+                older = [key for key in first if (placements(first[key][1]) or 0) < (placements(latest[key]) or 0)]
+                assert older or settings.privacy.encrypt_content, f"no older state to inject: {sorted(first)}"
                 producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
                 await producer.start()
                 try:
