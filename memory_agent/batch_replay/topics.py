@@ -47,12 +47,14 @@ from memory_agent.batch_replay.steps import add_seconds
 from core.llm import provenance as llm_provenance
 from core.llm.port import ChatMessage, LlmError
 from core.settings import Settings
+from runtime import isolation
 from runtime.db import open_pool
 from projections.decoding import records_of
 from projections.erasure_reads import PostgresErasureReads
 from projections.lineage import _TOPIC_TYPES as LINEAGE_TYPES
 from projections.lineage import TopicLineageProjector
-from projections.runner import apply_records
+from projections import topic_rows
+from projections.runner import apply_records, save_offsets
 from projections.topics import PROJECTED, TopicsProjector
 from schemas import topic_events as te
 from schemas.codec import Event, encode, new_event
@@ -386,13 +388,33 @@ class TopicsBatch:
                    for offset, (key, value) in zip(offsets, values)]
         from runtime.db import connect  # noqa: PLC0415
 
-        # Decoded once for both projectors (each would decode every record again): their own
-        # per-event code, a chunk's rows and position in one transaction (`apply_records`,
-        # which applies a chunk the database refuses again record by record by `apply`).
-        decoded = {record.offset: event for record, event in
-                   records_of(records, PROJECTED | LINEAGE_TYPES, Limits.of(self.settings))}
+        # Decoded once (the projectors' contract is the log's bytes: an invalid record is skipped
+        # by both, as they would skip it).
+        events = [event for _, event in records_of(records, PROJECTED | LINEAGE_TYPES, Limits.of(self.settings))]
         clock = self._add("publish.decode", clock)
         async with await connect(self.settings) as conn:
+            try:
+                # The rows both projectors would leave, computed in memory and copied, one COPY per
+                # table, with both projectors' positions: one transaction for the partition.
+                async with conn.transaction():
+                    rows = await topic_rows.rows_of(conn, events)
+                    clock = self._add("publish.rows", clock)
+                    sent = await topic_rows.copy(conn, rows, [(c.tenant_id, c.conversation_id)
+                                                              for c in conversations])
+                    for projector in (TopicsProjector, TopicLineageProjector):
+                        await save_offsets(conn, projector.name, records)
+                self.stats["rows"] = sum(sent.values())
+                self._add("publish.copy", clock)
+                return
+            except Exception as exc:  # noqa: BLE001 - a row the database refuses: the projectors sort it out
+                if not isolation.is_record_error(exc):
+                    raise
+                log.warning("batch replay: copying the topic rows failed (%s); projecting event by event",
+                            isolation.describe(exc))
+            # The projectors' own per-event code, a chunk's rows and position in one transaction
+            # (`apply_records` applies a chunk the database refuses again record by record).
+            decoded = {record.offset: event for record, event in
+                       records_of(records, PROJECTED | LINEAGE_TYPES, Limits.of(self.settings))}
             for projector in (TopicsProjector(self.settings), TopicLineageProjector(self.settings)):
                 for i in range(0, len(records), _CHUNK):
                     chunk = records[i:i + _CHUNK]
