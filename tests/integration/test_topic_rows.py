@@ -41,6 +41,25 @@ def _recorded_log() -> list:
     third.insert(third.index(request) + 1, failed)
     third.append(new_event(te.TOPIC_MESSAGE_UNASSIGNED, te.TopicMessageUnassigned(seq=17, reason="no-turn"),
                            **common, seq=17))  # never placed: the row stays
+    first = streams[0]
+    compacted = next(e for e in first if e.type == te.TOPIC_COMPACTED)  # answered late: after a switch
+    switch = next(e for e in first[first.index(compacted):] if e.type == te.TOPIC_ACTIVATED
+                  and e.payload["topic_id"] != compacted.payload["topic_id"])
+    first.remove(compacted)
+    first.insert(first.index(switch) + 1, compacted)
+    restored = [e for e in first if e.type == te.TOPIC_ARCHIVE_RESTORE_REQUESTED][-1]
+    on_first = dict(tenant_id="tenant-a", conversation_id="first", user_id="alice")
+    topic = restored.payload["topic_id"]
+    first += [  # another topic activated ends the restore; a restore asked before that switch is refused
+        new_event(te.TOPIC_ACTIVATED, te.TopicActivated(topic_id="first:topic-3", seq=20), **on_first, seq=20),
+        new_event(te.TOPIC_ARCHIVE_RESTORE_REQUESTED, te.TopicArchiveRestoreRequested(
+            topic_id=topic, seq=19, archived_count=1, archived_upto_seq=9), **on_first, seq=19),
+        new_event(te.TOPIC_ARCHIVE_RESTORE_REQUESTED, te.TopicArchiveRestoreRequested(
+            topic_id="first:topic-2", seq=21, archived_count=1, archived_upto_seq=9), **on_first, seq=21),
+        # a compaction asked at 15 answered after the switch at 20: the restore stays cleared up to 20
+        new_event(te.TOPIC_COMPACTED, te.TopicCompacted(
+            topic_id=topic, upto_seq=11, archived_seqs=[10, 11], summary="summary up to 11", prompt_version="p-v1",
+            model="m", generation_time_ms=1), **on_first, seq=15)]
     activations = [e for e in streams[0] if e.type == te.TOPIC_ACTIVATED]
     streams[0].append(activations[0])  # redelivered: older than the newest activation
     streams[0].append(new_event(te.TOPIC_ACTIVATED, te.TopicActivated(
