@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
+from pydantic import ValidationError
 
 from domain.topics.state import evolve
 from memory_agent.batch_replay.produce import send_all
@@ -57,9 +58,10 @@ from projections import topic_rows
 from projections.runner import apply_records, save_offsets
 from projections.topics import PROJECTED, TopicsProjector
 from schemas import topic_events as te
-from schemas.codec import Event, encode, new_event
-from schemas.envelope import Envelope
-from schemas.limits import Limits
+from schemas.codec import Event, decode, encode, new_event
+from schemas.envelope import Envelope, InvalidEvent
+from schemas.limits import Limits, check_size
+from schemas.sealed import SEALED
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
 from streams.topics_memory import codec
 from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, Embedded, handle, wants_embedding
@@ -84,6 +86,35 @@ def _same(cause: Envelope) -> dict:
 def _event(envelope: Envelope) -> Event:
     """An event this process built from a validated model a moment ago: no second validation."""
     return Event(envelope, REGISTRY[envelope.type].payload.model_construct(**envelope.payload))
+
+
+_PROJECTED = PROJECTED | LINEAGE_TYPES
+_ASSIGNED = REGISTRY[te.TOPIC_MESSAGE_ASSIGNED].payload
+
+
+def projected_events(envelopes: list[Envelope], values: list[tuple[bytes, bytes]], limits: Limits) -> list[Event]:
+    """The events the topics and topic-lineage projectors would decode from `values` (the encoded
+    `envelopes`, in order), skipping the invalid ones as they do. An assignment (most events: the
+    fold's, of a message the log's decode validated, its title from such a message) is not decoded
+    again: its payload is validated from the JSON form it was encoded from, as `decode` validates
+    it, once its size fits a record (`check_size`, the one rule the fold's input does not settle).
+    Every other event, the LLM's texts among them, is decoded from its bytes."""
+    events = []
+    for envelope, (key, raw) in zip(envelopes, values):
+        if envelope.type not in _PROJECTED:
+            continue
+        if envelope.type == te.TOPIC_MESSAGE_ASSIGNED and SEALED not in envelope.payload:
+            try:
+                check_size(raw, limits)
+                events.append(Event(envelope, _ASSIGNED.model_validate(envelope.payload)))
+                continue
+            except (InvalidEvent, ValidationError):
+                pass  # then as the projectors decode it
+        try:
+            events.append(decode(raw, key=key, limits=limits))
+        except InvalidEvent:
+            continue
+    return events
 
 
 @dataclass
@@ -388,9 +419,8 @@ class TopicsBatch:
                    for offset, (key, value) in zip(offsets, values)]
         from runtime.db import connect  # noqa: PLC0415
 
-        # Decoded once (the projectors' contract is the log's bytes: an invalid record is skipped
-        # by both, as they would skip it).
-        events = [event for _, event in records_of(records, PROJECTED | LINEAGE_TYPES, Limits.of(self.settings))]
+        envelopes = [envelope for c in conversations for envelope in c.out]
+        events = projected_events(envelopes, values, Limits.of(self.settings))
         clock = self._add("publish.decode", clock)
         async with await connect(self.settings) as conn:
             try:
