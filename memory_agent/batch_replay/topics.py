@@ -24,9 +24,11 @@ Messages an applied erasure covers never reach the fold, as in the processor (st
 rule of streams/topics_memory/erased.py, its snapshot read once per partition: the batch
 applies no erasure meanwhile).
 
-The events go to the generation's derived topic and through the topics and topic-lineage
-projectors' own code (rows and positions per transaction); the final states go to the
-conversation processor's table changelog with the slice's codec (sealed when the process seals).
+The events go to the generation's derived topic; the rows the topics and topic-lineage projectors
+would leave are computed from them in memory and written by one COPY per table with both
+projectors' positions, in one transaction (projections/topic_rows.py; the projectors' own code
+when the database refuses a row); the final states go to the conversation processor's table
+changelog with the slice's codec (sealed when the process seals).
 """
 
 from __future__ import annotations
@@ -407,7 +409,7 @@ class TopicsBatch:
         self.stats["events"] += len(out)
 
     async def _publish(self, conversations: list[_Conversation]) -> None:
-        """Into the derived topic, then through the topics and topic-lineage projectors."""
+        """Into the derived topic, then the topics and topic-lineage projectors' rows (docs/replay.md)."""
         clock = time.perf_counter()
         values = [(c.key, encode(envelope)) for c in conversations for envelope in c.out]
         clock = self._add("publish.encode", clock)
