@@ -18,7 +18,11 @@ checkout of the code, e.g. `git archive main | tar -x -C DIR`) the odd warm runs
 `memory-agent replay start` (and so its worker and batch processes) from DIR, the even ones
 from this checkout, so two versions of the code are compared on the same log, caches and
 machine load. Each run reports the load average at its start and its worker log (the per-partition
-steps with `BENCH_WORKER_LOG_LEVEL=INFO`).
+steps with `BENCH_WORKER_LOG_LEVEL=INFO`), and `cpu_s`: the CPU seconds over the run of the worker's
+process group (its batch processes included, until caught up and settled), of `replay start`, and of
+PostgreSQL (postmaster, reaped and live backends) and Kafka when they run on this machine (Kafka's pid
+from MEMORY_STATE_DIR, as `python -m infra.cli up` writes it): the stack should be private, or
+the figures include other clients' work.
 """
 
 from __future__ import annotations
