@@ -120,3 +120,69 @@ async def test_the_batchs_topic_rows_are_the_projectors_rows(settings):
     for table, expected in one_by_one.items():
         assert copied[table] == expected, table
         assert again[table] == expected, table
+
+
+@pytest.mark.asyncio
+async def test_a_copy_the_database_refuses_falls_back_to_the_projectors(settings, monkeypatch):
+    """The batch's publishing (`TopicsBatch._publish`) when a `COPY` is refused for a row's content:
+    rolled back, and the partition projected by the projectors' own per-event code, to the same rows
+    and both projectors' positions at the end of what was sent."""
+    import psycopg
+    from aiokafka import AIOKafkaProducer, TopicPartition
+
+    from memory_agent.batch_replay.topics import TopicsBatch, _Conversation
+    from projections import lineage, topic_rows, topics
+    from schemas.codec import decode, encode
+
+    log = _recorded_log()
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
+    ) as conn:
+        for conversation in ("first", "second", "third"):
+            for seq in (1, 13, 15):
+                await conn.execute(
+                    "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content,"
+                    " occurred_at, source_partition, source_offset) VALUES ('tenant-a', %s, %s, %s, 'alice',"
+                    " 'assistant', %s, %s, 0, 0)",
+                    (conversation, seq, f"{conversation}-{seq}", f"subject 0 assistant {seq} (the log)",
+                     datetime.fromtimestamp(1_750_000_000 + 60 * seq + 0.123456, UTC)))
+        async with conn.transaction():  # the reference
+            for event in (decode(encode(e)) for e in log):
+                if event.type in topics.PROJECTED:
+                    await topics._APPLY[event.type](conn, event, topics._params(event))  # noqa: SLF001
+                if event.type in lineage._TOPIC_TYPES:  # noqa: SLF001
+                    await lineage._TOPIC_APPLY[event.type](conn, event)  # noqa: SLF001
+        reference = await _topic_rows(conn)
+        await conn.execute(f"TRUNCATE {_TABLES}")
+
+    async def refused(conn, rows, conversations):
+        await conn.execute("INSERT INTO topic_unassigned (tenant_id, conversation_id, seq, reason, event_id)"
+                           " VALUES ('tenant-a', 'first', 99, 'x', 'e')")  # rolled back with the rest
+        raise psycopg.errors.CheckViolation("a row the database refuses")
+
+    monkeypatch.setattr(topic_rows, "copy", refused)
+    by_conversation: dict[str, _Conversation] = {}
+    for envelope in log:  # each conversation's events in order, as the fold left them
+        by_conversation.setdefault(envelope.conversation_id, _Conversation(
+            envelope.key, envelope.tenant_id, envelope.conversation_id)).out.append(envelope)
+    derived = TopicPartition(settings.kafka.memory_topic(settings.generation), 0)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
+    await producer.start()
+    try:
+        batch = TopicsBatch.__new__(TopicsBatch)  # only what publishing uses
+        batch.settings, batch.producer, batch.derived, batch.seconds, batch.stats = \
+            settings, producer, derived, {}, {}
+        await batch._publish(list(by_conversation.values()))  # noqa: SLF001
+    finally:
+        await producer.stop()
+    async with await psycopg.AsyncConnection.connect(
+        settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
+    ) as conn:
+        projected = await _topic_rows(conn)
+        positions = await (await conn.execute(
+            "SELECT projector, next_offset FROM projector_offsets WHERE topic = %s AND partition = 0"
+            " ORDER BY 1", (derived.topic,))).fetchall()
+    assert "publish.topics" in batch.seconds and "rows" not in batch.stats  # the fallback ran
+    for table, expected in reference.items():
+        assert projected[table] == expected, table
+    assert positions == [("lineage-topics", len(log)), ("topics", len(log))]
