@@ -18,7 +18,11 @@ checkout of the code, e.g. `git archive main | tar -x -C DIR`) the odd warm runs
 `memory-agent replay start` (and so its worker and batch processes) from DIR, the even ones
 from this checkout, so two versions of the code are compared on the same log, caches and
 machine load. Each run reports the load average at its start and its worker log (the per-partition
-steps with `BENCH_WORKER_LOG_LEVEL=INFO`).
+steps with `BENCH_WORKER_LOG_LEVEL=INFO`), and `cpu_s`: the CPU seconds over the run of the worker's
+process group (its batch processes included, until caught up and settled), of `replay start`, and of
+PostgreSQL (postmaster, reaped and live backends) and Kafka when they run on this machine (Kafka's pid
+from MEMORY_STATE_DIR, as `python -m infra.cli up` writes it): the stack should be private, or
+the figures include other clients' work.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -41,10 +46,66 @@ from runtime.client import MemoryClient
 from projections import generations as gens
 from tests.support.fake_openai import FakeOpenAI
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _cpu(pid: int, children: bool = True) -> float:
+    """CPU seconds of one process (user + system), and of its children it waited for."""
+    fields = _stat(pid)
+    if fields is None:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
+    return ticks / _TICK
+
+
+def _pids(match) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields is not None and match(int(entry), fields):
+                found.append(int(entry))
+    return found
+
+
+def stack_cpu(settings) -> dict[str, float]:
+    """CPU seconds so far of PostgreSQL (the postmaster, the backends it reaped, the live ones)
+    and Kafka (the broker's process), found from the database and MEMORY_STATE_DIR's pid file."""
+    cpu = {}
+    with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+        data = conn.execute("SHOW data_directory").fetchone()[0]
+    try:
+        postmaster = int(Path(data, "postmaster.pid").read_text().split()[0])
+        cpu["postgres"] = _cpu(postmaster) + sum(
+            _cpu(pid, children=False) for pid in _pids(lambda pid, f: int(f[1]) == postmaster))
+    except OSError:  # not on this machine's /proc (a container)
+        pass
+    state = os.environ.get("MEMORY_STATE_DIR")
+    kafka = Path(state, "kafka", "kafka.pid") if state else None
+    if kafka is not None and kafka.exists():
+        cpu["kafka"] = _cpu(int(kafka.read_text().split()[0]))
+    return cpu
+
+
+def group_cpu(leader: int) -> float:
+    """CPU seconds of a process group (the detached worker, its batch processes, what they reaped)."""
+    return sum(_cpu(pid) for pid in _pids(lambda pid, f: int(f[2]) == leader))
+
+
 async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, summaries: bool,
                       placed: int = 0, code: Path | None = None) -> dict:
     """One replay into generation `name`, started from the checkout `code` (default: this one)."""
     load = os.getloadavg()[0]
+    stack_before = stack_cpu(settings)
+    start_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     clock = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "memory_agent.cli", "replay", "start", "--generation", name, "--detach", "--mode", mode,
@@ -53,6 +114,7 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
     out, _ = await process.communicate()
     if process.returncode:
         raise RuntimeError(out.decode())
+    start_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     while True:
         try:
             p = await replays.progress(settings, name)
@@ -65,6 +127,11 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
             pass
         await asyncio.sleep(0.25)
     elapsed = time.perf_counter() - clock
+    worker = replays.pid_file(settings, name)
+    cpu = {"worker_and_batch": round(group_cpu(int(worker.read_text())), 2) if worker.exists() else None,
+           "replay_start": round(start_after.ru_utime + start_after.ru_stime
+                                 - start_before.ru_utime - start_before.ru_stime, 2)}
+    cpu |= {k: round(v - stack_before.get(k, 0.0), 2) for k, v in stack_cpu(settings).items()}
     with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
         usage = gens.cache_usage(conn, settings.kafka.topic_prefix, name)
         summaries = conn.execute(f"SELECT count(*) FROM gen_{name}.memory").fetchone()[0]
@@ -79,6 +146,7 @@ async def replay_once(settings, name: str, env: dict, mode: str, chunks: int, su
         "events": p.total, "seconds": round(elapsed, 1), "events_per_s": round(p.total / elapsed),
         "summaries": summaries, "chunks": recorded, "topics": topics[0], "topic_compactions": topics[1],
         "llm_cache": usage,
+        "cpu_s": cpu,  # by process, over the run (the worker's until caught up and settled)
     }
 
 

@@ -24,9 +24,11 @@ Messages an applied erasure covers never reach the fold, as in the processor (st
 rule of streams/topics_memory/erased.py, its snapshot read once per partition: the batch
 applies no erasure meanwhile).
 
-The events go to the generation's derived topic and through the topics and topic-lineage
-projectors' own code (rows and positions per transaction); the final states go to the
-conversation processor's table changelog with the slice's codec (sealed when the process seals).
+The events go to the generation's derived topic; the rows the topics and topic-lineage projectors
+would leave are computed from them in memory and written by one COPY per table with both
+projectors' positions, in one transaction (projections/topic_rows.py; the projectors' own code
+when the database refuses a row); the final states go to the conversation processor's table
+changelog with the slice's codec (sealed when the process seals).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import ConsumerRecord
+from pydantic import ValidationError
 
 from domain.topics.state import evolve
 from memory_agent.batch_replay.produce import send_all
@@ -47,17 +50,20 @@ from memory_agent.batch_replay.steps import add_seconds
 from core.llm import provenance as llm_provenance
 from core.llm.port import ChatMessage, LlmError
 from core.settings import Settings
+from runtime import isolation
 from runtime.db import open_pool
 from projections.decoding import records_of
 from projections.erasure_reads import PostgresErasureReads
 from projections.lineage import _TOPIC_TYPES as LINEAGE_TYPES
 from projections.lineage import TopicLineageProjector
-from projections.runner import apply_records
+from projections import topic_rows
+from projections.runner import apply_records, save_offsets
 from projections.topics import PROJECTED, TopicsProjector
 from schemas import topic_events as te
-from schemas.codec import Event, encode, new_event
-from schemas.envelope import Envelope
-from schemas.limits import Limits
+from schemas.codec import Event, decode, encode, new_event
+from schemas.envelope import Envelope, InvalidEvent
+from schemas.limits import Limits, check_size
+from schemas.sealed import SEALED
 from schemas.registry import MESSAGE_APPENDED, REGISTRY
 from streams.topics_memory import codec
 from streams.topics_memory.agent import PLACED_ROLES, RELEVANT, AgentConfig, Embedded, handle, wants_embedding
@@ -82,6 +88,35 @@ def _same(cause: Envelope) -> dict:
 def _event(envelope: Envelope) -> Event:
     """An event this process built from a validated model a moment ago: no second validation."""
     return Event(envelope, REGISTRY[envelope.type].payload.model_construct(**envelope.payload))
+
+
+_PROJECTED = PROJECTED | LINEAGE_TYPES
+_ASSIGNED = REGISTRY[te.TOPIC_MESSAGE_ASSIGNED].payload
+
+
+def projected_events(envelopes: list[Envelope], values: list[tuple[bytes, bytes]], limits: Limits) -> list[Event]:
+    """The events the topics and topic-lineage projectors would decode from `values` (the encoded
+    `envelopes`, in order), skipping the invalid ones as they do. An assignment (most events: the
+    fold's, of a message the log's decode validated, its title from such a message) is not decoded
+    again: its payload is validated from the JSON form it was encoded from, as `decode` validates
+    it, once its size fits a record (`check_size`, the one rule the fold's input does not settle).
+    Every other event, the LLM's texts among them, is decoded from its bytes."""
+    events = []
+    for envelope, (key, raw) in zip(envelopes, values):
+        if envelope.type not in _PROJECTED:
+            continue
+        if envelope.type == te.TOPIC_MESSAGE_ASSIGNED and SEALED not in envelope.payload:
+            try:
+                check_size(raw, limits)
+                events.append(Event(envelope, _ASSIGNED.model_validate(envelope.payload)))
+                continue
+            except (InvalidEvent, ValidationError):
+                pass  # then as the projectors decode it
+        try:
+            events.append(decode(raw, key=key, limits=limits))
+        except InvalidEvent:
+            continue
+    return events
 
 
 @dataclass
@@ -374,7 +409,7 @@ class TopicsBatch:
         self.stats["events"] += len(out)
 
     async def _publish(self, conversations: list[_Conversation]) -> None:
-        """Into the derived topic, then through the topics and topic-lineage projectors."""
+        """Into the derived topic, then the topics and topic-lineage projectors' rows (docs/replay.md)."""
         clock = time.perf_counter()
         values = [(c.key, encode(envelope)) for c in conversations for envelope in c.out]
         clock = self._add("publish.encode", clock)
@@ -386,13 +421,32 @@ class TopicsBatch:
                    for offset, (key, value) in zip(offsets, values)]
         from runtime.db import connect  # noqa: PLC0415
 
-        # Decoded once for both projectors (each would decode every record again): their own
-        # per-event code, a chunk's rows and position in one transaction (`apply_records`,
-        # which applies a chunk the database refuses again record by record by `apply`).
-        decoded = {record.offset: event for record, event in
-                   records_of(records, PROJECTED | LINEAGE_TYPES, Limits.of(self.settings))}
+        envelopes = [envelope for c in conversations for envelope in c.out]
+        events = projected_events(envelopes, values, Limits.of(self.settings))
         clock = self._add("publish.decode", clock)
         async with await connect(self.settings) as conn:
+            try:
+                # The rows both projectors would leave, computed in memory and copied, one COPY per
+                # table, with both projectors' positions: one transaction for the partition.
+                async with conn.transaction():
+                    rows = await topic_rows.rows_of(conn, events)
+                    clock = self._add("publish.rows", clock)
+                    sent = await topic_rows.copy(conn, rows, [(c.tenant_id, c.conversation_id)
+                                                              for c in conversations])
+                    for projector in (TopicsProjector, TopicLineageProjector):
+                        await save_offsets(conn, projector.name, records)
+                self.stats["rows"] = sum(sent.values())
+                self._add("publish.copy", clock)
+                return
+            except Exception as exc:  # noqa: BLE001 - a row the database refuses: the projectors sort it out
+                if not isolation.is_record_error(exc):
+                    raise
+                log.warning("batch replay: copying the topic rows failed (%s); projecting event by event",
+                            isolation.describe(exc))
+            # The projectors' own per-event code, a chunk's rows and position in one transaction
+            # (`apply_records` applies a chunk the database refuses again record by record).
+            decoded = {record.offset: event for record, event in
+                       records_of(records, PROJECTED | LINEAGE_TYPES, Limits.of(self.settings))}
             for projector in (TopicsProjector(self.settings), TopicLineageProjector(self.settings)):
                 for i in range(0, len(records), _CHUNK):
                     chunk = records[i:i + _CHUNK]
