@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.integration.test_topics import _topic_rows, agent_event_stream
+from tests.support.projected import project_one_by_one
 
 _TABLES = ("topic_messages, topic_archives, topic_unassigned, topic_conversations, topics, topic_assignments,"
            " topic_activations, topic_compactions")
@@ -69,6 +70,20 @@ def _recorded_log() -> list:
     return log + log[len(log) // 2:]  # a redelivered tail
 
 
+
+
+async def _seed_messages(conn) -> None:
+    """The messages the recorded log's assignments and restores read (their text, "(the log)")."""
+    for conversation in ("first", "second", "third"):
+        for seq in (1, 13, 15):
+            await conn.execute(
+                "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content,"
+                " occurred_at, source_partition, source_offset) VALUES ('tenant-a', %s, %s, %s, 'alice',"
+                " 'assistant', %s, %s, 0, 0)",
+                (conversation, seq, f"{conversation}-{seq}", f"subject 0 assistant {seq} (the log)",
+                 datetime.fromtimestamp(1_750_000_000 + 60 * seq + 0.123456, UTC)))
+
+
 @pytest.mark.asyncio
 async def test_the_batchs_topic_rows_are_the_projectors_rows(settings):
     """Every topic table, every column but the clocks: what `topic_rows` copies equals what the
@@ -76,7 +91,7 @@ async def test_the_batchs_topic_rows_are_the_projectors_rows(settings):
     copy (a resumed batch redoing the partition) replaces the first, leaving the same rows."""
     import psycopg
 
-    from projections import lineage, topic_rows, topics
+    from projections import topic_rows
     from schemas import topic_events as te
     from schemas.codec import decode, encode
 
@@ -89,20 +104,8 @@ async def test_the_batchs_topic_rows_are_the_projectors_rows(settings):
     async with await psycopg.AsyncConnection.connect(
         settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
     ) as conn:
-        for conversation in ("first", "second", "third"):
-            for seq in (1, 13, 15):
-                await conn.execute(
-                    "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content,"
-                    " occurred_at, source_partition, source_offset) VALUES ('tenant-a', %s, %s, %s, 'alice',"
-                    " 'assistant', %s, %s, 0, 0)",
-                    (conversation, seq, f"{conversation}-{seq}", f"subject 0 assistant {seq} (the log)",
-                     datetime.fromtimestamp(1_750_000_000 + 60 * seq + 0.123456, UTC)))
-        async with conn.transaction():  # the reference: each event by its own statements, in order
-            for event in events:
-                if event.type in topics.PROJECTED:
-                    await topics._APPLY[event.type](conn, event, topics._params(event))  # noqa: SLF001
-                if event.type in lineage._TOPIC_TYPES:  # noqa: SLF001
-                    await lineage._TOPIC_APPLY[event.type](conn, event)  # noqa: SLF001
+        await _seed_messages(conn)
+        await project_one_by_one(conn, events)  # the reference: each event by its own statements
         one_by_one = await _topic_rows(conn)
         await conn.execute(f"TRUNCATE {_TABLES}")
         async with conn.transaction():
@@ -131,27 +134,15 @@ async def test_a_copy_the_database_refuses_falls_back_to_the_projectors(settings
     from aiokafka import AIOKafkaProducer, TopicPartition
 
     from memory_agent.batch_replay.topics import TopicsBatch, _Conversation
-    from projections import lineage, topic_rows, topics
+    from projections import topic_rows
     from schemas.codec import decode, encode
 
     log = _recorded_log()
     async with await psycopg.AsyncConnection.connect(
         settings.postgres.dsn, options=f"-c search_path={settings.pg_schema},public", autocommit=True
     ) as conn:
-        for conversation in ("first", "second", "third"):
-            for seq in (1, 13, 15):
-                await conn.execute(
-                    "INSERT INTO messages (tenant_id, conversation_id, seq, event_id, user_id, role, content,"
-                    " occurred_at, source_partition, source_offset) VALUES ('tenant-a', %s, %s, %s, 'alice',"
-                    " 'assistant', %s, %s, 0, 0)",
-                    (conversation, seq, f"{conversation}-{seq}", f"subject 0 assistant {seq} (the log)",
-                     datetime.fromtimestamp(1_750_000_000 + 60 * seq + 0.123456, UTC)))
-        async with conn.transaction():  # the reference
-            for event in (decode(encode(e)) for e in log):
-                if event.type in topics.PROJECTED:
-                    await topics._APPLY[event.type](conn, event, topics._params(event))  # noqa: SLF001
-                if event.type in lineage._TOPIC_TYPES:  # noqa: SLF001
-                    await lineage._TOPIC_APPLY[event.type](conn, event)  # noqa: SLF001
+        await _seed_messages(conn)
+        await project_one_by_one(conn, [decode(encode(e)) for e in log])  # the reference
         reference = await _topic_rows(conn)
         await conn.execute(f"TRUNCATE {_TABLES}")
 

@@ -13,7 +13,7 @@ import pytest
 from runtime.client import MemoryClient
 from domain.topics.fold import make_title
 from tests.integration.conftest import SEALING, running_api, scalar, wait_until, sealed_variant, worker_process
-from tests.support.projected import table_rows
+from tests.support.projected import project_one_by_one, table_rows
 from tests.support.topic_reader import topic_residue
 from tests.support.fake_openai import FakeOpenAI
 
@@ -342,12 +342,7 @@ async def test_the_projectors_rounds_leave_the_rows_of_one_statement_per_event(s
                     " occurred_at, source_partition, source_offset) VALUES ('tenant-a', %s, %s, %s, 'alice',"
                     " 'assistant', %s, now(), 0, 0)",
                     (conversation, seq, f"{conversation}-{seq}", f"subject 0 assistant {seq}"))
-        async with conn.transaction():  # the reference: each event by its own statements, in order
-            for event in events:
-                if event.type in topics.PROJECTED:
-                    await topics._APPLY[event.type](conn, event, topics._params(event))  # noqa: SLF001
-                if event.type in lineage._TOPIC_TYPES:  # noqa: SLF001
-                    await lineage._TOPIC_APPLY[event.type](conn, event)  # noqa: SLF001
+        await project_one_by_one(conn, events)  # the reference: each event by its own statements
         one_by_one = await _topic_rows(conn)
         await conn.execute(f"TRUNCATE {tables}")
         async with conn.transaction():

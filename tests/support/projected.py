@@ -28,3 +28,16 @@ async def table_rows(conn, tables, clocks=frozenset()) -> dict[str, list[str]]:
         rows[table] = sorted(repr({n: v for n, v in zip(names, row) if n not in clocks})
                              for row in await cur.fetchall())
     return rows
+
+
+async def project_one_by_one(conn, events) -> None:
+    """The reference a topic projection is compared with: each event applied by the topics and
+    topic-lineage projectors' own statements, in order, in one transaction."""
+    from projections import lineage, topics
+
+    async with conn.transaction():
+        for event in events:
+            if event.type in topics.PROJECTED:
+                await topics._APPLY[event.type](conn, event, topics._params(event))  # noqa: SLF001
+            if event.type in lineage._TOPIC_TYPES:  # noqa: SLF001
+                await lineage._TOPIC_APPLY[event.type](conn, event)  # noqa: SLF001
