@@ -81,6 +81,9 @@ class TopicRows:
     activations: dict[tuple[str, str, int], tuple] = field(default_factory=dict)
     compactions: dict[tuple[str, str, str, int], tuple] = field(default_factory=dict)
     missing: set[tuple[str, str, int]] = field(default_factory=set)  # `messages` rows it read and was not given
+    # Each conversation's topics (keys of `topics`, in insertion order): an activation visits its
+    # conversation's topics, not every topic of the partition.
+    by_conversation: dict[Key, list[tuple[str, str, str]]] = field(default_factory=dict)
 
     @staticmethod
     def wanted(events: Iterable[Event]) -> set[tuple[str, str, int]]:
@@ -106,7 +109,7 @@ class TopicRows:
         if key not in self.topics:  # ON CONFLICT DO NOTHING
             row = _topic_row(*key, p.title, p.seq, p.importance, p.created_at, p.created_at)
             row["created_event_id"] = e.event_id
-            self.topics[key] = row
+            self._add_topic(key, row)
 
     def _assigned(self, event: Event, messages: LogMessages) -> None:
         e, p, t = event.envelope, event.payload, event.payload.topic
@@ -115,7 +118,7 @@ class TopicRows:
         # The message's insert sees the topics table as before the statement (one snapshot).
         summarized = row is not None and row["summary_upto_seq"] >= p.seq
         if row is None:
-            row = self.topics[key] = _topic_row(*key, t.title, p.seq, t.importance, t.created_at, t.last_active_at)
+            row = self._add_topic(key, _topic_row(*key, t.title, p.seq, t.importance, t.created_at, t.last_active_at))
             row.update(access_count=t.access_count, message_count=t.message_count, snapshot_seq=p.seq)
         elif (row["message_count"], row["snapshot_seq"]) < (t.message_count, p.seq):
             row.update(importance=t.importance, access_count=t.access_count, message_count=t.message_count,
@@ -137,6 +140,11 @@ class TopicRows:
         if p.content_from_log:
             self.unassigned.pop(at, None)
         self.assignments.setdefault(at, (p.topic_id, p.matched, p.similarity, e.event_id))
+
+    def _add_topic(self, key: tuple[str, str, str], row: dict) -> dict:
+        self.topics[key] = row
+        self.by_conversation.setdefault(key[:2], []).append(key)
+        return row
 
     def _placed(self, tenant: str, conversation: str, seq: int) -> None:
         held = self.conversations.get((tenant, conversation))
@@ -163,8 +171,9 @@ class TopicRows:
             held.update(active_topic_id=p.topic_id, activated_seq=p.seq)
         else:
             return  # an older activation: the newer one holds, the topics keep their flags
-        for (t, c, topic), row in self.topics.items():
-            if t != tenant or c != conversation or not (row["active"] or topic == p.topic_id):
+        for key in self.by_conversation.get((tenant, conversation), ()):
+            row, topic = self.topics[key], key[2]
+            if not (row["active"] or topic == p.topic_id):
                 continue
             if topic == p.topic_id:
                 row["active"] = True
@@ -316,8 +325,9 @@ async def copy(conn: psycopg.AsyncConnection, rows: TopicRows, conversations: Se
             await conn.execute(
                 f"DELETE FROM {table} WHERE (tenant_id, conversation_id) IN"  # noqa: S608 - our own names
                 " (SELECT * FROM unnest(%s::text[], %s::text[]))", (tenants, ids))
-    sent = {}
-    for table, values in reversed(list(_ordered(rows.rows()))):
+    sent, tables = {}, rows.rows()
+    for table in reversed(TABLES):
+        values = tables[table]
         sent[table] = len(values)
         if not values:
             continue
@@ -327,6 +337,3 @@ async def copy(conn: psycopg.AsyncConnection, rows: TopicRows, conversations: Se
                     await out.write_row(value)
     return sent
 
-
-def _ordered(tables: dict[str, list[tuple]]) -> list[tuple[str, list[tuple]]]:
-    return [(table, tables[table]) for table in TABLES]

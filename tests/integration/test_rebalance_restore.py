@@ -19,7 +19,6 @@ state goes back in the changelog).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 

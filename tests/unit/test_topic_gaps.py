@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-import pytest
 
 from domain.topics.gaps import GapConfig, GapRead, GapRecovery, due, missing_in, outstanding, settled, step
 from schemas import topic_events as te
