@@ -7,8 +7,10 @@ each statement's backend CPU read from /proc (docs/retrieval.md, "Eleventh round
     python bench/search_statement_cpu.py replay /tmp/main.json /tmp/branch.json --rounds 3
 
 (from the tree's root, its own stack up: PostgreSQL on this machine; `MEMORY_LOCOMO_DEV` as for
-bench/locomo.py.) `replay` also checks that both files' statements return the same rows (every
-column; arrays compared as sets: the lexeme arrays' order is the tsvector's).
+bench/locomo.py.) `replay` also counts, for each file after the first, the statements that return
+the same rows as the first file's (`same_rows`: every column; arrays compared as sets, the lexeme
+arrays' order is the tsvector's). Each statement's CPU is the backend's clock ticks (10 ms) over a
+file's statements, so a file should hold a few hundred (`capture --all`: every question).
 """
 
 from __future__ import annotations
@@ -46,13 +48,16 @@ async def capture(args) -> None:
     from retrieval.service import warm_up
 
     captured: list[str] = []
+    bound: list[list] = []  # the statement and its parameters as the API's process sent them
 
     class Capturing(psycopg.AsyncCursor):
         async def execute(self, query, params=None, **kwargs):  # type: ignore[override]
             text = query.decode() if isinstance(query, bytes) else str(query)
             if "surfaced_seqs" in text and "memory_items t" in text:
-                bound = psycopg.AsyncClientCursor(self.connection).mogrify(text, params) if params else text
-                captured.append(bound.removesuffix("; COMMIT"))
+                literal = psycopg.AsyncClientCursor(self.connection).mogrify(text, params) if params else text
+                captured.append(literal.removesuffix("; COMMIT"))
+                bound.append([text, {k: (v.isoformat() if isinstance(v, datetime) else v)
+                                     for k, v in (params or {}).items()}, params is not None])
             return await super().execute(query, params, **kwargs)
 
     base = get_settings()
@@ -73,7 +78,8 @@ async def capture(args) -> None:
                                      before_seq=conv.end_seq, budget_tokens=500, now=datetime.now(UTC))
             await build_turn_context(conn, request, min_seq=None, app_state=state)
             await conn.rollback()
-    args.out.write_text(json.dumps({"code": os.getcwd(), "schema": settings.pg_schema, "statements": captured}))
+    args.out.write_text(json.dumps({"code": os.getcwd(), "schema": settings.pg_schema, "statements": captured,
+                                          "bound": bound}))
     print(json.dumps({"captured": len(captured), "out": str(args.out)}))
 
 
@@ -95,15 +101,19 @@ async def replay(args) -> None:
             for path, f in zip(args.files, files):
                 rows_of = []
                 before = backend_cpu_ms(pid)
-                for sql in f["statements"]:
-                    cur = await conn.execute(sql.encode())
+                for n, sql in enumerate(f["statements"]):
+                    text, params, has = f["bound"][n] if args.bound else (sql, None, False)
+                    # --bound: as sent (server-side parameters when it had them: build_turn_context
+                    # without end_reads, bench/locomo_read_cpu.py); else the literal text, as the
+                    # served context sends it (one simple query with its COMMIT).
+                    cur = await (conn.execute(text, params, prepare=False) if has else conn.execute(sql.encode()))
                     rows_of.append(canonical(await cur.fetchall()))
                 spent = backend_cpu_ms(pid) - before
                 if round_:
                     results[str(path)].append(round(spent / len(f["statements"]), 2))
                 else:
                     first_rows.append(rows_of)
-    same = sum(1 for a, b in zip(*first_rows[:2]) if a == b) if len(first_rows) > 1 else None
+    same = [sum(1 for a, b in zip(first_rows[0], other) if a == b) for other in first_rows[1:]]
     print(json.dumps({"cpu_ms_per_statement": results, "statements": [len(f["statements"]) for f in files],
                       "same_rows": same, "load_average": [round(x, 2) for x in os.getloadavg()]}, default=str))
 
@@ -121,6 +131,7 @@ def main() -> None:
     r = sub.add_parser("replay")
     r.add_argument("files", nargs="+", type=Path)
     r.add_argument("--rounds", type=int, default=3)
+    r.add_argument("--bound", action="store_true", help="with the parameters bound by the server, as captured")
     args = parser.parse_args()
     asyncio.run(capture(args) if args.command == "capture" else replay(args))
 
