@@ -2,7 +2,8 @@
 built in process by one tree, then replayed, two trees' statements alternated on one connection,
 each statement's backend CPU read from /proc (docs/retrieval.md, "Eleventh round, PostgreSQL").
 
-    (cd /tmp/main && PYTHONPATH=$PWD python /path/to/bench/search_statement_cpu.py capture bba0cd859 --out /tmp/main.json)
+    (cd /tmp/main && PYTHONPATH=$PWD python /path/to/bench/search_statement_cpu.py capture bba0cd859 \
+        --out /tmp/main.json)
     PYTHONPATH=$PWD python bench/search_statement_cpu.py capture bba0cd859 --out /tmp/branch.json
     python bench/search_statement_cpu.py replay /tmp/main.json /tmp/branch.json --rounds 3
 

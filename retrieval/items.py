@@ -164,13 +164,15 @@ _THREAD_TAIL = ", th.a AS thread_lexemes"
 # Both turns are read by one index scan (a message's item_id is its conversation_id:seq, so the
 # turn after the one between is known before reading it): the question between (`_ASKS`) and
 # the turn's content when it qualifies, an aggregate over the two keys (always one row: NULL
-# when either is missing). As two lookups, one after the other, the second planned and run on
-# the first's row: the same rows, ~0.1-0.2 CPU-ms more ("Eleventh round, PostgreSQL").
+# when either is missing). It was two lookups, one after the other: the same rows, one more
+# reference to memory_items to plan ("Eleventh round, PostgreSQL"; not priced on its own).
 _NEXT = "b.conversation_id || ':' || (b.item_seq + CASE WHEN b.reply IS NULL THEN {d} ELSE {d} + 1 END)"
 _CONTINUED = (
     " LEFT JOIN LATERAL (SELECT CASE WHEN bool_or(n.item_id = " + _NEXT.format(d=1) + f" AND n.content ~ {_ASKS})"
-    " THEN max(n.content) FILTER (WHERE n.item_id = " + _NEXT.format(d=2) + " AND n.role = COALESCE(b.reply_role, b.role)"
-    f" AND n.ts <= b.timestamp + interval '{THREAD_GAP}' AND (n.conversation_id <> %(conversation)s OR n.seq < %(before)s))"
+    " THEN max(n.content) FILTER (WHERE n.item_id = " + _NEXT.format(d=2)
+    + " AND n.role = COALESCE(b.reply_role, b.role)"
+    f" AND n.ts <= b.timestamp + interval '{THREAD_GAP}'"
+    " AND (n.conversation_id <> %(conversation)s OR n.seq < %(before)s))"
     " END AS content FROM memory_items n WHERE b.kind = 'message' AND n.tenant_id = %(tenant)s AND n.kind = 'message'"
     " AND n.item_id IN (" + _NEXT.format(d=1) + ", " + _NEXT.format(d=2) + ") AND n.content IS NOT NULL) n2 ON true"
 )
@@ -233,7 +235,8 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
         " top AS (SELECT ranked.tid, ranked.distance, ranked.hit, ranked.rank,"
         " (ranked.distance IS NOT NULL AND ranked.by_vector <= %(k)s) AS in_vector,"
         " (ranked.hit AND ranked.by_keyword <= %(k)s) AS in_keyword FROM ranked"
-        " WHERE (ranked.distance IS NOT NULL AND ranked.by_vector <= %(k)s) OR (ranked.hit AND ranked.by_keyword <= %(k)s))"
+        " WHERE (ranked.distance IS NOT NULL AND ranked.by_vector <= %(k)s)"
+        " OR (ranked.hit AND ranked.by_keyword <= %(k)s))"
         f" SELECT {_COLUMNS}, COALESCE(1 - x.distance, 0.0)::float8 AS cosine,"
         " CASE WHEN x.hit THEN x.rank::float8 ELSE 0.0::float8 END AS keyword_score, x.in_vector, x.in_keyword, "
         f"{_TAIL} FROM top x CROSS JOIN LATERAL (SELECT * FROM memory_items t WHERE t.ctid = x.tid LIMIT 1) t{_REPLY}"
