@@ -11,7 +11,7 @@ import numpy as np
 import psycopg
 
 from retrieval.keywords import Keywords, idf, kept_lexemes, quote
-from retrieval.prescore import Prescore, best_rows_sql
+from retrieval.prescore import Prescore, best_rows_sql, term_params
 from retrieval.search import (KINDS, Kind, Scope, SearchRow, SideConnection, across_connections, one_query,
                               rows_with_coverage, vector_literal)
 
@@ -161,16 +161,20 @@ _THREAD_TAIL = ", th.a AS thread_lexemes"
 # something and the turn is in the same session and visible; the service shows it on the best
 # message line (service.continue_best). After a mere reaction ("Wow!") a speaker as often
 # changes the subject (measured: docs/evaluation.md).
+# Both turns are read by one index scan (a message's item_id is its conversation_id:seq, so the
+# turn after the one between is known before reading it): the question between (`_ASKS`) and
+# the turn's content when it qualifies, an aggregate over the two keys (always one row: NULL
+# when either is missing). It was two lookups, one after the other: the same rows, one more
+# reference to memory_items to plan ("Eleventh round, PostgreSQL"; not priced on its own).
+_NEXT = "b.conversation_id || ':' || (b.item_seq + CASE WHEN b.reply IS NULL THEN {d} ELSE {d} + 1 END)"
 _CONTINUED = (
-    " LEFT JOIN LATERAL (SELECT n1.item_id, n1.seq FROM memory_items n1 WHERE b.kind = 'message'"
-    " AND n1.tenant_id = %(tenant)s AND n1.kind = 'message'"
-    " AND n1.item_id = b.conversation_id || ':' || (b.item_seq + CASE WHEN b.reply IS NULL THEN 1 ELSE 2 END)"
-    f" AND n1.content IS NOT NULL AND n1.content ~ {_ASKS} LIMIT 1) n1 ON true"
-    " LEFT JOIN LATERAL (SELECT n2.content FROM memory_items n2 WHERE n1.item_id IS NOT NULL"
-    " AND n2.tenant_id = %(tenant)s AND n2.kind = 'message'"
-    " AND n2.item_id = b.conversation_id || ':' || (n1.seq + 1) AND n2.role = COALESCE(b.reply_role, b.role)"
-    f" AND n2.content IS NOT NULL AND n2.ts <= b.timestamp + interval '{THREAD_GAP}'"
-    " AND (n2.conversation_id <> %(conversation)s OR n2.seq < %(before)s) LIMIT 1) n2 ON true"
+    " LEFT JOIN LATERAL (SELECT CASE WHEN bool_or(n.item_id = " + _NEXT.format(d=1) + f" AND n.content ~ {_ASKS})"
+    " THEN max(n.content) FILTER (WHERE n.item_id = " + _NEXT.format(d=2)
+    + " AND n.role = COALESCE(b.reply_role, b.role)"
+    f" AND n.ts <= b.timestamp + interval '{THREAD_GAP}'"
+    " AND (n.conversation_id <> %(conversation)s OR n.seq < %(before)s))"
+    " END AS content FROM memory_items n WHERE b.kind = 'message' AND n.tenant_id = %(tenant)s AND n.kind = 'message'"
+    " AND n.item_id IN (" + _NEXT.format(d=1) + ", " + _NEXT.format(d=2) + ") AND n.content IS NOT NULL) n2 ON true"
 )
 _CONTINUED_TAIL = ", n2.content AS continued"
 
@@ -179,9 +183,9 @@ def finish_sql(search: str, continued: bool) -> str:
     """The rows of `search` (exact_sql's or indexed_sql's, cut or not: best_rows_sql) with what
     the ranking does not read, looked up for the rows handed on only: when this conversation
     last surfaced each (`surfaced_seqs`) and, with `continued`, the turn its answer may go on in
-    (`_CONTINUED`); kind by kind in the order of `%(kinds)s`, then by id. A long conversation's
-    search finds ~340 rows and hands on 80: these lookups cost ~1.9 CPU-ms over all of them
-    ("Tenth round")."""
+    (`_CONTINUED`: one index scan a message row); kind by kind in the order of `%(kinds)s`, then
+    by id. A long conversation's search finds ~340 rows and hands on 80: these lookups cost ~1.9
+    CPU-ms over all of them ("Tenth round")."""
     return (
         "SELECT b.*, CASE WHEN s.item_id IS NULL THEN NULL ELSE ARRAY[s.surfaced_seq, s.previous_seq] END"
         f" AS surfaced_seqs{_CONTINUED_TAIL if continued else ''} FROM ({search}) b"
@@ -209,6 +213,39 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
     two messages after a keyword top-k message are candidates too, and every message row
     carries the query's lexemes of its thread (`_THREAD`). The rows in no order, without what
     `finish_sql` adds (the surfaced turns, the continued turn)."""
+    if thread:
+        return _exact_ranked_sql(subject_id, vector=vector, keyword=keyword)
+    distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
+    hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
+    rank = f"CASE WHEN s.hit THEN ts_rank(s.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    # The scope is read once, narrow: each row's place (ctid), key and both scores (the keyword
+    # match once a row, kept apart by OFFSET 0; its rank for the hits only); the rows of either
+    # top k by kind are ranked on those narrow rows and only they are read whole again, by
+    # their ctid (a TID scan a row, in the statement's snapshot: the same row version). Carrying
+    # every column of the ~1,200 rows of a long conversation's scope through the two rankings
+    # cost more than the scan itself ("Eleventh round, PostgreSQL").
+    return (
+        f"WITH s AS (SELECT t.ctid AS tid, t.kind, t.item_id, t.content_tsv, ({distance})::float8 AS distance,"
+        f" {hit} AS hit FROM memory_items t WHERE {scope_sql(subject_id)} OFFSET 0),"
+        f" c AS (SELECT s.tid, s.kind, s.item_id, s.distance, s.hit, {rank} AS rank FROM s),"
+        " ranked AS (SELECT c.*,"
+        " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
+        " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
+        " FROM c),"
+        " top AS (SELECT ranked.tid, ranked.distance, ranked.hit, ranked.rank,"
+        " (ranked.distance IS NOT NULL AND ranked.by_vector <= %(k)s) AS in_vector,"
+        " (ranked.hit AND ranked.by_keyword <= %(k)s) AS in_keyword FROM ranked"
+        " WHERE (ranked.distance IS NOT NULL AND ranked.by_vector <= %(k)s)"
+        " OR (ranked.hit AND ranked.by_keyword <= %(k)s))"
+        f" SELECT {_COLUMNS}, COALESCE(1 - x.distance, 0.0)::float8 AS cosine,"
+        " CASE WHEN x.hit THEN x.rank::float8 ELSE 0.0::float8 END AS keyword_score, x.in_vector, x.in_keyword, "
+        f"{_TAIL} FROM top x CROSS JOIN LATERAL (SELECT * FROM memory_items t WHERE t.ctid = x.tid LIMIT 1) t{_REPLY}"
+    )
+
+
+def _exact_ranked_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
+    """exact_sql with the thread (`_FOLLOWS` reads each row's keyword rank in its conversation's
+    order): every row of the scope ranked by both scores with window functions."""
     distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
     hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
     rank = f"CASE WHEN s.hit THEN ts_rank(s.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
@@ -223,12 +260,12 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
         " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
         " FROM c)"
-        f"{_FOLLOWS if thread and keyword else ', near AS (SELECT ranked.*, false AS follows FROM ranked)'}"
+        f"{_FOLLOWS if keyword else ', near AS (SELECT ranked.*, false AS follows FROM ranked)'}"
         f" SELECT {_COLUMNS}, COALESCE(1 - t.distance, 0.0)::float8 AS cosine,"
         " CASE WHEN t.hit THEN t.rank::float8 ELSE 0.0::float8 END AS keyword_score,"
         " (t.distance IS NOT NULL AND t.by_vector <= %(k)s) AS in_vector,"
-        f" (t.hit AND t.by_keyword <= %(k)s) AS in_keyword, {_TAIL}{_THREAD_TAIL if thread else ''}"
-        f" FROM near t{_REPLY}{_THREAD if thread else ''}"
+        f" (t.hit AND t.by_keyword <= %(k)s) AS in_keyword, {_TAIL}{_THREAD_TAIL}"
+        f" FROM near t{_REPLY}{_THREAD}"
         " WHERE (t.distance IS NOT NULL AND t.by_vector <= %(k)s) OR (t.hit AND t.by_keyword <= %(k)s) OR t.follows"
     )
 
@@ -304,8 +341,8 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
     one_statement = exact or side is None or len(kinds) < 2
     if prescore is not None and one_statement and prepared.scope_items > prescore.keep:  # else nothing to cut
-        sql = best_rows_sql(sql, prescore.method, thread=thread_weight > 0)
-        params.update(prescore.params(weights))
+        sql = best_rows_sql(sql, prescore.method, thread=thread_weight > 0, terms=len(weights))
+        params.update(prescore.params(weights), **term_params(weights))
     sql = finish_sql(sql, continued)  # the surfaced turns and the continued turn, of the rows handed on only
 
     async def fetch(on: psycopg.AsyncConnection, of: Sequence[Kind]) -> list[SearchRow]:

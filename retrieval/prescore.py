@@ -71,10 +71,31 @@ _RECENCY = (f"(CASE WHEN {_DAYS} <= %(ps_fresh)s::float8 THEN 1.0::float8"
             " * (1.0 - %(ps_stale_weight)s::float8) END)")
 
 
-def relevance_sql(method: Method, thread: bool = False) -> str:
+def unrolled_coverage_sql(terms: int) -> str:
+    """_COVERAGE for `terms` searched lexemes as one expression, no subquery a row: the weight of
+    each lexeme the row's words hold (`ps_l<i>`, `ps_w<i>`: term_params), added in the lexemes'
+    order as sum() adds them, so the same float8 ("Eleventh round, PostgreSQL")."""
+    if terms <= 0:
+        return "0::float8"
+    held = " + ".join(f"(CASE WHEN %(ps_l{i})s::text = ANY({_WORDS}) THEN %(ps_w{i})s::float8 ELSE 0::float8 END)"
+                      for i in range(terms))
+    return f"(CASE WHEN %(ps_total)s::float8 > 0 THEN ({held}) / %(ps_total)s::float8 ELSE 0 END)"
+
+
+def term_params(weights: Mapping[str, float]) -> dict:
+    """unrolled_coverage_sql's parameters: each searched lexeme and its weight, in order."""
+    out: dict = {}
+    for i, (lexeme, weight) in enumerate(weights.items()):
+        out[f"ps_l{i}"], out[f"ps_w{i}"] = lexeme, float(weight)
+    return out
+
+
+def relevance_sql(method: Method, thread: bool = False, terms: int | None = None) -> str:
     """service.relevance of a row `f` of the search's result (`thread`: its rows carry
-    `thread_lexemes`)."""
-    coverage = f"({_COVERAGE} + %(ps_thread)s::float8 * {_THREAD_COVERAGE})" if thread else _COVERAGE
+    `thread_lexemes`; `terms`: the number of searched lexemes, for the coverage as one
+    expression, unrolled_coverage_sql, with term_params' parameters)."""
+    own = _COVERAGE if terms is None else unrolled_coverage_sql(terms)
+    coverage = f"({own} + %(ps_thread)s::float8 * {_THREAD_COVERAGE})" if thread else own
     if method == "vector":
         return "f.cosine"
     if method == "keyword":
@@ -82,14 +103,14 @@ def relevance_sql(method: Method, thread: bool = False) -> str:
     return f"((f.cosine + %(ps_kw)s::float8 * {coverage} * {_LENGTH}) * {_INFORMATIVE})"
 
 
-def best_rows_sql(search: str, method: Method, thread: bool = False) -> str:
+def best_rows_sql(search: str, method: Method, thread: bool = False, terms: int | None = None) -> str:
     """`search` (a statement whose rows have the columns of retrieval.search.SearchRow that the
     score reads) cut to its `%(ps_keep)s` best rows by the score (ties by kind and id), in no
     order (retrieval.items.finish_sql orders them). Surfaced rows are cut like the others: the
-    score is the one they rank by."""
-    final = f"{relevance_sql(method, thread)} * {_IMPORTANCE} * {_RECENCY}"
+    score is the one they rank by. `terms`: see relevance_sql."""
+    final = f"{relevance_sql(method, thread, terms)} * {_IMPORTANCE} * {_RECENCY}"
     return (f"WITH found AS MATERIALIZED ({search})"
             f" SELECT f.* FROM found f ORDER BY {final} DESC, f.kind, f.item_id LIMIT %(ps_keep)s")
 
 
-__all__ = ["Prescore", "best_rows_sql", "relevance_sql"]
+__all__ = ["Prescore", "best_rows_sql", "relevance_sql", "term_params", "unrolled_coverage_sql"]
