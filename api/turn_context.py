@@ -16,7 +16,8 @@ from retrieval.request import ContextRequest
 from retrieval.search import column_names
 from retrieval.service import TURN_SQL, RetrievalConfig, embedder_for, prepare_plan, query_text, turn_params
 from api.sections.retrieval import retrieval_section
-from api.sections.topic import PLACED_SQL, placed_params, topic_section
+from api.sections.topic import (AHEAD_MESSAGES_SQL, AHEAD_TOPIC_SQL, PLACED_SQL, TopicAhead, ahead_params,
+                                placed_params, topic_section)
 from projections import queries
 from projections.as_of_queries import CLOCK_SQL, clock, clock_from
 from streams.window.context import MemoryRow, Message, assemble_context
@@ -44,8 +45,9 @@ class TurnReads:
     """What a context reads before its sections search: the projection clock (when asked for),
     the conversation's newest memory rows, the gap's messages (seq order: the newest `limit`
     after `after`), and what the sections would read first if it was sent with them: the
-    retrieval's prepare statement, the topic section's progress row and the retrieval's newest
-    messages before the turn, (content, occurred_at) newest first (None: not sent)."""
+    retrieval's prepare statement, the topic section's progress row, its active topic and that
+    topic's messages (api.sections.topic.TopicAhead) and the retrieval's newest messages before
+    the turn, (content, occurred_at) newest first (None: not sent)."""
 
     clock: tuple[str, int | None] | None
     memory: list[queries.MemoryRow]
@@ -54,6 +56,7 @@ class TurnReads:
     prepared: Prepared | None = None
     placed: tuple | None = None
     recent: list[tuple[str, Any]] | None = None
+    topic: TopicAhead | None = None
 
 
 def after_of(memory: list[queries.MemoryRow], before_seq: int | None) -> int:
@@ -68,7 +71,8 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
     """The context's reads that need nothing but the conversation, in one round trip (one query
     string: retrieval.items.one_query): the clock, the memory rows, the gap's messages, and the sections' first
     statements (the retrieval's prepare when the request has a current message, the topic
-    section's progress, the retrieval's last messages before the turn: the gap does not always
+    section's progress with the active topic and its messages, used when the fold is up to date:
+    a round trip of the section's less; the retrieval's last messages before the turn: the gap does not always
     hold them, and a statement of their own cost a round trip more). If any of them fails, the transaction is rolled back and they are read
     one by one, without the sections' (which then fail, or not, as they would alone)."""
     settings = app_state.settings
@@ -95,7 +99,8 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
                     "memory_rows": MEMORY_ROWS}),
         *([(CLOCK_SQL, None)] if with_clock else []),
         *([(PREPARE_SQL, prepare_params(*plan))] if plan is not None else []),
-        *([(PLACED_SQL, placed_params(request))] if topics else []),
+        *([(PLACED_SQL, placed_params(request)), (AHEAD_TOPIC_SQL, ahead_params(request)),
+           (AHEAD_MESSAGES_SQL, ahead_params(request))] if topics else []),
         (TURN_SQL, turn_params(request, config.last_messages)),
     ]
     async with conn.cursor() as cur:
@@ -104,7 +109,7 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
         memory = [queries.MemoryRow(**dict(zip(names, row))) for row in await cur.fetchall()]
         cur.nextset()
         gap = await cur.fetchall()
-        read_clock = prepared = placed = None
+        read_clock = prepared = placed = topic = None
         if with_clock:
             cur.nextset()
             read_clock = clock_from(await cur.fetchone())
@@ -114,23 +119,28 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
         if topics:
             cur.nextset()
             placed = tuple(await cur.fetchone())
+            cur.nextset()
+            topic_names, found = column_names(cur), await cur.fetchone()
+            cur.nextset()
+            topic = TopicAhead(topic_names, None if found is None else tuple(found), await cur.fetchall())
         cur.nextset()
         recent = [(content, occurred_at) for content, occurred_at in await cur.fetchall()]
     after = after_of(memory, request.before_seq)
     if gap[0][0] != after:  # a summary completed between the two statements: read as the listing says
-        return await _with_messages(conn, request, limit, read_clock, memory, prepared, placed, recent)
+        return await _with_messages(conn, request, limit, read_clock, memory, prepared, placed, recent, topic)
     messages = [queries.MessageRow(*row[1:]) for row in gap if row[1] is not None]
-    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent)
+    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent, topic)
 
 
 async def _with_messages(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int,
                          read_clock: tuple[str, int | None] | None, memory: list[queries.MemoryRow],
                          prepared: Prepared | None = None, placed: tuple | None = None,
-                         recent: list[tuple[str, Any]] | None = None) -> TurnReads:
+                         recent: list[tuple[str, Any]] | None = None, topic: TopicAhead | None = None
+                         ) -> TurnReads:
     after = after_of(memory, request.before_seq)
     messages = await queries.list_messages(conn, request.tenant_id, request.conversation.conversation_id,
                                            after_seq=after, before_seq=request.before_seq, limit=limit, newest=True)
-    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent)
+    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent, topic)
 
 
 async def build_turn_context(
@@ -216,7 +226,7 @@ async def build_turn_context_clocked(
         # Without the topics system no fold places the message: waiting for it (the section's
         # `context_wait_ms`) would cost every context half a second for nothing.
         active_topic=await telemetry.traced("context topic", topic_section(conn, request, app_state,
-                                                                           placed=reads.placed))
+                                                                           placed=reads.placed, ahead=reads.topic))
         if "topics" in app_state.settings.systems else None,
     )
     return out, reads.clock
