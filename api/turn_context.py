@@ -73,8 +73,11 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
     statements (the retrieval's prepare when the request has a current message, the topic
     section's progress with the active topic and its messages, used when the fold is up to date:
     a round trip of the section's less; the retrieval's last messages before the turn: the gap does not always
-    hold them, and a statement of their own cost a round trip more). If any of them fails, the transaction is rolled back and they are read
-    one by one, without the sections' (which then fail, or not, as they would alone)."""
+    hold them, and a statement of their own cost a round trip more). On an idle connection in
+    autocommit (the context route's) they open the transaction with a BEGIN of their own, sent with
+    them: the connection stays in autocommit until that transaction ends (the search's COMMIT).
+    If any of them fails, the transaction is rolled back, the connection leaves autocommit and they
+    are read one by one, without the sections' (which then fail, or not, as they would alone)."""
     settings = app_state.settings
     config = RetrievalConfig.from_settings(settings.retrieval)
     plan = prepare_plan(request, config)
@@ -84,6 +87,8 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
                                 config, topics)
     except psycopg.Error:
         await conn.rollback()
+        if conn.autocommit:
+            await conn.set_autocommit(False)  # idle after the rollback: the statements below share a transaction
         memory = await queries.list_memory(conn, request.tenant_id, request.conversation.conversation_id,
                                            limit=MEMORY_ROWS)
         return await _with_messages(conn, request, settings.window.context_max_gap_messages + 1,
@@ -93,7 +98,9 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
 async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int, with_clock: bool,
                     plan, config: RetrievalConfig, topics: bool) -> TurnReads:
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
+    begin = conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     statements = [
+        *([("BEGIN", None)] if begin else []),
         (queries.LIST_MEMORY_SQL, (tenant, conversation, MEMORY_ROWS)),
         (_GAP_SQL, {"tenant": tenant, "conversation": conversation, "before": request.before_seq, "limit": limit,
                     "memory_rows": MEMORY_ROWS}),
@@ -105,6 +112,8 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
     ]
     async with conn.cursor() as cur:
         await cur.execute(one_query(conn, statements))  # one round trip; results in statement order
+        if begin:
+            cur.nextset()
         names = column_names(cur)
         memory = [queries.MemoryRow(**dict(zip(names, row))) for row in await cur.fetchall()]
         cur.nextset()

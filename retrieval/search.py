@@ -472,7 +472,8 @@ async def record_surfaced(
     so concurrent requests cannot deadlock; the commit does not wait for the WAL flush (a crash
     may lose the last few). One statement (`SURFACED_SQL`); `commit`: committed with it, one
     round trip either way: sent with the open transaction's COMMIT, or, when no transaction is
-    open, as a statement of its own in autocommit (no BEGIN sent alone first)."""
+    open, as a statement of its own in autocommit (no BEGIN sent alone first; a connection in
+    autocommit already stays so)."""
     if not items:
         if commit:
             await conn.commit()
@@ -480,9 +481,9 @@ async def record_surfaced(
     ordered = sorted(set(items))
     params = {"tenant": scope.tenant_id, "conversation": scope.conversation_id, "now": now, "seq": turn_seq,
               "kinds": [k for k, _ in ordered], "ids": [i for _, i in ordered]}
-    if not commit:
+    if not commit or (conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE):
         await conn.execute(SURFACED_SQL, params)
-    elif conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and not conn.autocommit:
+    elif conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         await conn.set_autocommit(True)  # no I/O: the statement is then its own transaction
         try:
             await conn.execute(SURFACED_SQL, params)

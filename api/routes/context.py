@@ -67,6 +67,11 @@ async def turn_context(
     with the watermark it reflects."""
     started = time.monotonic()
     tenant = principal.tenant
+    # The conversation's row is read in autocommit (a statement of its own: no BEGIN sent first, a
+    # round trip less); the context's first reads then open the transaction their statements
+    # need (api.turn_context.read_turn sends the BEGIN with them), which the search's COMMIT ends.
+    # The pool takes the connection back out of autocommit (api.app.transactional_again).
+    await conn.set_autocommit(True)  # no I/O: the connection is idle
     conversation = await telemetry.traced("context wait", _wait_for(
         conn, tenant, conversation_id, min_seq, min(wait_ms, settings.api.max_wait_ms), settings.api.max_seq_ahead,
         request.app.state.log_ends))
@@ -84,6 +89,7 @@ async def turn_context(
         now=datetime.now(UTC),
     )
     if as_of_seq is not None:
+        await conn.set_autocommit(False)  # idle again: the rebuild runs in transactions as before
         return await context_as_of(conn, wanted, as_of_seq, request.app.state)
     # The projection clock is read as the read begins, with its first statements (what as_of_seq
     # rebuilds: docs/lineage.md); the transaction holds only the context's reads.
@@ -115,7 +121,7 @@ async def _wait_for(conn, tenant: str, conversation_id: str, min_seq: int | None
                 if conversation is None:
                     await conn.rollback()
                     return None
-        if min_seq is None:  # no poll: the read goes on in this transaction (each statement sees the latest commits)
+        if min_seq is None:  # no poll: the read goes on (each statement sees the latest commits)
             return conversation
         await conn.rollback()  # a fresh snapshot on every poll
         last = -1 if conversation is None else conversation.last_seq
