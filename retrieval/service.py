@@ -20,7 +20,7 @@ from core.settings import RetrievalSettings, Settings
 from retrieval.items import EXACT_SCAN_MAX_ITEMS, Prepared, prepare_items, search_items
 from retrieval.prescore import Prescore
 from retrieval.query_cache import CachedQueryEmbedder
-from retrieval.packing import Packed, pack
+from retrieval.packing import Packed, cached_line, pack
 from retrieval.scoring import (Candidate, ScoredItem, ScoringConfig, length_weight, rank_key, score, score_candidates,
                                still_visible)
 from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, SideConnection, record_surfaced
@@ -481,7 +481,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # nearly full most candidates are left out without running the tokenizer.
     with telemetry.span("retrieval pack"):
         packed = pack(kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
-                      lower_bound=tokens_at_least, duplicate_overlap=config.duplicate_overlap)
+                      lower_bound=tokens_at_least, duplicate_overlap=config.duplicate_overlap, render=cached_line)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]
