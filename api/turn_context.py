@@ -83,8 +83,8 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
     plan = prepare_plan(request, config)
     topics = "topics" in settings.systems
     try:
-        return await _together(conn, request, settings.window.context_max_gap_messages + 1, with_clock, plan,
-                                config, topics)
+        return (await _together(conn, request, settings.window.context_max_gap_messages + 1, with_clock, plan,
+                                 config, topics))[1]
     except psycopg.Error:
         await conn.rollback()
         if conn.autocommit:
@@ -95,12 +95,11 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
                                     await clock(conn) if with_clock else None, memory)
 
 
-async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int, with_clock: bool,
-                    plan, config: RetrievalConfig, topics: bool) -> TurnReads:
+def _statements(request: ContextRequest, limit: int, with_clock: bool, plan, config: RetrievalConfig,
+                topics: bool) -> list[tuple[str, Any]]:
+    """The first reads' statements with their parameters (read_turn)."""
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
-    begin = conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    statements = [
-        *([("BEGIN", None)] if begin else []),
+    return [
         (queries.LIST_MEMORY_SQL, (tenant, conversation, MEMORY_ROWS)),
         (_GAP_SQL, {"tenant": tenant, "conversation": conversation, "before": request.before_seq, "limit": limit,
                     "memory_rows": MEMORY_ROWS}),
@@ -110,9 +109,27 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
            (AHEAD_MESSAGES_SQL, ahead_params(request))] if topics else []),
         (TURN_SQL, turn_params(request, config.last_messages)),
     ]
+
+
+async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int, with_clock: bool,
+                    plan, config: RetrievalConfig, topics: bool, *, with_conversation: bool = False
+                    ) -> tuple[queries.ConversationRow | None, TurnReads]:
+    """The first reads in one round trip (after the conversation's row: `with_conversation`)."""
+    tenant, conversation = request.tenant_id, request.conversation.conversation_id
+    begin = conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    statements = [
+        *([("BEGIN", None)] if begin else []),
+        *([(queries.CONVERSATION_SQL, (tenant, conversation))] if with_conversation else []),
+        *_statements(request, limit, with_clock, plan, config, topics),
+    ]
+    row = None
     async with conn.cursor() as cur:
         await cur.execute(one_query(conn, statements))  # one round trip; results in statement order
         if begin:
+            cur.nextset()
+        if with_conversation:
+            found = await cur.fetchone()
+            row = None if found is None else queries.ConversationRow(*found)
             cur.nextset()
         names = column_names(cur)
         memory = [queries.MemoryRow(**dict(zip(names, row))) for row in await cur.fetchall()]
@@ -136,9 +153,38 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
         recent = [(content, occurred_at) for content, occurred_at in await cur.fetchall()]
     after = after_of(memory, request.before_seq)
     if gap[0][0] != after:  # a summary completed between the two statements: read as the listing says
-        return await _with_messages(conn, request, limit, read_clock, memory, prepared, placed, recent, topic)
-    messages = [queries.MessageRow(*row[1:]) for row in gap if row[1] is not None]
-    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent, topic)
+        return row, await _with_messages(conn, request, limit, read_clock, memory, prepared, placed, recent, topic)
+    messages = [queries.MessageRow(*values[1:]) for values in gap if values[1] is not None]
+    return row, TurnReads(read_clock, memory, after, messages, prepared, placed, recent, topic)
+
+
+async def read_conversation_and_turn(conn: psycopg.AsyncConnection, guess: ContextRequest, app_state: Any, *,
+                                     with_clock: bool = False
+                                     ) -> tuple[queries.ConversationRow | None, TurnReads | None]:
+    """The conversation's row and, in the same round trip, the first reads (read_turn) of
+    `guess`: the request as it will be if the conversation's user and subject are the ones
+    guessed (the caller knows them from an earlier request). The caller checks the row (it may
+    be missing, or the caller not allowed to see it) and keeps the reads only if the request it
+    makes from the row would send the same statements (`same_reads`). (None, None) if a
+    statement failed: the transaction is rolled back, and the caller reads as usual."""
+    settings = app_state.settings
+    config = RetrievalConfig.from_settings(settings.retrieval)
+    try:
+        return await _together(conn, guess, settings.window.context_max_gap_messages + 1, with_clock,
+                               prepare_plan(guess, config), config, "topics" in settings.systems,
+                               with_conversation=True)
+    except psycopg.Error:
+        await conn.rollback()
+        return None, None
+
+
+def same_reads(guess: ContextRequest, request: ContextRequest, app_state: Any, *, with_clock: bool = False) -> bool:
+    """Whether `request`'s first reads are the statements `guess`'s were, parameter for parameter."""
+    settings = app_state.settings
+    config = RetrievalConfig.from_settings(settings.retrieval)
+    limit, topics = settings.window.context_max_gap_messages + 1, "topics" in settings.systems
+    return (_statements(guess, limit, with_clock, prepare_plan(guess, config), config, topics)
+            == _statements(request, limit, with_clock, prepare_plan(request, config), config, topics))
 
 
 async def _with_messages(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int,
@@ -160,16 +206,18 @@ async def build_turn_context(
 
 async def build_turn_context_clocked(
     conn: psycopg.AsyncConnection, request: ContextRequest, *, min_seq: int | None, app_state: Any,
-    with_clock: bool = False, end_reads: bool = False,
+    with_clock: bool = False, end_reads: bool = False, reads: TurnReads | None = None,
 ) -> tuple[ContextOut, tuple[str, int | None] | None]:
     """The context, and the projection clock read as the read began (`with_clock`; else None).
     `end_reads`: the transaction holds nothing but this context's reads, so the retrieval's
-    search ends it (its COMMIT sent with the statement)."""
+    search ends it (its COMMIT sent with the statement). `reads`: the first reads, if the caller
+    made them already (read_conversation_and_turn; the current message's embedding started then)."""
     conversation, before_seq = request.conversation, request.before_seq
     tenant, conversation_id = conversation.tenant_id, conversation.conversation_id
-    if request.query and request.query.strip():
-        warm_query_embedding(app_state, request.query)  # on its thread while the reads travel
-    reads = await read_turn(conn, request, app_state, with_clock=with_clock)
+    if reads is None:
+        if request.query and request.query.strip():
+            warm_query_embedding(app_state, request.query)  # on its thread while the reads travel
+        reads = await read_turn(conn, request, app_state, with_clock=with_clock)
     memory, after, messages = reads.memory, reads.after, reads.messages
     rows = [
         MemoryRow(m.memory_id, m.start_sequence, m.end_sequence, m.base_memory_id, m.status, m.memory_text)
