@@ -74,8 +74,25 @@ async def transactional_again(conn) -> None:
         await conn.set_autocommit(False)
 
 
+# psycopg parses a statement's placeholders once and keeps the result (an LRU of 128) only for
+# statements of at most 4,096 bytes (`psycopg._queries.MAX_CACHED_STATEMENT_LENGTH`); the
+# context's search statement is ~5,100 (retrieval/items.py) and was parsed again on every
+# context, ~0.3-0.4 ms of the API's CPU ("Eleventh round" in docs/retrieval.md). The API's
+# statements are a few dozen texts of its own, so a higher bound keeps the cache small.
+CACHED_STATEMENT_BYTES = 32_768
+
+
+def cache_long_statements() -> None:
+    """Let psycopg keep the parse of statements up to CACHED_STATEMENT_BYTES (once a process)."""
+    from psycopg import _queries
+
+    if getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", CACHED_STATEMENT_BYTES) < CACHED_STATEMENT_BYTES:
+        _queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_BYTES
+
+
 def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
     """`warm_up`: load the query embedder before serving (each process of `memory-agent api`)."""
+    cache_long_statements()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -93,6 +93,7 @@ async def run(args) -> dict:
                                                      options=f"-c search_path={settings.pg_schema},public") as conn:
         import api.app  # the API pool's per-connection set-up, if the measured tree has one
         configure = getattr(api.app, "utc_by_name", None)
+        getattr(api.app, "cache_long_statements", lambda: None)()
         if configure is not None:
             await configure(conn)
         backend = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
