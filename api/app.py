@@ -45,9 +45,25 @@ def make_api_pool(settings: Settings) -> AsyncConnectionPool:
     kwargs["application_name"] = f"memory-agent-api/{settings.generation}"  # pg_stat_activity
     return AsyncConnectionPool(
         settings.postgres.dsn, min_size=settings.postgres.pool_min_size, max_size=settings.postgres.pool_max_size,
-        kwargs=kwargs, check=check_connection, reset=transactional_again, timeout=settings.api.pool_timeout_s,
-        open=False,
+        kwargs=kwargs, check=check_connection, reset=transactional_again, configure=utc_by_name,
+        timeout=settings.api.pool_timeout_s, open=False,
     )
+
+
+# PostgreSQL's other names of the zone UTC. psycopg reads a timestamptz in Python's
+# `timezone.utc` on a connection whose TimeZone is "UTC", and in a `ZoneInfo` of the name on any
+# other: the same instants and offsets, but each offset a ZoneInfo gives (`timestamp()`, the
+# JSON's "Z") costs ~6x as much, a few per candidate row of every context ("Eleventh round" in
+# docs/retrieval.md). A server in any other zone keeps it: its offsets are the API's to show.
+UTC_NAMES = frozenset({"Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"})
+
+
+async def utc_by_name(conn) -> None:
+    """A new pooled connection whose server zone is UTC under another name calls it "UTC"
+    (once a connection: one round trip when it opens, none per request)."""
+    if conn.info.parameter_status("TimeZone") in UTC_NAMES:
+        await conn.execute("SET TimeZone TO 'UTC'")
+        await conn.commit()
 
 
 async def transactional_again(conn) -> None:
@@ -58,8 +74,25 @@ async def transactional_again(conn) -> None:
         await conn.set_autocommit(False)
 
 
+# psycopg parses a statement's placeholders once and keeps the result (an LRU of 128) only for
+# statements of at most 4,096 bytes (`psycopg._queries.MAX_CACHED_STATEMENT_LENGTH`); the
+# context's search statement is ~5,100 (retrieval/items.py) and was parsed again on every
+# context, ~0.3-0.4 ms of the API's CPU ("Eleventh round" in docs/retrieval.md). The API's
+# statements are a few dozen texts of its own, so a higher bound keeps the cache small.
+CACHED_STATEMENT_BYTES = 32_768
+
+
+def cache_long_statements() -> None:
+    """Let psycopg keep the parse of statements up to CACHED_STATEMENT_BYTES (once a process)."""
+    from psycopg import _queries
+
+    if getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", CACHED_STATEMENT_BYTES) < CACHED_STATEMENT_BYTES:
+        _queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_BYTES
+
+
 def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:
     """`warm_up`: load the query embedder before serving (each process of `memory-agent api`)."""
+    cache_long_statements()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

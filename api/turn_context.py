@@ -16,7 +16,8 @@ from retrieval.request import ContextRequest
 from retrieval.search import column_names
 from retrieval.service import TURN_SQL, RetrievalConfig, embedder_for, prepare_plan, query_text, turn_params
 from api.sections.retrieval import retrieval_section
-from api.sections.topic import PLACED_SQL, placed_params, topic_section
+from api.sections.topic import (AHEAD_MESSAGES_SQL, AHEAD_TOPIC_SQL, PLACED_SQL, TopicAhead, ahead_params,
+                                placed_params, topic_section)
 from projections import queries
 from projections.as_of_queries import CLOCK_SQL, clock, clock_from
 from streams.window.context import MemoryRow, Message, assemble_context
@@ -44,8 +45,9 @@ class TurnReads:
     """What a context reads before its sections search: the projection clock (when asked for),
     the conversation's newest memory rows, the gap's messages (seq order: the newest `limit`
     after `after`), and what the sections would read first if it was sent with them: the
-    retrieval's prepare statement, the topic section's progress row and the retrieval's newest
-    messages before the turn, (content, occurred_at) newest first (None: not sent)."""
+    retrieval's prepare statement, the topic section's progress row, its active topic and that
+    topic's messages (api.sections.topic.TopicAhead) and the retrieval's newest messages before
+    the turn, (content, occurred_at) newest first (None: not sent)."""
 
     clock: tuple[str, int | None] | None
     memory: list[queries.MemoryRow]
@@ -54,6 +56,7 @@ class TurnReads:
     prepared: Prepared | None = None
     placed: tuple | None = None
     recent: list[tuple[str, Any]] | None = None
+    topic: TopicAhead | None = None
 
 
 def after_of(memory: list[queries.MemoryRow], before_seq: int | None) -> int:
@@ -68,43 +71,71 @@ async def read_turn(conn: psycopg.AsyncConnection, request: ContextRequest, app_
     """The context's reads that need nothing but the conversation, in one round trip (one query
     string: retrieval.items.one_query): the clock, the memory rows, the gap's messages, and the sections' first
     statements (the retrieval's prepare when the request has a current message, the topic
-    section's progress, the retrieval's last messages before the turn: the gap does not always
-    hold them, and a statement of their own cost a round trip more). If any of them fails, the transaction is rolled back and they are read
-    one by one, without the sections' (which then fail, or not, as they would alone)."""
+    section's progress with the active topic and its messages, used when the fold is up to date:
+    a round trip of the section's less; the retrieval's last messages before the turn: the gap does not always
+    hold them, and a statement of their own cost a round trip more). On an idle connection in
+    autocommit (the context route's) they open the transaction with a BEGIN of their own, sent with
+    them: the connection stays in autocommit until that transaction ends (the search's COMMIT).
+    If any of them fails, the transaction is rolled back, the connection leaves autocommit and they
+    are read one by one, without the sections' (which then fail, or not, as they would alone)."""
     settings = app_state.settings
     config = RetrievalConfig.from_settings(settings.retrieval)
     plan = prepare_plan(request, config)
     topics = "topics" in settings.systems
     try:
-        return await _together(conn, request, settings.window.context_max_gap_messages + 1, with_clock, plan,
-                                config, topics)
+        return (await _together(conn, request, settings.window.context_max_gap_messages + 1, with_clock, plan,
+                                 config, topics))[1]
     except psycopg.Error:
         await conn.rollback()
+        if conn.autocommit:
+            await conn.set_autocommit(False)  # idle after the rollback: the statements below share a transaction
         memory = await queries.list_memory(conn, request.tenant_id, request.conversation.conversation_id,
                                            limit=MEMORY_ROWS)
         return await _with_messages(conn, request, settings.window.context_max_gap_messages + 1,
                                     await clock(conn) if with_clock else None, memory)
 
 
-async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int, with_clock: bool,
-                    plan, config: RetrievalConfig, topics: bool) -> TurnReads:
+def _statements(request: ContextRequest, limit: int, with_clock: bool, plan, config: RetrievalConfig,
+                topics: bool) -> list[tuple[str, Any]]:
+    """The first reads' statements with their parameters (read_turn)."""
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
-    statements = [
+    return [
         (queries.LIST_MEMORY_SQL, (tenant, conversation, MEMORY_ROWS)),
         (_GAP_SQL, {"tenant": tenant, "conversation": conversation, "before": request.before_seq, "limit": limit,
                     "memory_rows": MEMORY_ROWS}),
         *([(CLOCK_SQL, None)] if with_clock else []),
         *([(PREPARE_SQL, prepare_params(*plan))] if plan is not None else []),
-        *([(PLACED_SQL, placed_params(request))] if topics else []),
+        *([(PLACED_SQL, placed_params(request)), (AHEAD_TOPIC_SQL, ahead_params(request)),
+           (AHEAD_MESSAGES_SQL, ahead_params(request))] if topics else []),
         (TURN_SQL, turn_params(request, config.last_messages)),
     ]
+
+
+async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int, with_clock: bool,
+                    plan, config: RetrievalConfig, topics: bool, *, with_conversation: bool = False
+                    ) -> tuple[queries.ConversationRow | None, TurnReads]:
+    """The first reads in one round trip (after the conversation's row: `with_conversation`)."""
+    tenant, conversation = request.tenant_id, request.conversation.conversation_id
+    begin = conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    statements = [
+        *([("BEGIN", None)] if begin else []),
+        *([(queries.CONVERSATION_SQL, (tenant, conversation))] if with_conversation else []),
+        *_statements(request, limit, with_clock, plan, config, topics),
+    ]
+    row = None
     async with conn.cursor() as cur:
         await cur.execute(one_query(conn, statements))  # one round trip; results in statement order
+        if begin:
+            cur.nextset()
+        if with_conversation:
+            found = await cur.fetchone()
+            row = None if found is None else queries.ConversationRow(*found)
+            cur.nextset()
         names = column_names(cur)
         memory = [queries.MemoryRow(**dict(zip(names, row))) for row in await cur.fetchall()]
         cur.nextset()
         gap = await cur.fetchall()
-        read_clock = prepared = placed = None
+        read_clock = prepared = placed = topic = None
         if with_clock:
             cur.nextset()
             read_clock = clock_from(await cur.fetchone())
@@ -114,23 +145,57 @@ async def _together(conn: psycopg.AsyncConnection, request: ContextRequest, limi
         if topics:
             cur.nextset()
             placed = tuple(await cur.fetchone())
+            cur.nextset()
+            topic_names, found = column_names(cur), await cur.fetchone()
+            cur.nextset()
+            topic = TopicAhead(topic_names, None if found is None else tuple(found), await cur.fetchall())
         cur.nextset()
         recent = [(content, occurred_at) for content, occurred_at in await cur.fetchall()]
     after = after_of(memory, request.before_seq)
     if gap[0][0] != after:  # a summary completed between the two statements: read as the listing says
-        return await _with_messages(conn, request, limit, read_clock, memory, prepared, placed, recent)
-    messages = [queries.MessageRow(*row[1:]) for row in gap if row[1] is not None]
-    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent)
+        return row, await _with_messages(conn, request, limit, read_clock, memory, prepared, placed, recent, topic)
+    messages = [queries.MessageRow(*values[1:]) for values in gap if values[1] is not None]
+    return row, TurnReads(read_clock, memory, after, messages, prepared, placed, recent, topic)
+
+
+async def read_conversation_and_turn(conn: psycopg.AsyncConnection, guess: ContextRequest, app_state: Any, *,
+                                     with_clock: bool = False
+                                     ) -> tuple[queries.ConversationRow | None, TurnReads | None]:
+    """The conversation's row and, in the same round trip, the first reads (read_turn) of
+    `guess`: the request as it will be if the conversation's user and subject are the ones
+    guessed (the caller knows them from an earlier request). The caller checks the row (it may
+    be missing, or the caller not allowed to see it) and keeps the reads only if the request it
+    makes from the row would send the same statements (`same_reads`). (None, None) if a
+    statement failed: the transaction is rolled back, and the caller reads as usual."""
+    settings = app_state.settings
+    config = RetrievalConfig.from_settings(settings.retrieval)
+    try:
+        return await _together(conn, guess, settings.window.context_max_gap_messages + 1, with_clock,
+                               prepare_plan(guess, config), config, "topics" in settings.systems,
+                               with_conversation=True)
+    except psycopg.Error:
+        await conn.rollback()
+        return None, None
+
+
+def same_reads(guess: ContextRequest, request: ContextRequest, app_state: Any, *, with_clock: bool = False) -> bool:
+    """Whether `request`'s first reads are the statements `guess`'s were, parameter for parameter."""
+    settings = app_state.settings
+    config = RetrievalConfig.from_settings(settings.retrieval)
+    limit, topics = settings.window.context_max_gap_messages + 1, "topics" in settings.systems
+    return (_statements(guess, limit, with_clock, prepare_plan(guess, config), config, topics)
+            == _statements(request, limit, with_clock, prepare_plan(request, config), config, topics))
 
 
 async def _with_messages(conn: psycopg.AsyncConnection, request: ContextRequest, limit: int,
                          read_clock: tuple[str, int | None] | None, memory: list[queries.MemoryRow],
                          prepared: Prepared | None = None, placed: tuple | None = None,
-                         recent: list[tuple[str, Any]] | None = None) -> TurnReads:
+                         recent: list[tuple[str, Any]] | None = None, topic: TopicAhead | None = None
+                         ) -> TurnReads:
     after = after_of(memory, request.before_seq)
     messages = await queries.list_messages(conn, request.tenant_id, request.conversation.conversation_id,
                                            after_seq=after, before_seq=request.before_seq, limit=limit, newest=True)
-    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent)
+    return TurnReads(read_clock, memory, after, messages, prepared, placed, recent, topic)
 
 
 async def build_turn_context(
@@ -141,16 +206,18 @@ async def build_turn_context(
 
 async def build_turn_context_clocked(
     conn: psycopg.AsyncConnection, request: ContextRequest, *, min_seq: int | None, app_state: Any,
-    with_clock: bool = False, end_reads: bool = False,
+    with_clock: bool = False, end_reads: bool = False, reads: TurnReads | None = None,
 ) -> tuple[ContextOut, tuple[str, int | None] | None]:
     """The context, and the projection clock read as the read began (`with_clock`; else None).
     `end_reads`: the transaction holds nothing but this context's reads, so the retrieval's
-    search ends it (its COMMIT sent with the statement)."""
+    search ends it (its COMMIT sent with the statement). `reads`: the first reads, if the caller
+    made them already (read_conversation_and_turn; the current message's embedding started then)."""
     conversation, before_seq = request.conversation, request.before_seq
     tenant, conversation_id = conversation.tenant_id, conversation.conversation_id
-    if request.query and request.query.strip():
-        warm_query_embedding(app_state, request.query)  # on its thread while the reads travel
-    reads = await read_turn(conn, request, app_state, with_clock=with_clock)
+    if reads is None:
+        if request.query and request.query.strip():
+            warm_query_embedding(app_state, request.query)  # on its thread while the reads travel
+        reads = await read_turn(conn, request, app_state, with_clock=with_clock)
     memory, after, messages = reads.memory, reads.after, reads.messages
     rows = [
         MemoryRow(m.memory_id, m.start_sequence, m.end_sequence, m.base_memory_id, m.status, m.memory_text)
@@ -216,7 +283,7 @@ async def build_turn_context_clocked(
         # Without the topics system no fold places the message: waiting for it (the section's
         # `context_wait_ms`) would cost every context half a second for nothing.
         active_topic=await telemetry.traced("context topic", topic_section(conn, request, app_state,
-                                                                           placed=reads.placed))
+                                                                           placed=reads.placed, ahead=reads.topic))
         if "topics" in app_state.settings.systems else None,
     )
     return out, reads.clock

@@ -72,7 +72,8 @@ def section(out) -> dict:
             "excluded": [[e.kind, e.id, e.reason, e.tokens] for e in r.excluded], "candidates": r.candidates,
             "excluded_total": r.excluded_total, "tokens_used": r.tokens_used,
             "topic": getattr(topic, "topic_id", None),
-            "restored": [m.seq for m in getattr(topic, "restored_messages", [])]}
+            "restored": [m.seq for m in getattr(topic, "restored_messages", [])],
+            "topic_section": None if topic is None else topic.model_dump(mode="json", exclude={"stats"})}
 
 
 async def run(args) -> dict:
@@ -90,6 +91,11 @@ async def run(args) -> dict:
     api_ms, pg_ms = [], []
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, cursor_factory=Timed,
                                                      options=f"-c search_path={settings.pg_schema},public") as conn:
+        import api.app  # the API pool's per-connection set-up, if the measured tree has one
+        configure = getattr(api.app, "utc_by_name", None)
+        getattr(api.app, "cache_long_statements", lambda: None)()
+        if configure is not None:
+            await configure(conn)
         backend = (await (await conn.execute("SELECT pg_backend_pid()")).fetchone())[0]
         await conn.rollback()
         for measured in (False, True):

@@ -31,13 +31,13 @@ class MessageRow:
     occurred_at: datetime
 
 
+CONVERSATION_SQL = ("SELECT tenant_id, conversation_id, user_id, subject_id, last_seq, message_count, gap_count"
+                    " FROM conversations WHERE tenant_id = %s AND conversation_id = %s")
+
+
 async def get_conversation(conn: psycopg.AsyncConnection, tenant_id: str, conversation_id: str) -> ConversationRow | None:
     async with conn.cursor(row_factory=class_row(ConversationRow)) as cur:
-        await cur.execute(
-            "SELECT tenant_id, conversation_id, user_id, subject_id, last_seq, message_count, gap_count"
-            " FROM conversations WHERE tenant_id = %s AND conversation_id = %s",
-            (tenant_id, conversation_id),
-        )
+        await cur.execute(CONVERSATION_SQL, (tenant_id, conversation_id))
         return await cur.fetchone()
 
 

@@ -94,6 +94,9 @@ async def list_topics(conn: psycopg.AsyncConnection, tenant_id: str, conversatio
 
 
 TOPIC_SQL = _TOPICS + " AND t.topic_id = %(topic)s"  # one topic (named parameters)
+# The topic the conversation's topic_conversations row names active (named parameters).
+ACTIVE_TOPIC_SQL = _TOPICS + (" AND t.topic_id = (SELECT active_topic_id FROM topic_conversations"
+                              " WHERE tenant_id = %(tenant)s AND conversation_id = %(conversation)s)")
 # The topic's messages not yet archived, in seq order, before a seq if given (positional:
 # tenant, conversation, topic, before, before).
 ACTIVE_MESSAGES_SQL = (

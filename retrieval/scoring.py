@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Collection, Iterable, Literal, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Collection, Iterable, Literal, Sequence
 
 DAY_S = 86_400.0
 
@@ -49,6 +49,25 @@ class Candidate:
     occurred_start: float | None = None
     occurred_end: float | None = None
     role: str | None = None  # messages
+
+
+def frozen_maker(cls: type) -> Callable[..., Any]:
+    """A constructor of the frozen dataclass `cls` from every field's value, in order, that fills
+    the instance's __dict__ instead of running the dataclass's __init__ (an object.__setattr__ a
+    field: a 13-field Candidate ~1.9 µs against ~0.8, a 28-field SearchRow ~4.2 against ~1.5;
+    "Eleventh round" in docs/retrieval.md). The instance is the same: equal, frozen. Only for a
+    class without __post_init__, called with every field."""
+    names, new = tuple(f.name for f in fields(cls)), object.__new__
+
+    def make(*values: Any) -> Any:
+        made = new(cls)
+        made.__dict__.update(zip(names, values))
+        return made
+
+    return make
+
+
+candidate_of = frozen_maker(Candidate)
 
 
 @dataclass(frozen=True)

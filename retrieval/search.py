@@ -15,6 +15,7 @@ import orjson
 import psycopg
 from psycopg.rows import class_row
 
+from retrieval.scoring import frozen_maker
 from retrieval.keywords import CommonLexemes, Keywords, coverage, idf_weights, kept_lexemes, tsquery_text
 
 Kind = Literal["fact", "chunk", "message"]
@@ -79,6 +80,13 @@ class SearchRow:
 _FIELDS = [f.name for f in fields(SearchRow)]
 _SCORE_AT = _FIELDS.index("keyword_score")
 _PAIR_AT = _FIELDS.index("reply_lexemes")  # the last four fields: made by rows_with_coverage
+_ROW = frozen_maker(SearchRow)
+
+
+def row_of(values: Sequence) -> SearchRow:
+    """SearchRow(*values), `values` holding every field in order, without the frozen dataclass's
+    __init__ (scoring.frozen_maker: ~4.2 µs a row against ~1.5, for the ~80 rows of every context)."""
+    return _ROW(*values)
 
 
 def vector_literal(vector: np.ndarray) -> str:
@@ -419,9 +427,9 @@ def rows_with_coverage(weights: Mapping[str, float], thread_weight: float = 0.0)
             goes_on = values[continued_at] if continued_at is not None else None
             own = covered(matched, thread)
             if pair is None:
-                return SearchRow(*before(values), own, *after(values), None, None, thread or None, goes_on)
+                return row_of((*before(values), own, *after(values), None, None, thread or None, goes_on))
             both = covered(matched | set(pair), thread)
-            return SearchRow(*before(values), both, *after(values), pair, own, thread or None, goes_on)
+            return row_of((*before(values), both, *after(values), pair, own, thread or None, goes_on))
 
         return make
 
@@ -472,7 +480,8 @@ async def record_surfaced(
     so concurrent requests cannot deadlock; the commit does not wait for the WAL flush (a crash
     may lose the last few). One statement (`SURFACED_SQL`); `commit`: committed with it, one
     round trip either way: sent with the open transaction's COMMIT, or, when no transaction is
-    open, as a statement of its own in autocommit (no BEGIN sent alone first)."""
+    open, as a statement of its own in autocommit (no BEGIN sent alone first; a connection in
+    autocommit already stays so)."""
     if not items:
         if commit:
             await conn.commit()
@@ -480,9 +489,9 @@ async def record_surfaced(
     ordered = sorted(set(items))
     params = {"tenant": scope.tenant_id, "conversation": scope.conversation_id, "now": now, "seq": turn_seq,
               "kinds": [k for k, _ in ordered], "ids": [i for _, i in ordered]}
-    if not commit:
+    if not commit or (conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE):
         await conn.execute(SURFACED_SQL, params)
-    elif conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE and not conn.autocommit:
+    elif conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
         await conn.set_autocommit(True)  # no I/O: the statement is then its own transaction
         try:
             await conn.execute(SURFACED_SQL, params)

@@ -20,9 +20,9 @@ from core.settings import RetrievalSettings, Settings
 from retrieval.items import EXACT_SCAN_MAX_ITEMS, Prepared, prepare_items, search_items
 from retrieval.prescore import Prescore
 from retrieval.query_cache import CachedQueryEmbedder
-from retrieval.packing import Packed, pack
-from retrieval.scoring import (Candidate, ScoredItem, ScoringConfig, length_weight, rank_key, score, score_candidates,
-                               still_visible)
+from retrieval.packing import Packed, cached_line, pack
+from retrieval.scoring import (Candidate, ScoredItem, ScoringConfig, candidate_of, length_weight, rank_key, score,
+                               score_candidates, still_visible)
 from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, SideConnection, record_surfaced
 from retrieval.snippets import snippet
 from retrieval.tokens import load_tokenizer, min_tokens
@@ -278,7 +278,7 @@ def to_candidates(rows: Sequence[SearchRow], config: RetrievalConfig, lexemes: S
     """One Candidate per row (`keys`: the rows' candidate keys, if the caller made them already)."""
     out = []
     for i, r in enumerate(rows):
-        out.append(Candidate(
+        out.append(candidate_of(  # Candidate(...) with every field, without the frozen __init__
             keys[i] if keys is not None else key(r.kind, r.item_id), r.kind,
             message_text(r, config, lexemes) if r.kind == "message" else r.content, config_relevance(r, config),
             r.timestamp.timestamp(), r.importance, r.category, r.visibility, r.range_start, r.range_end,
@@ -481,7 +481,7 @@ async def retrieve(conn: psycopg.AsyncConnection, request: ContextRequest, embed
     # nearly full most candidates are left out without running the tokenizer.
     with telemetry.span("retrieval pack"):
         packed = pack(kept, request.budget_tokens, line_tokens, others, repeats, additive=True,
-                      lower_bound=tokens_at_least, duplicate_overlap=config.duplicate_overlap)
+                      lower_bound=tokens_at_least, duplicate_overlap=config.duplicate_overlap, render=cached_line)
     if record and packed.included:
         chosen = [(by_key[p.item.candidate.item_id].kind, by_key[p.item.candidate.item_id].item_id)
                   for p in packed.included]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -102,9 +103,10 @@ def placed_params(request: ContextRequest) -> dict:
 
 
 async def _placed_up_to(conn: psycopg.AsyncConnection, request: ContextRequest, wait_ms: int,
-                        placed: tuple | None = None):
-    """The fold's progress, after waiting (briefly) for it to place the current message.
-    `placed`: PLACED_SQL's row, if the caller read it already."""
+                        placed: tuple | None = None) -> tuple[tq.TopicConversationRow | None, bool]:
+    """The fold's progress, after waiting (briefly) for it to place the current message, and
+    whether it had placed it at the first look (no wait). `placed`: PLACED_SQL's row, if the
+    caller read it already."""
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
     # One statement: the seq to wait for and the fold's progress (re-read alone while waiting).
     if placed is None:
@@ -112,9 +114,13 @@ async def _placed_up_to(conn: psycopg.AsyncConnection, request: ContextRequest, 
     wanted, found, *progress = placed
     state = tq.TopicConversationRow(*progress) if found else None
     deadline = time.monotonic() + wait_ms / 1000
+    first = True
     while True:
-        if wanted is None or (state is not None and state.last_seq >= wanted) or time.monotonic() >= deadline:
-            return state
+        if wanted is None or (state is not None and state.last_seq >= wanted):
+            return state, first
+        if time.monotonic() >= deadline:
+            return state, False
+        first = False
         await asyncio.sleep(0.02)
         state = await tq.get_topic_conversation(conn, tenant, conversation)
 
@@ -126,6 +132,48 @@ PLACED_SQL = (
     " tc.active_topic_id, tc.activated_seq, tc.last_seq FROM (SELECT 1) one"
     " LEFT JOIN topic_conversations tc ON tc.tenant_id = %(tenant)s AND tc.conversation_id = %(conversation)s"
 )
+
+
+# The conversation's active topic and its messages before the turn (TOPIC_SQL and
+# ACTIVE_MESSAGES_SQL with the topic the fold's progress row names), for a caller that sends
+# them with its first reads, before it knows whether the fold is up to date (api/turn_context.py):
+# the section uses them only when it is, and when both name the topic its progress row named.
+# The messages' statement names its topic on every row, and once with no message (NULL seq).
+AHEAD_TOPIC_SQL = tq.ACTIVE_TOPIC_SQL
+AHEAD_MESSAGES_SQL = (
+    "SELECT tc.active_topic_id, m.seq, m.role, m.content, m.occurred_at FROM topic_conversations tc"
+    " LEFT JOIN LATERAL (SELECT seq, role, content, occurred_at FROM topic_messages WHERE tenant_id = tc.tenant_id"
+    " AND conversation_id = tc.conversation_id AND topic_id = tc.active_topic_id"
+    " AND (%(before)s::int IS NULL OR seq < %(before)s::int)) m ON true"
+    " WHERE tc.tenant_id = %(tenant)s AND tc.conversation_id = %(conversation)s AND tc.active_topic_id IS NOT NULL"
+    " ORDER BY m.seq"
+)
+
+
+def ahead_params(request: ContextRequest) -> dict:
+    """AHEAD_TOPIC_SQL's and AHEAD_MESSAGES_SQL's parameters."""
+    return {"tenant": request.tenant_id, "conversation": request.conversation.conversation_id,
+            "before": request.before_seq}
+
+
+@dataclass(frozen=True)
+class TopicAhead:
+    """AHEAD_TOPIC_SQL's row (its column names and values; None: no active topic) and
+    AHEAD_MESSAGES_SQL's rows, as a caller read them with its first reads."""
+
+    names: list[str]
+    found: tuple | None
+    messages: list[tuple]
+
+    def for_topic(self, topic_id: str) -> tuple[tq.TopicRow, list[tq.TopicMessageRow]] | None:
+        """The topic's row and messages if both statements read `topic_id`, else None (the
+        fold moved on between the statements: the section reads them again)."""
+        if self.found is None or self.found[self.names.index("topic_id")] != topic_id:
+            return None
+        if not self.messages or any(row[0] != topic_id for row in self.messages):
+            return None
+        return (tq.TopicRow(**dict(zip(self.names, self.found))),
+                [tq.TopicMessageRow(*row[1:]) for row in self.messages if row[1] is not None])
 
 
 async def _topic_and_recent(conn: psycopg.AsyncConnection, request: ContextRequest, topic_id: str
@@ -149,12 +197,14 @@ class TopicErrorOut(BaseModel):
 
 
 async def topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any, *,
-                        placed: tuple | None = None) -> Any | None:
+                        placed: tuple | None = None, ahead: TopicAhead | None = None) -> Any | None:
     """ActiveTopicOut for ContextOut.active_topic, None before the first topic, TopicErrorOut
     (with the reason) when it could not be read: a failing section never fails the context.
-    `placed`: PLACED_SQL's row (placed_params), if the caller sent it with its other reads."""
+    `placed`: PLACED_SQL's row (placed_params), if the caller sent it with its other reads;
+    `ahead`: the active topic and its messages read with them (used when the fold had placed
+    the current message by then, and they name the topic it had active)."""
     try:
-        return await _topic_section(conn, request, app_state, placed)
+        return await _topic_section(conn, request, app_state, placed, ahead)
     except Exception as error:  # noqa: BLE001
         log.exception("topic section failed")
         await conn.rollback()
@@ -162,13 +212,14 @@ async def topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, 
 
 
 async def _topic_section(conn: psycopg.AsyncConnection, request: ContextRequest, app_state: Any,
-                         placed: tuple | None = None) -> Any | None:
+                         placed: tuple | None = None, ahead: TopicAhead | None = None) -> Any | None:
     settings = app_state.settings.topics
-    state = await _placed_up_to(conn, request, settings.context_wait_ms, placed)
+    state, at_once = await _placed_up_to(conn, request, settings.context_wait_ms, placed)
     if state is None or state.active_topic_id is None:
         return None
     tenant, conversation = request.tenant_id, request.conversation.conversation_id
-    row, recent = await _topic_and_recent(conn, request, state.active_topic_id)
+    read = ahead.for_topic(state.active_topic_id) if ahead is not None and at_once and placed is not None else None
+    row, recent = read if read is not None else await _topic_and_recent(conn, request, state.active_topic_id)
     if row is None:
         return None
     restored: list[tq.TopicMessageRow] = []

@@ -117,10 +117,12 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def running_api(settings: Settings) -> AsyncIterator[str]:
-    """The real API over real HTTP on a free loopback port; yields its base URL."""
+async def running_api(settings: Settings, app=None) -> AsyncIterator[str]:
+    """The real API over real HTTP on a free loopback port (`app`: this one, made by create_app);
+    yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app if app is not None else create_app(settings), host="127.0.0.1",
+                                           port=port, log_level="warning"))
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():

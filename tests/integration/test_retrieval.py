@@ -15,6 +15,7 @@ from core.embeddings.local_onnx import model_name
 from retrieval.search import Scope, vector_literal
 from retrieval.service import RetrievalConfig, query_embedding_settings, query_text, query_vector, rank_all, search_rows
 from retrieval.tokens import count_tokens
+from api.app import create_app
 from tests.integration.conftest import running_api, scalar
 from tests.support import labelled_set as L
 
@@ -91,6 +92,34 @@ async def test_wifi_problem_finds_the_network_configuration_memory_with_explaine
     # the question's model: the integer graph's name when questions run as integer products (the default)
     questions = query_embedding_settings(loaded).embedding.integer_matmul
     assert retrieved["query"] == "WiFi problem" and retrieved["embedding_model"] == model_name(questions)
+
+
+async def test_a_conversation_seen_before_is_read_with_the_first_reads_and_a_wrong_guess_is_not_used(loaded):
+    """The route reads a conversation this process saw before in one round trip with the
+    context's first reads, made with the user and subject it had then (api/routes/context.py);
+    the reads are used only if the row bears the guess out: else the context is read as usual.
+    The search's cut to the best 5 rows is made only when the scope's size (the prepare
+    statement's, read with the user and subject) holds more: a wrong scope would hand on all."""
+    settings = loaded.model_copy(update={"retrieval": loaded.retrieval.model_copy(
+        update={"candidate_k": 5, "kept_per_100_tokens": 1.0})})
+    await conversation(settings, "c1", "maria", L.JOE, ["Hi!", "Hello, how can I help?", "About grandpa?"])
+    app = create_app(settings)
+    params = {"query": "Tell me about grandpa's life", "before_seq": 2}
+    async with running_api(settings, app) as url:
+        first = await context(url, "c1", **params)  # the row read alone: the process now knows its owner
+        assert app.state.conversation_owners[(L.A, "c1")] == ("maria", L.JOE)
+        guessed = await context(url, "c1", **params)
+        app.state.conversation_owners[(L.A, "c1")] = ("nobody", None)  # a scope of no items: a wrong guess
+        wrong = await context(url, "c1", **params)
+        assert app.state.conversation_owners[(L.A, "c1")] == ("maria", L.JOE)  # the row's, again
+
+    def shown(body: dict) -> tuple:
+        r = body["retrieved"]
+        return ([(i["id"], i["line"], i["tokens"]) for i in r["items"]], [(e["id"], e["reason"]) for e in r["excluded"]],
+                r["candidates"], body["messages"], body["watermark"], body["summary"], body["active_topic"])
+
+    assert first["retrieved"]["items"] and first["retrieved"]["candidates"] == 5
+    assert shown(guessed) == shown(first) == shown(wrong)
 
 
 async def test_budget_limits_what_is_packed_and_says_what_was_left_out(loaded):

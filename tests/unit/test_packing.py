@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from retrieval.packing import pack, render_line
+from retrieval.packing import cached_line, pack, render_line
 from retrieval.scoring import Candidate, Exclusion, ScoreBreakdown, ScoredItem
 from retrieval.tokens import count_tokens
 
@@ -44,6 +44,21 @@ def item(item_id: str, final: float, content: str = "content", kind: str = "fact
 )
 def test_render_lines_follow_seed_003_prompt_format(scored, line):
     assert render_line(scored) == line
+    assert cached_line(scored) == line and cached_line(scored) == line  # rendered, then from the cache
+
+
+def test_the_cached_line_changes_with_every_field_the_line_shows():
+    base = dict(category="other", visibility="private", occurred_start=MAY_7, occurred_end=MAY_7)
+    first = cached_line(item("f", 1, "Lives in Lisbon", **base))
+    for change in ({"category": "home"}, {"visibility": "shared"}, {"occurred_start": MAY_7 - 4 * DAY},
+                   {"occurred_end": MAY_7 + 2 * DAY}):
+        changed = item("f", 1, "Lives in Lisbon", **{**base, **change})
+        assert cached_line(changed) == render_line(changed) != first
+    assert cached_line(item("f", 1, "Lives in Porto", **base)) == "- [7 May 2023] [other] Lives in Porto (personal)"
+    spoken = item("x", 1, "Sure, 8 pm works.", kind="message", role="user", occurred_start=MAY_7, occurred_end=MAY_7)
+    assert cached_line(spoken) == "- [7 May 2023] user: Sure, 8 pm works."
+    assert cached_line(item("x", 1, "Sure, 8 pm works.", kind="message", role="assistant", occurred_start=MAY_7,
+                            occurred_end=MAY_7)) == "- [7 May 2023] assistant: Sure, 8 pm works."
 
 
 def test_prefers_higher_scores_and_skips_what_does_not_fit_but_keeps_smaller_ones():
