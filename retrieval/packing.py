@@ -94,6 +94,11 @@ def cached_line(item: ScoredItem) -> str:
     return line
 
 
+def forget_lines() -> None:
+    """Empty cached_line's cache (it holds memory text: an erasure empties it, api/routes/erasure.py)."""
+    _LINES.clear()
+
+
 _WORD = re.compile(r"[^\W_]+")
 # Words that say nothing about what an item is about: pronouns, auxiliaries, articles and the
 # like. What is left of an item ("caroline", "went", "lgbtq", "support", "group") is its information.

@@ -13,6 +13,7 @@ import numpy as np
 import psycopg
 
 from domain.speakers import split_prefix
+from domain.topics.restore import words_of
 from retrieval.request import ContextRequest
 from core import telemetry
 from core.embeddings import Embedder, make_embedder
@@ -20,7 +21,7 @@ from core.settings import RetrievalSettings, Settings
 from retrieval.items import EXACT_SCAN_MAX_ITEMS, Prepared, prepare_items, search_items
 from retrieval.prescore import Prescore
 from retrieval.query_cache import CachedQueryEmbedder
-from retrieval.packing import Packed, cached_line, pack
+from retrieval.packing import Packed, cached_line, forget_lines, pack
 from retrieval.scoring import (Candidate, ScoredItem, ScoringConfig, candidate_of, length_weight, rank_key, score,
                                score_candidates, still_visible)
 from retrieval.search import NO_SEQ, CommonLexemes, Scope, SearchRow, SideConnection, record_surfaced
@@ -362,6 +363,17 @@ def line_tokens(line: str) -> int:
             _LINE_TOKENS.clear()
         tokens = _LINE_TOKENS[line] = len(load_tokenizer().encode(line, add_special_tokens=False).ids)
     return tokens
+
+
+def forget_texts() -> None:
+    """Empty every process-wide cache the read path keeps of memory text: the lines' token
+    counts, the rendered lines and the restored archive's words. They are pure functions of the
+    text, bounded, and serve nothing erased once the rows are gone; an erasure empties them in
+    the API process that takes it (api/routes/erasure.py) so the erased text is not left in that
+    process's memory either (docs/lineage.md)."""
+    _LINE_TOKENS.clear()
+    forget_lines()
+    words_of.cache_clear()
 
 
 def tokens_at_least(line: str) -> int:

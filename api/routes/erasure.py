@@ -23,6 +23,7 @@ from api.deps import (ConnDep, PrincipalDep, admin_key_header, api_key_header, a
                       bound_key_names_another)
 from api.routes.context import ConversationId, UserIdHeader, named_in
 from core import privacy
+from retrieval.service import forget_texts
 from schemas import erasure_events as ee
 from schemas.codec import new_event
 from schemas.envelope import IDENTIFIER
@@ -41,10 +42,13 @@ class ErasureAccepted(BaseModel):
 
 def forget_query_vectors(request: Request) -> None:
     """This process's cached query vectors go (retrieval/query_cache.py): one of them may be the
-    erased user's question. Other API processes keep theirs until evicted (docs/lineage.md)."""
+    erased user's question; so do the read path's caches of memory text (retrieval.service.
+    forget_texts: lines, their token counts, a restored archive's words). Other API processes
+    keep theirs until evicted (docs/lineage.md)."""
     embedder = getattr(request.app.state, "retrieval_embedder", None)
     if embedder is not None and hasattr(embedder, "clear"):
         embedder.clear()
+    forget_texts()
 
 
 @contextlib.asynccontextmanager
