@@ -14,7 +14,7 @@ from schemas.limits import Limits
 # Recently decoded records, by the identity of their value: the projectors of a group share one
 # fetch, so they are handed the very same records, and the memory topic's events were decoded by
 # each of them (the memory projector every one, the topics and topic-lineage projectors every
-# topic event again: ~4 % of a stub worker's CPU, docs/scaling.md, stub12). Events are immutable;
+# topic event again: 1-4 % of a stub worker's samples, docs/scaling.md, stub12). Events are immutable;
 # an entry holds its bytes, so their id is not reused meanwhile; a record fetched again is a new
 # bytes object, decoded anew (as its sealing key stands then).
 DECODED_RECORDS = 4096
