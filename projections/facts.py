@@ -16,7 +16,8 @@ from psycopg.types.json import Jsonb
 from core.settings import Settings
 from runtime.dead_letter import DeadLetter
 from schemas import facts_events as fe
-from schemas.codec import Event, decode, peek_type
+from schemas.codec import Event, peek_type
+from projections.decoding import decode_record
 from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
 from domain.facts import decisions as rules
@@ -153,7 +154,7 @@ class FactsProjector:
             if kind is not None and kind not in _APPLIED:
                 continue  # another system's event: skipped without validating it
             try:
-                mine.append((record, decode(record.value, key=record.key, limits=Limits.of(self.settings))))
+                mine.append((record, decode_record(record, Limits.of(self.settings))))
             except InvalidEvent:
                 continue  # the messages and memory projectors dead-letter invalid input once
         letters: list[DeadLetter] = []

@@ -13,7 +13,8 @@ from aiokafka.structs import ConsumerRecord
 from core.settings import Settings
 from runtime.db import copy_insert
 from runtime.dead_letter import DeadLetter
-from schemas.codec import Event, decode
+from schemas.codec import Event
+from projections.decoding import decode_record
 from schemas.limits import Limits
 from schemas.envelope import InvalidEvent
 from schemas.registry import SUMMARY_COMPLETED, SUMMARY_FAILED, SUMMARY_REQUESTED
@@ -81,7 +82,7 @@ class MemoryProjector:
         async with conn.pipeline() if len(records) > 1 else contextlib.nullcontext():
             for record in records:
                 try:
-                    event = decode(record.value, key=record.key, limits=self.limits)
+                    event = decode_record(record, self.limits)
                 except InvalidEvent as exc:
                     if exc.reason == "erased":
                         continue  # sealed text whose key is destroyed: skipped, not dead-lettered

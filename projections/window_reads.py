@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from domain.window.reads import MessageRow, SettledRow
@@ -49,7 +50,11 @@ class _Session:
 
 
 class PostgresWindowReads:
-    """On the generation's pool: one connection checkout (one transaction) per session."""
+    """On the generation's pool: one connection checkout per session, its reads in autocommit.
+
+    Each read is one statement, and at the pool's READ COMMITTED level a statement sees what was
+    committed when it started whether or not a transaction surrounds it: a transaction added a
+    BEGIN and a COMMIT round trip to every summary's reads and changed nothing they return."""
 
     def __init__(self, pool: AsyncConnectionPool) -> None:
         self.pool = pool
@@ -57,4 +62,11 @@ class PostgresWindowReads:
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[_Session]:
         async with self.pool.connection() as conn:
-            yield _Session(conn)
+            await conn.set_autocommit(True)
+            try:
+                yield _Session(conn)
+            finally:  # the pool's connections are transactional for their other users
+                if conn.info.transaction_status == TransactionStatus.IDLE:
+                    await conn.set_autocommit(False)
+                elif not conn.closed:  # cut off mid-statement: not lent out again in autocommit
+                    await conn.close()

@@ -33,6 +33,10 @@ def cache_key(kind: str, model: str, prompt_version: str, inputs: Any) -> str:
     return hashlib.sha256(canonical).hexdigest()
 
 
+_PUT = ("INSERT INTO public.llm_cache (cache_key, kind, model, prompt_version, output)"
+        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (cache_key) DO NOTHING")
+
+
 class LlmCache:
     """Lookups and stores in public.llm_cache; hits and calls counted per generation.
 
@@ -51,7 +55,10 @@ class LlmCache:
 
     async def _connection(self):
         if self._pool is None:
-            self._pool = AsyncConnectionPool(self.dsn, min_size=0, max_size=4, open=False, configure=_orjson_loads)
+            # Autocommit: every method is one statement (a hit's provenance a second one, additive),
+            # so a transaction's BEGIN and COMMIT would be two more round trips a call for nothing.
+            self._pool = AsyncConnectionPool(self.dsn, min_size=0, max_size=4, open=False, configure=_orjson_loads,
+                                             kwargs={"autocommit": True})
             await self._pool.open()
         return self._pool.connection()
 
@@ -75,13 +82,15 @@ class LlmCache:
         return found
 
     async def put(self, key: str, kind: str, model: str, prompt_version: str, output: Any) -> None:
+        """The entry and its provenance (the conversations this stage was answering) in one
+        statement: both or neither, as one round trip."""
+        entry = (key, kind, model, prompt_version, Jsonb(output))
+        sources = provenance.recording([key])
         async with await self._connection() as conn:
-            await conn.execute(
-                "INSERT INTO public.llm_cache (cache_key, kind, model, prompt_version, output)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (cache_key) DO NOTHING",
-                (key, kind, model, prompt_version, Jsonb(output)),
-            )
-            await provenance.record(conn, [key])  # the conversations this stage was answering
+            if sources is None:
+                await conn.execute(_PUT, entry)
+            else:
+                await conn.execute(f"WITH entry AS ({_PUT}) {sources[0]}", (*entry, *sources[1]))
         self._count(kind, calls=1)
 
     async def forget(self, key: str) -> None:
@@ -105,14 +114,15 @@ class LlmCache:
         if not pending:
             return
         try:
-            async with await self._connection() as conn:
-                for kind, (hits, calls) in pending.items():
-                    await conn.execute(
-                        "INSERT INTO public.llm_cache_usage (topic_prefix, generation, kind, hits, calls)"
-                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (topic_prefix, generation, kind) DO UPDATE SET"
-                        " hits = llm_cache_usage.hits + EXCLUDED.hits, calls = llm_cache_usage.calls + EXCLUDED.calls",
-                        (self.topic_prefix, self.generation, kind, hits, calls),
-                    )
+            async with await self._connection() as conn:  # every kind in one statement: all or none counted
+                await conn.execute(
+                    "INSERT INTO public.llm_cache_usage (topic_prefix, generation, kind, hits, calls)"
+                    " SELECT %s, %s, k, h, c FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS u(k, h, c)"
+                    " ON CONFLICT (topic_prefix, generation, kind) DO UPDATE SET"
+                    " hits = llm_cache_usage.hits + EXCLUDED.hits, calls = llm_cache_usage.calls + EXCLUDED.calls",
+                    (self.topic_prefix, self.generation, list(pending), [h for h, _ in pending.values()],
+                     [c for _, c in pending.values()]),
+                )
         except BaseException as error:  # a failure, or a flush cancelled mid-write by aclose
             for kind, (hits, calls) in pending.items():  # kept for the next flush
                 counts = self._counts.setdefault(kind, [0, 0])

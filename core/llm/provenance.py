@@ -57,9 +57,18 @@ _RECORD = ("INSERT INTO public.llm_cache_sources (cache_key, tenant_id, conversa
 
 async def record(conn, keys: list[str], sources: tuple[Source, ...] | None = None) -> None:
     """Rows for `keys` x the sources being served (nothing outside a stage)."""
+    statement = recording(keys, sources)
+    if statement is not None:
+        await conn.execute(*statement)
+
+
+def recording(keys: list[str], sources: tuple[Source, ...] | None = None) -> tuple[str, tuple] | None:
+    """`record`'s statement and parameters (None when there is nothing to record): for a caller
+    that runs it as part of one statement of its own (`LlmCache.put`: the entry and its sources)."""
     sources = current() if sources is None else sources
-    if keys and sources:
-        await conn.execute(_RECORD, (keys, *([list(column) for column in zip(*sources, strict=True)])))
+    if not keys or not sources:
+        return None
+    return _RECORD, (keys, *([list(column) for column in zip(*sources, strict=True)]))
 
 
 async def erase(conn, tenant_id: str, conversation_ids: list[str]) -> int:

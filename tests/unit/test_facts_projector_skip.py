@@ -20,8 +20,8 @@ class _NoConnection:
 
 async def test_other_systems_events_are_skipped_unparsed(tmp_path: Path, monkeypatch):
     decoded = []
-    real = facts.decode
-    monkeypatch.setattr(facts, "decode", lambda value, **kw: decoded.append(value) or real(value, **kw))
+    real = facts.decode_record
+    monkeypatch.setattr(facts, "decode_record", lambda record, limits: decoded.append(record.value) or real(record, limits))
     projector = facts.FactsProjector(Settings(state_dir=tmp_path))
     others = [b'{"type":"topic.message_assigned","not json', b'{"type":"summary.requested",',
               b'{"type":"message.appended","x":1}']

@@ -41,4 +41,4 @@ async def test_a_flush_cancelled_mid_write_by_close_keeps_its_counts_for_the_las
     await asyncio.wait_for(database.entered.wait(), 5)  # the flusher is inside its write
     database.hang = False
     await asyncio.wait_for(cache.aclose(), 5)
-    assert database.written == [("p", "g", "summary", 7, 2)]
+    assert database.written == [("p", "g", ["summary"], [7], [2])]
