@@ -76,13 +76,21 @@ def section(out) -> dict:
             "topic_section": None if topic is None else topic.model_dump(mode="json", exclude={"stats"})}
 
 
-async def run(args) -> dict:
+async def read_state(generation: str) -> SimpleNamespace:
+    """An app state for reading `generation` in process (settings from the environment's
+    stack), warmed up as the API warms its own (also bench/search_statement_cpu.py's)."""
     base = get_settings()
-    settings = Settings(environment="test", generation=args.generation,
+    settings = Settings(environment="test", generation=generation,
                         postgres=PostgresSettings(dsn=base.postgres.dsn),
                         kafka=KafkaSettings(bootstrap_servers=base.kafka.bootstrap_servers, topic_prefix="unused"))
     state = SimpleNamespace(settings=settings)
     await warm_up(state)
+    return state
+
+
+async def run(args) -> dict:
+    state = await read_state(args.generation)
+    settings = state.settings
     conversations = (longconv.generate(1, args.generated, sessions=(15, 18), turns=(14, 22)) if args.generated
                      else data.load(args.data))
     questions = [(c, q) for c in conversations for q in c.questions]

@@ -22,7 +22,6 @@ import json
 import os
 import random
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,14 +38,11 @@ def backend_cpu_ms(pid: int) -> float:
 
 
 async def capture(args) -> None:
-    from types import SimpleNamespace
-
     import locomo_data as data
     from api.turn_context import build_turn_context
-    from core.settings import KafkaSettings, PostgresSettings, Settings, get_settings
+    from locomo_read_cpu import read_state
     from projections import queries
     from retrieval.request import ContextRequest
-    from retrieval.service import warm_up
 
     captured: list[str] = []
     bound: list[list] = []  # the statement and its parameters as the API's process sent them
@@ -61,12 +57,8 @@ async def capture(args) -> None:
                                      for k, v in (params or {}).items()}, params is not None])
             return await super().execute(query, params, **kwargs)
 
-    base = get_settings()
-    settings = Settings(environment="test", generation=args.generation,
-                        postgres=PostgresSettings(dsn=base.postgres.dsn),
-                        kafka=KafkaSettings(bootstrap_servers=base.kafka.bootstrap_servers, topic_prefix="unused"))
-    state = SimpleNamespace(settings=settings)
-    await warm_up(state)
+    state = await read_state(args.generation)
+    settings = state.settings
     questions = [(c, q) for c in data.load(args.data) for q in c.questions]
     picks = questions if args.all else [random.Random(args.seed).choice(questions) for _ in range(args.questions)]
     async with await psycopg.AsyncConnection.connect(settings.postgres.dsn, cursor_factory=Capturing,
