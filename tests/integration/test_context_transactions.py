@@ -76,10 +76,29 @@ async def test_404_and_403_after_the_guessed_begin_leave_the_connection_clean(se
         await pooled_is_clean(app)
 
 
+async def test_min_seq_and_as_of_seq_read_without_the_guess_and_leave_the_connection_clean(settings):
+    settings = one_connection(settings)
+    await conversation(settings, "c1", "maria", L.JOE, ["Hi!", "Hello", "About grandpa?"])
+    app = create_app(settings)
+    async with running_api(settings, app) as url:
+        await context(url, "c1", query="grandpa", before_seq=2)
+        waited = await context(url, "c1", query="grandpa", before_seq=2, min_seq=2)
+        assert waited["watermark"]["requested_min_seq"] == 2 and waited["watermark"]["complete"]
+        await pooled_is_clean(app)
+        assert (await get(url, "c1", "key-bob", query="grandpa", before_seq=2, min_seq=2)).status_code == 404
+        await pooled_is_clean(app)
+        rebuilt = await get(url, "c1", "key-a", query="grandpa", before_seq=2, as_of_seq=2)
+        assert rebuilt.status_code < 500, rebuilt.text
+        await pooled_is_clean(app)
+        assert (await get(url, "c1", "key-bob", before_seq=2, as_of_seq=2)).status_code == 404
+        await pooled_is_clean(app)
+
+
 async def test_a_failing_statement_in_the_guessed_batch_falls_back_and_leaves_the_connection_clean(settings):
-    """A statement of the one-round-trip batch times out (a lock held on the topics table: the
-    topic section's statements ahead wait past statement_timeout): the route reads as usual,
-    the context is served (the topic section reports its error), and the connection is clean."""
+    """A statement of the one-round-trip batch times out (a lock held on topic_conversations: the
+    topic section's progress row, read ahead, waits past statement_timeout): the route reads as
+    usual, the context is served (the topic section, reading alone, reports its timeout), and
+    the connection is clean."""
     settings = one_connection(settings, statement_timeout_ms=300)
     await conversation(settings, "c1", "maria", L.JOE, ["Hi!", "Hello", "About grandpa?"])
     app = create_app(settings)
@@ -87,10 +106,11 @@ async def test_a_failing_statement_in_the_guessed_batch_falls_back_and_leaves_th
     async with running_api(settings, app) as url:
         first = await context(url, "c1", **params)
         async with await connect(settings) as locker:
-            await locker.execute("LOCK TABLE topics IN ACCESS EXCLUSIVE MODE")
+            await locker.execute("LOCK TABLE topic_conversations IN ACCESS EXCLUSIVE MODE")
             blocked = await get(url, "c1", "key-a", **params)
             await locker.rollback()
         assert blocked.status_code == 200, blocked.text
+        assert "canceling statement due to statement timeout" in blocked.json()["active_topic"]["error"]
         assert [m["content"] for m in blocked.json()["messages"]] == [m["content"] for m in first["messages"]]
         await pooled_is_clean(app)
         again = await context(url, "c1", **params)
