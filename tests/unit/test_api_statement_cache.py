@@ -40,3 +40,13 @@ def test_the_search_statement_with_the_most_searched_terms_is_kept_too():
     hits = _queries._query2pg_client.cache_info().hits
     _queries.PostgresClientQuery(Transformer()).convert(sql, params)
     assert _queries._query2pg_client.cache_info().hits == hits + 1
+
+
+def test_without_psycopgs_private_module_the_api_still_starts(monkeypatch):
+    """psycopg._queries is private: a patch release that moves it costs the cache, never the
+    API's start (create_app calls cache_long_statements)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg._queries", None)  # an import of it raises ImportError
+    monkeypatch.delattr("psycopg._queries", raising=False)
+    cache_long_statements()
