@@ -147,3 +147,39 @@ async def test_a_request_cancelled_between_the_begin_and_the_commit_leaves_the_c
         again = await context(url, "c1", **params)
         assert [m["content"] for m in again["messages"]] == ["Hi!", "Hello"]
         await pooled_is_clean(app)
+
+
+async def test_a_generation_switch_between_requests_reads_the_new_generations_row_on_the_same_connection(settings):
+    """Reads move to another generation (`generations activate`) while the process remembers
+    the conversation's owner from the old one: the next requests on the same connection point
+    it at the new schema before autocommit goes on, the old guess is checked against the new
+    row (another user there: not used), and the connection stays clean."""
+    from projections.generations import activate
+    from projections.migrate import migrate
+
+    settings = one_connection(settings)
+    other = settings.model_copy(update={"generation": f"{settings.generation}_b"})
+    await asyncio.to_thread(migrate, other)
+    await conversation(settings, "c1", "maria", L.JOE, ["Hi!", "Hello", "About grandpa?"])
+    await conversation(other, "c1", "zoe", None, ["New gen", "reply", "now"])
+    app = create_app(settings)
+    params = {"query": "grandpa", "before_seq": 2}
+    async with running_api(settings, app) as url:
+        assert [m["content"] for m in (await context(url, "c1", **params))["messages"]] == ["Hi!", "Hello"]
+        assert app.state.conversation_owners[(L.A, "c1")] == ("maria", L.JOE)
+
+        def switch():
+            with psycopg.connect(settings.postgres.dsn, autocommit=True) as conn:
+                activate(conn, settings.kafka.topic_prefix, other.generation)
+
+        await asyncio.to_thread(switch)
+        for _ in range(1000):  # the generation is looked up once a second (api/generation.py)
+            if (body := await context(url, "c1", **params))["messages"][0]["content"] != "Hi!":
+                break
+            await pooled_is_clean(app)  # within the generation cache's second: the old one, clean
+        assert [m["content"] for m in body["messages"]] == ["New gen", "reply"]
+        assert app.state.conversation_owners[(L.A, "c1")] == ("zoe", None)
+        await pooled_is_clean(app)
+        again = await context(url, "c1", **params)  # the guess now right, in the new generation
+        assert again["messages"] == body["messages"]
+        await pooled_is_clean(app)
