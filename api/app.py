@@ -79,15 +79,26 @@ async def transactional_again(conn) -> None:
 # context's search statement is ~5,100 (retrieval/items.py) and was parsed again on every
 # context, ~0.3-0.4 ms of the API's CPU ("Eleventh round" in docs/retrieval.md). The API's
 # statements are a few dozen texts of its own, so a higher bound keeps the cache small.
+# psycopg also skips the cache for more than 50 parameters (`MAX_CACHED_STATEMENT_PARAMS`): the
+# search statement has two a searched lexeme (retrieval.prescore.unrolled_coverage_sql), past 50
+# from ~12 lexemes (91 at keyword_max_terms' 32). The LRU stays at 128 parses: ~5 MB at most
+# with the largest search statements (review12, docs/retrieval.md).
 CACHED_STATEMENT_BYTES = 32_768
+CACHED_STATEMENT_PARAMS = 1_024
 
 
 def cache_long_statements() -> None:
-    """Let psycopg keep the parse of statements up to CACHED_STATEMENT_BYTES (once a process)."""
-    from psycopg import _queries
-
+    """Let psycopg keep the parse of statements up to CACHED_STATEMENT_BYTES and
+    CACHED_STATEMENT_PARAMS parameters (once a process). psycopg's module is private: if a
+    release moves it, the API starts without the larger cache (the unit test fails)."""
+    try:
+        from psycopg import _queries
+    except ImportError:
+        return
     if getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", CACHED_STATEMENT_BYTES) < CACHED_STATEMENT_BYTES:
         _queries.MAX_CACHED_STATEMENT_LENGTH = CACHED_STATEMENT_BYTES
+    if getattr(_queries, "MAX_CACHED_STATEMENT_PARAMS", CACHED_STATEMENT_PARAMS) < CACHED_STATEMENT_PARAMS:
+        _queries.MAX_CACHED_STATEMENT_PARAMS = CACHED_STATEMENT_PARAMS
 
 
 def create_app(settings: Settings, *, warm_up: bool = False) -> FastAPI:

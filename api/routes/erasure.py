@@ -43,12 +43,17 @@ class ErasureAccepted(BaseModel):
 def forget_query_vectors(request: Request) -> None:
     """This process's cached query vectors go (retrieval/query_cache.py): one of them may be the
     erased user's question; so do the read path's caches of memory text (retrieval.service.
-    forget_texts: lines, their token counts, a restored archive's words). Other API processes
-    keep theirs until evicted (docs/lineage.md)."""
+    forget_texts: lines, their token counts, a restored archive's words), and the conversations'
+    users and subjects the context route remembers for its guessed first read (api.routes.
+    context._remember: the erased user's identifiers among them). Other API processes keep
+    theirs until evicted (docs/lineage.md)."""
     embedder = getattr(request.app.state, "retrieval_embedder", None)
     if embedder is not None and hasattr(embedder, "clear"):
         embedder.clear()
     forget_texts()
+    owners = getattr(request.app.state, "conversation_owners", None)
+    if owners:
+        owners.clear()
 
 
 @contextlib.asynccontextmanager

@@ -49,3 +49,11 @@ def test_the_erasure_route_forgets_the_texts_and_the_query_vectors():
     forget_query_vectors(SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(retrieval_embedder=embedder))))
     assert embedder.cleared == 1
     assert _held() == {"lines": False, "tokens": False, "words": False}
+
+
+def test_the_erasure_route_forgets_the_conversations_users_and_subjects():
+    """The context route remembers each conversation's user and subject for its guessed first
+    read (api.routes.context._remember): identifiers of the erased user among them go too."""
+    state = SimpleNamespace(conversation_owners={("tenant-a", "c1"): ("erased-user", "their-subject")})
+    forget_query_vectors(SimpleNamespace(app=SimpleNamespace(state=state)))
+    assert state.conversation_owners == {}
