@@ -138,30 +138,6 @@ _TAIL = (
     f" CASE WHEN r.content_tsv IS NOT NULL THEN {_HELD.format(tsv='r.content_tsv')} END AS reply_lexemes,"
     " t.seq AS item_seq"
 )
-# The same columns with the row's and its reply's tsvectors (`tsv`, `reply_tsv`) in place of the
-# held lexemes, for a search that is cut (prescore.best_rows_sql with `held=False` reads the
-# cut's coverage from them): `held_after_sql` makes the held lexemes for the rows handed on only
-# (~80 of a long conversation's ~243: "Eleventh round, the socket and the lexemes").
-_TSV_TAIL = (
-    " r.content AS reply, r.role AS reply_role, t.content_tsv AS tsv, length(t.content_tsv) AS doc_lexemes,"
-    " r.content_tsv AS reply_tsv, t.seq AS item_seq"
-)
-# Every column of a row but the held lexemes, by name (`_COLUMNS`, the scores, `_TAIL`'s others).
-_NAMES = ("kind", "item_id", "content", "timestamp", "importance", "category", "memory_type", "visibility",
-          "owner_user_id", "conversation_id", "range_start", "range_end", "occurred_start", "occurred_end", "role",
-          "cosine", "keyword_score", "in_vector", "in_keyword", "reply", "reply_role", "doc_lexemes", "item_seq")
-
-
-def held_after_sql(cut: str) -> str:
-    """The rows of `cut` (a search made with `held=False`, cut by best_rows_sql with `held=False`)
-    with their held lexemes made from their tsvectors, which stay behind: the columns of a
-    search made with them."""
-    names = ", ".join(f"c.{name}" for name in _NAMES)
-    return (f"SELECT {names}, {_HELD.format(tsv='c.tsv')} AS lexemes,"
-            f" CASE WHEN c.reply_tsv IS NOT NULL THEN {_HELD.format(tsv='c.reply_tsv')} END AS reply_lexemes"
-            f" FROM ({cut}) c")
-
-
 _TSQUERY = "%(keywords)s::tsquery"
 # The thread of a question carrying its reply: the two messages of the same session just
 # before it (same conversation, at most THREAD_GAP earlier). In a dialogue the pair's subject
@@ -231,16 +207,12 @@ _CARRIED = ("t.tenant_id, t.kind, t.item_id, t.content, t.content_tsv, t.ts, t.i
             " t.occurred_end, t.role")
 
 
-def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False,
-              held: bool = True) -> str:
+def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False) -> str:
     """A small scope, read once: every item's exact cosine and keyword match, the top k of each
     kind by either, its columns carried along (no second visit of the table). `thread`: the
     two messages after a keyword top-k message are candidates too, and every message row
     carries the query's lexemes of its thread (`_THREAD`). The rows in no order, without what
-    `finish_sql` adds (the surfaced turns, the continued turn). `held=False` (without `thread`):
-    the rows carry their tsvectors instead of the held lexemes (`_TSV_TAIL`)."""
-    if thread and not held:
-        raise ValueError("a search with the thread makes its held lexemes itself")
+    `finish_sql` adds (the surfaced turns, the continued turn)."""
     if thread:
         return _exact_ranked_sql(subject_id, vector=vector, keyword=keyword)
     distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
@@ -267,7 +239,7 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
         " OR (ranked.hit AND ranked.by_keyword <= %(k)s))"
         f" SELECT {_COLUMNS}, COALESCE(1 - x.distance, 0.0)::float8 AS cosine,"
         " CASE WHEN x.hit THEN x.rank::float8 ELSE 0.0::float8 END AS keyword_score, x.in_vector, x.in_keyword, "
-        f"{_TAIL if held else _TSV_TAIL} FROM top x CROSS JOIN LATERAL (SELECT * FROM memory_items t WHERE t.ctid = x.tid LIMIT 1) t{_REPLY}"
+        f"{_TAIL} FROM top x CROSS JOIN LATERAL (SELECT * FROM memory_items t WHERE t.ctid = x.tid LIMIT 1) t{_REPLY}"
     )
 
 
@@ -298,15 +270,11 @@ def _exact_ranked_sql(subject_id: str | None, *, vector: bool, keyword: bool) ->
     )
 
 
-def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False,
-                held: bool = True) -> str:
+def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False) -> str:
     """A large scope: per kind, the top k by the HNSW index (an iterative scan keeps reading
     while the scope filter rejects hits) and the top k by the GIN index, then their rows
     (`thread`: as in exact_sql, the messages after a keyword hit too, each message with its
-    thread's lexemes). As exact_sql's, the rows in no order, without what `finish_sql` adds;
-    `held`: as exact_sql's."""
-    if thread and not held:
-        raise ValueError("a search with the thread makes its held lexemes itself")
+    thread's lexemes). As exact_sql's, the rows in no order, without what `finish_sql` adds."""
     scope = scope_sql(subject_id)
     vec = (
         "SELECT v.kind, v.item_id FROM unnest(%(kinds)s::text[]) AS kk(kind), LATERAL ("
@@ -333,8 +301,7 @@ def indexed_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: 
         f"WITH vec(kind, item_id) AS MATERIALIZED ({vec}), kw(kind, item_id) AS MATERIALIZED ({kw}){follows}"
         f" SELECT {_COLUMNS}, COALESCE(1 - (t.embedding <=> %(vector)s::vector), 0.0)::float8 AS cosine,"
         f" {rank} AS keyword_score, (t.kind, t.item_id) IN (SELECT * FROM vec) AS in_vector,"
-        f" (t.kind, t.item_id) IN (SELECT * FROM kw) AS in_keyword, {_TAIL if held else _TSV_TAIL}"
-        f"{_THREAD_TAIL if thread else ''}"
+        f" (t.kind, t.item_id) IN (SELECT * FROM kw) AS in_keyword, {_TAIL}{_THREAD_TAIL if thread else ''}"
         f" FROM memory_items t{_REPLY}{_THREAD if thread else ''}"
         " WHERE t.tenant_id = %(tenant)s AND t.content IS NOT NULL"
         " AND (t.kind <> 'message' OR t.conversation_id IS DISTINCT FROM %(conversation)s OR t.seq < %(before)s)"
@@ -363,22 +330,18 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     keywords = prepared.keywords
     keyword = use_keyword and keywords.fact is not None
     exact = prepared.scope_items <= exact_max_items
-    weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
-    one_statement = exact or side is None or len(kinds) < 2
-    thread = thread_weight > 0
-    cut = prescore is not None and one_statement and prepared.scope_items > prescore.keep  # else nothing to cut
-    held = not cut or thread  # a cut search without the thread makes its held lexemes after the cut
     sql = (exact_sql if exact else indexed_sql)(scope.subject_id, vector=use_vector, keyword=keyword,
-                                                 thread=thread, held=held)
+                                                 thread=thread_weight > 0)
     params = {
         "tenant": scope.tenant_id, "user": scope.user_id, "subject": scope.subject_id,
         "conversation": scope.conversation_id, "before": scope.messages_before_seq, "k": k,
         "vector": vector if isinstance(vector, str) else vector_literal(vector), "keywords": keywords.fact or "",
         "lexemes": list(keywords.lexemes), "kinds": list(kinds),
     }
-    if cut:
-        sql = best_rows_sql(sql, prescore.method, thread=thread, terms=len(weights), held=held)
-        sql = sql if held else held_after_sql(sql)
+    weights = keywords.weights or {lexeme: 1.0 for lexeme in keywords.lexemes}
+    one_statement = exact or side is None or len(kinds) < 2
+    if prescore is not None and one_statement and prepared.scope_items > prescore.keep:  # else nothing to cut
+        sql = best_rows_sql(sql, prescore.method, thread=thread_weight > 0, terms=len(weights))
         params.update(prescore.params(weights), **term_params(weights))
     sql = finish_sql(sql, continued)  # the surfaced turns and the continued turn, of the rows handed on only
 
@@ -395,5 +358,5 @@ async def search_items(conn: psycopg.AsyncConnection, scope: Scope, vector: np.n
     return await across_connections(conn, kinds, fetch, side, ef_search)
 
 
-__all__ = ["EXACT_SCAN_MAX_ITEMS", "PREPARE_SQL", "Prepared", "exact_sql", "finish_sql", "held_after_sql", "indexed_sql",
-           "keywords_from", "one_query", "prepare_items", "prepare_params", "prepared_from", "scope_sql", "search_items"]
+__all__ = ["EXACT_SCAN_MAX_ITEMS", "PREPARE_SQL", "Prepared", "exact_sql", "finish_sql", "indexed_sql", "keywords_from",
+           "one_query", "prepare_items", "prepare_params", "prepared_from", "scope_sql", "search_items"]

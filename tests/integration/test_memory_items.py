@@ -200,32 +200,3 @@ async def rows_of(conn, scope: Scope, literal: str) -> list[str]:
          "conversation": scope.conversation_id, "before": scope.messages_before_seq,
          "kinds": ["fact", "chunk", "message"], "vector": literal})
     return [row[0] for row in await cur.fetchall()]
-
-
-async def test_the_cut_reads_the_searched_lexemes_from_the_tsvectors_exactly_as_the_held_arrays_hold_them(settings):
-    """A cut search without the thread makes its held lexemes after the cut (items.held_after_sql);
-    the cut's coverage then tests each searched lexeme against the row's and its reply's
-    tsvectors (prescore._IN_TSV). Both ways give the same float8 a row, the reply's words
-    counting (a row whose own words hold none of the query's), lexemes that need quoting included."""
-    from retrieval.items import _HELD
-    from retrieval.keywords import quote
-    from retrieval.prescore import term_params, unrolled_coverage_sql
-
-    odd = ["o'neil", "c:\\temp", "a b", "x&y", "/usr/bin/env"]  # a tsquery must quote these
-    rows = [(["paint", "yoga", "park"], ["paint"]), (["noth", "here"], ["yoga", "park"]), (odd, None),
-            (["park", "o'neil", "a"], None), (["b", "x", "y", "temp"], ["c", "usr"])]
-    searched = ["paint", "yoga", "park", *odd, "kayak"]
-    weights = {lexeme: 0.5 + i / 7 for i, lexeme in enumerate(searched)}
-    def tsvector(lexemes):  # as to_tsvector makes them: every lexeme at a position (held arrays need one)
-        return None if lexemes is None else " ".join(f"{quote(x)}:{i + 1}" for i, x in enumerate(lexemes))
-
-    sql = (f"SELECT {unrolled_coverage_sql(len(weights))}, {unrolled_coverage_sql(len(weights), held=False)}"
-           f" FROM (SELECT v.tsv, v.reply_tsv, {_HELD.format(tsv='v.tsv')} AS lexemes, CASE WHEN v.reply_tsv IS NOT"
-           f" NULL THEN {_HELD.format(tsv='v.reply_tsv')} END AS reply_lexemes FROM (SELECT x::tsvector AS tsv,"
-           " y::tsvector AS reply_tsv FROM unnest(%(xs)s::text[], %(ys)s::text[]) u(x, y)) v) f")
-    params = {"lexemes": searched, "xs": [tsvector(x) for x, _ in rows], "ys": [tsvector(y) for _, y in rows],
-              "ps_total": sum(weights.values()), **term_params(weights)}
-    async with await connect(settings) as conn:
-        got = await (await conn.execute(sql, params)).fetchall()
-    assert [a for a, _ in got] == [b for _, b in got]  # the same float8, row by row
-    assert got[1][0] > 0 and got[2][0] > 0.5 and got[4][0] == 0  # the second by its reply; no partial matches

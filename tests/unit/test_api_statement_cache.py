@@ -4,7 +4,7 @@ from psycopg import _queries
 from psycopg.adapt import Transformer
 
 from api.app import CACHED_STATEMENT_BYTES, cache_long_statements
-from retrieval.items import best_rows_sql, exact_sql, finish_sql, held_after_sql, indexed_sql
+from retrieval.items import best_rows_sql, exact_sql, finish_sql, indexed_sql
 
 
 def test_the_search_statements_parse_is_kept_and_reused():
@@ -15,9 +15,6 @@ def test_the_search_statements_parse_is_kept_and_reused():
             sql = finish_sql(best_rows_sql(search(subject, vector=True, keyword=True, thread=True), "hybrid",
                                            thread=True), True)
             assert 4096 < len(sql.encode()) <= CACHED_STATEMENT_BYTES  # past psycopg's own bound, within ours
-            held_after = finish_sql(held_after_sql(best_rows_sql(  # the default: no thread, 32 lexemes at most
-                search(subject, vector=True, keyword=True, held=False), "hybrid", terms=32, held=False)), True)
-            assert 4096 < len(held_after.encode()) <= CACHED_STATEMENT_BYTES
     params = {name: None for name in _queries._query2pg_client_nocache(sql.encode(), "utf-8")[1]}
     for _ in range(2):
         _queries.PostgresClientQuery(Transformer()).convert(sql, params)
