@@ -207,6 +207,22 @@ _CARRIED = ("t.tenant_id, t.kind, t.item_id, t.content, t.content_tsv, t.ts, t.i
             " t.occurred_end, t.role")
 
 
+def _scores(vector: bool, keyword: bool) -> tuple[str, str, str]:
+    """The exact scan's expressions: a row's distance (over `t`), its keyword match (over `t`)
+    and its keyword rank for the hits only (over `s`, the scan's rows)."""
+    distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
+    hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
+    rank = f"CASE WHEN s.hit THEN ts_rank(s.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    return distance, hit, rank
+
+
+# Each row of `c` with its place in its kind by distance and by keyword rank (ties by id).
+_RANKED = (" ranked AS (SELECT c.*,"
+           " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
+           " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
+           " FROM c)")
+
+
 def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bool = False) -> str:
     """A small scope, read once: every item's exact cosine and keyword match, the top k of each
     kind by either, its columns carried along (no second visit of the table). `thread`: the
@@ -215,9 +231,7 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
     `finish_sql` adds (the surfaced turns, the continued turn)."""
     if thread:
         return _exact_ranked_sql(subject_id, vector=vector, keyword=keyword)
-    distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
-    hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
-    rank = f"CASE WHEN s.hit THEN ts_rank(s.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    distance, hit, rank = _scores(vector, keyword)
     # The scope is read once, narrow: each row's place (ctid), key and both scores (the keyword
     # match once a row, kept apart by OFFSET 0; its rank for the hits only); the rows of either
     # top k by kind are ranked on those narrow rows and only they are read whole again, by
@@ -228,10 +242,7 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
         f"WITH s AS (SELECT t.ctid AS tid, t.kind, t.item_id, t.content_tsv, ({distance})::float8 AS distance,"
         f" {hit} AS hit FROM memory_items t WHERE {scope_sql(subject_id)} OFFSET 0),"
         f" c AS (SELECT s.tid, s.kind, s.item_id, s.distance, s.hit, {rank} AS rank FROM s),"
-        " ranked AS (SELECT c.*,"
-        " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
-        " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
-        " FROM c),"
+        f"{_RANKED},"
         " top AS (SELECT ranked.tid, ranked.distance, ranked.hit, ranked.rank,"
         " (ranked.distance IS NOT NULL AND ranked.by_vector <= %(k)s) AS in_vector,"
         " (ranked.hit AND ranked.by_keyword <= %(k)s) AS in_keyword FROM ranked"
@@ -246,9 +257,7 @@ def exact_sql(subject_id: str | None, *, vector: bool, keyword: bool, thread: bo
 def _exact_ranked_sql(subject_id: str | None, *, vector: bool, keyword: bool) -> str:
     """exact_sql with the thread (`_FOLLOWS` reads each row's keyword rank in its conversation's
     order): every row of the scope ranked by both scores with window functions."""
-    distance = "t.embedding <=> %(vector)s::vector" if vector else "NULL::float8"
-    hit = f"t.content_tsv @@ {_TSQUERY}" if keyword else "false"
-    rank = f"CASE WHEN s.hit THEN ts_rank(s.content_tsv, {_TSQUERY}) END" if keyword else "NULL::float4"
+    distance, hit, rank = _scores(vector, keyword)
     # The keyword match is computed once a row (`s`, kept apart by OFFSET 0: PostgreSQL does not
     # share the expression between the `hit` column and the rank's CASE), the rank for the hits
     # only: ~0.45 of the search's ~10.7 CPU-ms on a long conversation ("Tenth round").
@@ -256,10 +265,7 @@ def _exact_ranked_sql(subject_id: str | None, *, vector: bool, keyword: bool) ->
         f"WITH s AS (SELECT {_CARRIED}, ({distance})::float8 AS distance, {hit} AS hit"
         f" FROM memory_items t WHERE {scope_sql(subject_id)} OFFSET 0),"
         f" c AS (SELECT s.*, {rank} AS rank FROM s),"
-        " ranked AS (SELECT c.*,"
-        " row_number() OVER (PARTITION BY c.kind ORDER BY c.distance NULLS LAST, c.item_id) AS by_vector,"
-        " row_number() OVER (PARTITION BY c.kind ORDER BY c.rank DESC NULLS LAST, c.item_id) AS by_keyword"
-        " FROM c)"
+        f"{_RANKED}"
         f"{_FOLLOWS if keyword else ', near AS (SELECT ranked.*, false AS follows FROM ranked)'}"
         f" SELECT {_COLUMNS}, COALESCE(1 - t.distance, 0.0)::float8 AS cosine,"
         " CASE WHEN t.hit THEN t.rank::float8 ELSE 0.0::float8 END AS keyword_score,"
