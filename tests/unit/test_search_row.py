@@ -31,3 +31,28 @@ def test_a_candidate_made_from_its_values_is_the_dataclass_candidate_equal_hashe
     assert dataclasses.replace(made, content="x") == dataclasses.replace(expected, content="x")
     with pytest.raises(dataclasses.FrozenInstanceError):
         made.content = ""  # type: ignore[misc]
+
+
+def test_a_question_alone_and_a_score_are_what_replace_and_the_dataclasses_make():
+    from retrieval.scoring import ScoreBreakdown, ScoredItem, score, scored_of
+    from retrieval.service import alone
+
+    values = ("message", "c1:4", "Caroline: I adopted a puppy.", 0.52, 0.3, True, False, [3, None],
+              datetime(2023, 5, 7, tzinfo=UTC), 3, None, None, None, "caroline", "c1", 4, 5,
+              datetime(2023, 5, 7, tzinfo=UTC), datetime(2023, 5, 7, tzinfo=UTC), "user", ["puppi"], 5,
+              "Aww, what is its name?", "assistant", ["name"], 0.2, None, "Biscuit!")
+    row = dataclasses.replace(SearchRow(*values), own_keyword_score=0.25)
+    question = alone(row)
+    assert question == dataclasses.replace(row, reply=None, reply_role=None, reply_lexemes=None, keyword_score=0.25,
+                                           own_keyword_score=None)
+    assert row.reply == "Aww, what is its name?" and row.keyword_score == 0.3  # the row itself unchanged
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        question.cosine = 0.0  # type: ignore[misc]
+    candidate = Candidate("message:c1:4", "message", "x", 0.61, 1.68e9, 3, None, None, 4, 5, 1.68e9, 1.68e9, "user")
+    breakdown = score(candidate, 1.69e9)
+    assert type(breakdown) is ScoreBreakdown and breakdown == ScoreBreakdown(*dataclasses.astuple(breakdown))
+    assert breakdown.final == breakdown.similarity * breakdown.importance_weight * breakdown.recency_weight
+    item = scored_of(candidate, breakdown)
+    assert item == ScoredItem(candidate, breakdown) and hash(item) == hash(ScoredItem(candidate, breakdown))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.score = breakdown  # type: ignore[misc]
