@@ -93,9 +93,6 @@ class Exclusion:
     line: str | None = None  # packing: the rendered line, when its size was not counted (packing.exclusion_tokens)
 
 
-breakdown_of, scored_of = frozen_maker(ScoreBreakdown), frozen_maker(ScoredItem)  # ~80 of each a context
-
-
 @dataclass(frozen=True)
 class ScoringResult:
     kept: tuple[ScoredItem, ...]  # above threshold, best first
@@ -134,7 +131,7 @@ def recency_weight(age_s: float, config: ScoringConfig = ScoringConfig()) -> flo
 def score(candidate: Candidate, now: float, config: ScoringConfig = ScoringConfig()) -> ScoreBreakdown:
     imp = importance_weight(candidate.importance, config)
     rec = recency_weight(now - candidate.timestamp, config)
-    return breakdown_of(candidate.similarity, imp, rec, candidate.similarity * imp * rec)
+    return ScoreBreakdown(candidate.similarity, imp, rec, candidate.similarity * imp * rec)
 
 
 def still_visible(surfaced_seqs: Sequence[int | None] | None, turn_seq: int, window_seqs: int) -> bool:
@@ -157,7 +154,7 @@ def score_candidates(candidates: Iterable[Candidate], now: float, surfaced_ids: 
     best: dict[str, ScoredItem] = {}
     excluded: list[Exclusion] = []
     for candidate in candidates:
-        item = scored_of(candidate, score(candidate, now, config))
+        item = ScoredItem(candidate, score(candidate, now, config))
         if candidate.item_id in surfaced_ids:
             excluded.append(Exclusion(candidate, "already_surfaced", item.score))
         elif item.score.final <= config.threshold:

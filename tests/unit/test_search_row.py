@@ -33,8 +33,7 @@ def test_a_candidate_made_from_its_values_is_the_dataclass_candidate_equal_hashe
         made.content = ""  # type: ignore[misc]
 
 
-def test_a_question_alone_and_a_score_are_what_replace_and_the_dataclasses_make():
-    from retrieval.scoring import ScoreBreakdown, ScoredItem, score, scored_of
+def test_a_question_alone_is_what_replace_makes():
     from retrieval.service import alone
 
     values = ("message", "c1:4", "Caroline: I adopted a puppy.", 0.52, 0.3, True, False, [3, None],
@@ -43,16 +42,10 @@ def test_a_question_alone_and_a_score_are_what_replace_and_the_dataclasses_make(
               "Aww, what is its name?", "assistant", ["name"], 0.2, None, "Biscuit!")
     row = dataclasses.replace(SearchRow(*values), own_keyword_score=0.25)
     question = alone(row)
-    assert question == dataclasses.replace(row, reply=None, reply_role=None, reply_lexemes=None, keyword_score=0.25,
-                                           own_keyword_score=None)
+    expected = dataclasses.replace(row, reply=None, reply_role=None, reply_lexemes=None, keyword_score=0.25,
+                                   own_keyword_score=None)
+    assert question == expected and repr(question) == repr(expected)
     assert row.reply == "Aww, what is its name?" and row.keyword_score == 0.3  # the row itself unchanged
+    assert alone(dataclasses.replace(row, own_keyword_score=None)).keyword_score == 0.3  # no own score: the pair's
     with pytest.raises(dataclasses.FrozenInstanceError):
         question.cosine = 0.0  # type: ignore[misc]
-    candidate = Candidate("message:c1:4", "message", "x", 0.61, 1.68e9, 3, None, None, 4, 5, 1.68e9, 1.68e9, "user")
-    breakdown = score(candidate, 1.69e9)
-    assert type(breakdown) is ScoreBreakdown and breakdown == ScoreBreakdown(*dataclasses.astuple(breakdown))
-    assert breakdown.final == breakdown.similarity * breakdown.importance_weight * breakdown.recency_weight
-    item = scored_of(candidate, breakdown)
-    assert item == ScoredItem(candidate, breakdown) and hash(item) == hash(ScoredItem(candidate, breakdown))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        item.score = breakdown  # type: ignore[misc]
