@@ -66,11 +66,12 @@ class ServedRecorder:
 
     def record(self, request: ContextRequest, out: ContextOut, clock: tuple[str, int | None] | None = None) -> None:
         try:
+            payload = served_payload(request, out, clock)
             envelope = new_event(
-                CONTEXT_SERVED, served_payload(request, out, clock), tenant_id=request.tenant_id,
+                CONTEXT_SERVED, payload, tenant_id=request.tenant_id,
                 conversation_id=request.conversation.conversation_id, user_id=request.user_id,
                 subject_id=request.subject_id, occurred_at=request.now)
-            value = encode_checked(envelope)
+            value = encode_checked(envelope, payload=payload)  # the walk only if the bytes can need it
         except Exception:  # noqa: BLE001 - a record that cannot be built never fails the request
             log.exception("context.served not recorded: could not build the event")
             RECORDED.labels(outcome="invalid").inc()

@@ -244,7 +244,12 @@ def reply_key(row: SearchRow) -> str | None:
 def alone(row: SearchRow) -> SearchRow:
     """A question row without the reply it carried, scored on its own words."""
     score = row.keyword_score if row.own_keyword_score is None else row.own_keyword_score
-    return replace(row, reply=None, reply_role=None, reply_lexemes=None, keyword_score=score, own_keyword_score=None)
+    # `replace` without its __init__ (SearchRow has no __post_init__): the row's fields copied,
+    # five changed (what scoring.frozen_maker does for a new row).
+    made = object.__new__(SearchRow)
+    made.__dict__.update(row.__dict__, reply=None, reply_role=None, reply_lexemes=None, keyword_score=score,
+                         own_keyword_score=None)
+    return made
 
 
 def pair_replies(rows: Sequence[SearchRow], config: RetrievalConfig) -> list[SearchRow]:

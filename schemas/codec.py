@@ -186,9 +186,14 @@ def validate(
     return Event(envelope=envelope, payload=payload)
 
 
-def encode_checked(envelope: Envelope, limits: Limits | None = None) -> bytes:
+def encode_checked(envelope: Envelope, limits: Limits | None = None, payload: Payload | None = None) -> bytes:
     """`encode` for a producer: the bytes, once every rule a consumer checks holds (raises
-    InvalidEvent otherwise), so nothing is sent that a consumer would refuse."""
+    InvalidEvent otherwise), so nothing is sent that a consumer would refuse.
+
+    `payload`: the validated model the envelope's payload was dumped from (`new_event`), if the
+    caller has it. Then the texts are walked only when the bytes can hold a NUL (`decode`'s own
+    shortcut: orjson refuses a lone surrogate, so `encode` raised already) and the integers
+    through the model's numeric fields: the same rules, without formatting every node's path."""
     limits = limits or DEFAULT_LIMITS
     if envelope.type not in REGISTRY:
         raise InvalidEvent("unknown_type", f"type {_shown(envelope.type)} is not one of {sorted(REGISTRY)}")
@@ -197,7 +202,10 @@ def encode_checked(envelope: Envelope, limits: Limits | None = None) -> bytes:
     except orjson.JSONEncodeError as exc:  # e.g. an integer beyond 64 bits in metadata
         raise InvalidEvent("invalid_field", f"cannot be encoded as JSON: {exc}") from None
     check_size(raw, limits)
-    check_storable(envelope, envelope.payload)
+    if payload is None or raw_needs_walk(raw):
+        check_storable(envelope, envelope.payload)
+    else:
+        check_integers(envelope, payload)
     if envelope.type == MESSAGE_APPENDED:
         content = envelope.payload.get("content")
         if isinstance(content, str) and len(content) > limits.max_content_chars:

@@ -14,7 +14,7 @@ from domain.lineage import differences, split_id, version_of
 from memory_agent.cli_lineage import render_lineage, turn_items
 from projections.queries import ConversationRow
 from schemas.codec import decode, encode_checked, new_event
-from schemas.lineage_events import CONTEXT_SERVED
+from schemas.lineage_events import CONTEXT_SERVED, ServedTopic
 
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
 
@@ -85,6 +85,33 @@ def test_the_served_record_holds_ids_ranges_versions_and_the_watermark_and_round
     assert (clocked.clock.generation, clocked.clock.position) == ("g1", 42)
     envelope = new_event(CONTEXT_SERVED, clocked, tenant_id="t", conversation_id="c", user_id="u")
     assert decode(encode_checked(envelope)).payload == clocked
+
+
+def test_the_served_record_checked_with_its_model_refuses_what_the_whole_walk_refuses():
+    """`encode_checked(payload=...)` (the recorder's call) walks the texts only when the bytes can
+    hold a NUL and the integers through the model: the same bytes, the same refusals."""
+    from schemas.envelope import InvalidEvent
+
+    out = ContextOut(conversation_id="c", mode="raw", summary=None, messages=[],
+                     watermark=Watermark(last_seq=7, summary_end_seq=None, requested_min_seq=None, complete=True,
+                                         missing_seqs=[]))
+    good = served_payload(_request(), out, ("g1", 42))
+    bad_text = good.model_copy(update={"query": "where\x00?"})
+    bad_topic = good.model_copy(update={"active_topic": ServedTopic(topic_id="t\x00", summary_upto_seq=1)})
+    bad_seq = good.model_copy(update={"gap_seqs": [6, 2**31]})
+    surrogate = good.model_copy(update={"query": "where\ud800?"})
+    false_alarm = good.model_copy(update={"query": "a \\u0000 b"})  # an escaped backslash, not a NUL
+    for payload, refused in [(good, None), (false_alarm, None), (bad_text, "invalid_text"),
+                             (bad_topic, "invalid_text"), (bad_seq, "out_of_range"), (surrogate, "invalid_field")]:
+        envelope = new_event(CONTEXT_SERVED, payload, tenant_id="t", conversation_id="c", user_id="u")
+        outcomes = []
+        for checked in (lambda: encode_checked(envelope), lambda: encode_checked(envelope, payload=payload)):
+            try:
+                outcomes.append(checked())
+            except InvalidEvent as error:
+                outcomes.append(error.reason)
+        assert outcomes[0] == outcomes[1], payload
+        assert outcomes[0] == refused if refused else decode(outcomes[0]).payload == payload
 
 
 def test_as_of_compares_clock_positions_and_falls_back_to_times():
