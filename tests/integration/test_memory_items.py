@@ -128,6 +128,52 @@ async def test_every_write_path_keeps_the_index_and_its_statistics_equal_to_the_
         assert (await rows(conn, "SELECT count(*) FROM memory_items WHERE tenant_id = %s" % "'tenant-b'"))[0][0] == 3
 
 
+async def test_an_update_counts_only_the_rows_whose_counted_columns_changed(settings):
+    """Migration 0071: a message's vector set after its text (the message index; a batch replay's
+    step after the messages' COPY) leaves the statistics untouched without recounting the row,
+    and one UPDATE mixing such rows with rows whose text, scope or presence changed still keeps
+    the lexicon and the scopes equal to a recount."""
+    async with await connect(settings) as conn:
+        await insert(conn, [memory(i, L.A, "ana", "joe" if i % 2 else None, visibility="shared" if i % 2
+                                   else "private") for i in range(6)], seed=7)
+        for seq, text in enumerate(["Which ferry goes to the island?", "The morning ferry, at seven.",
+                                    "And the kayak rental?", "Open from nine."]):
+            await add_message(conn, L.A, "c1", seq, "ana", "user" if seq % 2 == 0 else "assistant", text)
+        await conn.commit()
+        await assert_consistent(conn)
+
+        # The vectors after the texts: no count changes, so the statistics are not recomputed.
+        await conn.execute("SET track_functions = 'all'")
+        for seq in range(4):
+            await add_embedding(conn, L.A, "c1", seq, "ana", 10 + seq)
+        calls = await rows(conn, "SELECT coalesce(sum(calls), 0)::int FROM pg_stat_xact_user_functions"
+                                 " WHERE funcname = 'memory_statistics_apply'")
+        assert calls == [(0,)]
+        await conn.commit()
+        await assert_consistent(conn)
+
+        # One statement: two rows only re-vectored, one re-worded, one moved to another scope, one
+        # made shared, one whose text goes (a content-less row is not counted).
+        await conn.execute(
+            "UPDATE memory_items SET"
+            " embedding = CASE WHEN item_id IN ('m00000', 'c1:0') THEN NULL ELSE embedding END,"
+            " content = CASE item_id WHEN 'm00001' THEN 'Ana now plays the cello'"
+            "   WHEN 'c1:1' THEN NULL ELSE content END,"
+            " content_tsv = CASE item_id WHEN 'm00001' THEN to_tsvector('english', 'Ana now plays the cello')"
+            "   ELSE content_tsv END,"
+            " user_id = CASE item_id WHEN 'm00002' THEN 'bo' ELSE user_id END,"
+            " shared = CASE item_id WHEN 'm00003' THEN NOT shared ELSE shared END"
+            " WHERE tenant_id = %s AND item_id IN ('m00000', 'c1:0', 'm00001', 'c1:1', 'm00002', 'm00003')",
+            (L.A,))
+        lexicon = await rows(conn, "SELECT tenant_id, lexeme, df FROM memory_lexicon ORDER BY 1, 2")
+        scopes = await rows(conn, "SELECT tenant_id, user_id, subject_key, items FROM memory_scopes ORDER BY 1, 2, 3")
+        assert lexicon == await rows(conn, LEXICON_RECOUNT)
+        assert scopes == await rows(conn, SCOPES_RECOUNT)
+        assert (L.A, "cello", 1) in lexicon
+        assert any(s[1] == "bo" and s[3] == 1 for s in scopes)
+        await conn.rollback()
+
+
 async def test_an_existing_deployment_is_backfilled_by_the_migration(settings):
     async with await connect(settings) as conn:
         await insert(conn, [memory(i, L.A, "ana", None) for i in range(6)], seed=4)
