@@ -1,8 +1,8 @@
 """What memory_items' UPDATE trigger costs PostgreSQL when a batch replay's message index sets the
 vectors of messages already copied: migration 0020's `memory_items_updated` (every updated row's
 old and new tsvector unnested, +1 and -1 summed to nothing) against 0071's (only rows whose counted
-columns changed: the old and new rows summed per key and counted columns). Two schemas migrated alike, one given 0020's function back; in each, N messages
-are inserted in transactions of 5,000 (the batch's projector transactions), then their
+columns changed: the old and new rows summed per key and counted columns). Two schemas migrated
+alike, one given 0020's function back; in each, N messages are inserted in transactions of 5,000 (the batch's projector transactions), then their
 embeddings (statements of EMBED_BATCH rows, as the message index projector's); the embeddings'
 statements are timed, schema by schema alternated, twice each.
 
@@ -31,7 +31,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import machine  # noqa: E402
-from bench.item_write_bench import _EMBEDDINGS, _MESSAGES, backend_cpu_ms, batch  # noqa: E402
+from bench.item_write_bench import _EMBEDDINGS, _MESSAGES, backend_cpu_ms, batch, drop_generations  # noqa: E402
 from core.settings import KafkaSettings, PostgresSettings, Settings, get_settings  # noqa: E402
 from projections.message_index import EMBED_BATCH  # noqa: E402
 from projections.migrate import migrate  # noqa: E402
@@ -93,11 +93,8 @@ async def main() -> None:
         results["load_average"] = [round(x, 2) for x in os.getloadavg()]
         print(json.dumps(results, indent=2))
     finally:
-        async with await psycopg.AsyncConnection.connect(base.postgres.dsn, autocommit=True) as conn:
-            for number in range(len(LAYOUTS)):
-                await conn.execute(f'DROP SCHEMA IF EXISTS "gen_u{number}{tag}" CASCADE')
-            await conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s",
-                               (f"bench-updates-{tag}",))
+        await drop_generations(base.postgres.dsn, [f"u{number}{tag}" for number in range(len(LAYOUTS))],
+                               f"bench-updates-{tag}")
 
 
 if __name__ == "__main__":

@@ -107,6 +107,14 @@ async def bulk(dsn: str, tag: str, n: int) -> dict:
     return results
 
 
+async def drop_generations(dsn: str, generations: list[str], topic_prefix: str) -> None:
+    """Drop a bench's throwaway generations' schemas and their rows in memory_generations."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for generation in generations:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "gen_{generation}" CASCADE')
+        await conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s", (topic_prefix,))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", type=int, default=10_000, help="messages in each schema before measuring")
@@ -123,11 +131,8 @@ async def main() -> None:
             results["load_average"] = [round(x, 2) for x in os.getloadavg()]
             print(json.dumps(results, indent=2))
         finally:
-            async with await psycopg.AsyncConnection.connect(base.postgres.dsn, autocommit=True) as conn:
-                for number in range(len(LAYOUTS)):
-                    await conn.execute(f'DROP SCHEMA IF EXISTS "gen_x{number}{tag}" CASCADE')
-                await conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s",
-                                   (f"bench-writes-{tag}",))
+            await drop_generations(base.postgres.dsn, [f"x{number}{tag}" for number in range(len(LAYOUTS))],
+                                   f"bench-writes-{tag}")
         return
     layouts = {"with_table_hnsw": f"w{tag}", "without (0055)": f"n{tag}"}
     conns: dict[str, psycopg.AsyncConnection] = {}
@@ -164,10 +169,7 @@ async def main() -> None:
     finally:
         for conn in conns.values():
             await conn.close()
-        async with await psycopg.AsyncConnection.connect(base.postgres.dsn, autocommit=True) as conn:
-            for generation in layouts.values():
-                await conn.execute(f'DROP SCHEMA IF EXISTS "gen_{generation}" CASCADE')
-            await conn.execute("DELETE FROM public.memory_generations WHERE topic_prefix = %s", (f"bench-writes-{tag}",))
+        await drop_generations(base.postgres.dsn, list(layouts.values()), f"bench-writes-{tag}")
 
 
 if __name__ == "__main__":
